@@ -1,0 +1,57 @@
+"""The ``implicit-em`` command.
+
+Each subcommand lives beside the code it drives and is registered here, so this module stays a
+table of contents: ``verify`` (the executable identities).
+"""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from implicit_em import identities
+
+app = typer.Typer(
+    name="implicit-em",
+    help="Gradient descent as implicit EM: identities, mixtures, tracing, wind tunnel.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+@app.callback()
+def _root() -> None:
+    """Gradient descent as implicit EM: identities, mixtures, tracing, wind tunnel."""
+
+
+@app.command()
+def verify(
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+    seed: int = typer.Option(0, help="Seed of the random inputs."),
+    only: list[str] = typer.Option(None, "--only", help="Check only these identities."),
+) -> None:
+    """Check every executable identity against autograd in float64; exit 1 on any failure."""
+    try:
+        results = identities.run_all(seed=seed, names=only or None)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--only") from err
+    if as_json:
+        typer.echo(json.dumps([r.as_dict() for r in results], indent=2))
+    else:
+        header = f"{'identity':<24} {'section':<11} {'claims':<10} {'max abs error':>14}  gradcheck  pass"
+        typer.echo(header)
+        typer.echo("-" * len(header))
+        for r in results:
+            typer.echo(
+                f"{r.name:<24} {r.section:<11} {r.claims:<10} {r.max_abs_error:>14.3e}  "
+                f"{'ok' if r.gradcheck else 'FAIL':<9}  {'PASS' if r.passed else 'FAIL'}"
+            )
+        failed = sum(not r.passed for r in results)
+        typer.echo(f"\n{len(results) - failed} passed, {failed} failed (tolerance {identities.TOLERANCE:g})")
+    if not all(r.passed for r in results):
+        raise typer.Exit(code=1)
+
+
+def main() -> None:
+    app()
