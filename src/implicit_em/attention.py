@@ -151,7 +151,7 @@ def attention_gradients(
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     s = attention_scores(q, k, mask, is_causal, scale)
     alpha = responsibilities(-s)
-    expected = alpha.shape[:-1] + (v.shape[-1],)
+    expected = (*alpha.shape[:-1], v.shape[-1])
     if grad_output.shape != expected:
         raise ValueError(
             f"grad_output must have the attention output's shape {tuple(expected)}, "

@@ -48,7 +48,9 @@ def verify(
                 f"{'ok' if r.gradcheck else 'FAIL':<9}  {'PASS' if r.passed else 'FAIL'}"
             )
         failed = sum(not r.passed for r in results)
-        typer.echo(f"\n{len(results) - failed} passed, {failed} failed (tolerance {identities.TOLERANCE:g})")
+        typer.echo(
+            f"\n{len(results) - failed} passed, {failed} failed (tolerance {identities.TOLERANCE:g})"
+        )
     if not all(r.passed for r in results):
         raise typer.Exit(code=1)
 

@@ -51,7 +51,9 @@ def check_component_axis(d: Tensor, dim: int, name: str = "d") -> int:
             f"got dtype {d.dtype}"
         )
     if d.dim() == 0:
-        raise ValueError(f"{name} must have at least one dimension (the component axis), got a scalar")
+        raise ValueError(
+            f"{name} must have at least one dimension (the component axis), got a scalar"
+        )
     if not -d.dim() <= dim < d.dim():
         raise ValueError(f"dim={dim} is out of range for {name} with shape {tuple(d.shape)}")
     dim = dim % d.dim()

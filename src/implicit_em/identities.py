@@ -223,8 +223,11 @@ def _gaussian_log_joint(x: Tensor, means: Tensor, chol: Tensor, log_weights: Ten
     sol = torch.linalg.solve_triangular(chol, diff.unsqueeze(-1), upper=False).squeeze(-1)
     log_det = torch.log(torch.diagonal(chol, dim1=-2, dim2=-1)).sum(-1)
     d = x.shape[-1]
-    return log_weights - 0.5 * (sol**2).sum(-1) - log_det - 0.5 * d * torch.log(
-        torch.tensor(2 * torch.pi, dtype=x.dtype)
+    return (
+        log_weights
+        - 0.5 * (sol**2).sum(-1)
+        - log_det
+        - 0.5 * d * torch.log(torch.tensor(2 * torch.pi, dtype=x.dtype))
     )
 
 

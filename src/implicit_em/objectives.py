@@ -160,9 +160,7 @@ class MixtureNLL(nn.Module):
 # ---------------------------------------------------------------------------------------------
 
 
-def soft_targets(
-    d: Tensor, target: Tensor, label_smoothing: float = 0.0, dim: int = -1
-) -> Tensor:
+def soft_targets(d: Tensor, target: Tensor, label_smoothing: float = 0.0, dim: int = -1) -> Tensor:
     r"""The target distribution :math:`t` used by :func:`cross_entropy`, shaped like ``d``.
 
     ``target`` is either integer class indices (``d``'s shape without ``dim``) or a probability
