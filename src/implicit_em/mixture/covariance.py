@@ -1,0 +1,485 @@
+r"""Per-covariance-type Gaussian math, as small functions selected by name.
+
+Shapes, with ``K`` components and ``D`` features (scikit-learn's conventions):
+
+===========  =====================  ============================================================
+type         covariance             precision Cholesky factor :math:`U` (:math:`\Sigma^{-1}=UU^\top`)
+===========  =====================  ============================================================
+full         ``[K, D, D]``          ``[K, D, D]`` upper triangular
+tied         ``[D, D]``             ``[D, D]`` upper triangular
+diag         ``[K, D]`` variances   ``[K, D]`` = :math:`1/\sigma_{jd}`
+spherical    ``[K]`` variances      ``[K]`` = :math:`1/\sigma_j`
+===========  =====================  ============================================================
+
+A component's energy is :math:`d_j(x) = \tfrac12\lVert (x-\mu_j)^\top U_j\rVert^2` and its volume
+:math:`\log|\det U_j|`, so :math:`\log\mathcal N(x\mid\mu_j,\Sigma_j) = -\tfrac D2\log 2\pi - d_j
++ \log|\det U_j|`: exactly the ``d`` and ``log_det`` of :func:`implicit_em.objectives.mixture_nll`.
+
+Every type provides three families of functions, gathered in a :class:`CovarianceModel`:
+
+* **EM** (closed form): ``energies`` of shifted data :math:`y = x - s` (batched matmuls, never a
+  Python loop over K), the ``second`` moment statistic of a chunk, and ``estimate``, the M-step
+  from the summed statistics. ``full`` accumulates its scatter about the current means
+  :math:`\sum_t r_{tj}(x_t-\mu_j)(x_t-\mu_j)^\top` (differences first: no cancellation); the
+  others accumulate about the shared shift :math:`s` (the mixture mean), which removes the
+  data's offset (constant features give exactly zero variance) and keeps the statistic one
+  matmul. Either way the statistics are plain sums, so chunks and ranks add, and the variances
+  are clipped at zero before ``reg_covar`` is added: never negative, in float32 too.
+* **Natural parameters** (``preconditioned``): ``natural_energies`` is differentiable in the
+  covariance itself, and ``mean_step`` / ``covariance_step`` apply Xu & Jordan's preconditioners
+  :math:`P_{\mu_j} = \Sigma_j/N_j` and :math:`P_{\Sigma_j} = \tfrac2{N_j}\Sigma_j\otimes\Sigma_j`.
+* **Unconstrained parameters** (``gd``, ``adam``): a raw tensor mapped to the whitening factor
+  :math:`W_j = U_j^\top` (lower triangular, positive diagonal), with energies from
+  :mod:`implicit_em.distances`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from implicit_em.distances import diagonal_mahalanobis, full_mahalanobis, whitening_factor
+
+__all__ = ["COVARIANCE_TYPES", "CovarianceModel", "covariance_model"]
+
+
+def _eye(d: int, like: Tensor) -> Tensor:
+    return torch.eye(d, dtype=like.dtype, device=like.device)
+
+
+def _sym(a: Tensor) -> Tensor:
+    return 0.5 * (a + a.mT)
+
+
+def _precision_cholesky_matrix(cov: Tensor) -> Tensor:
+    """Upper :math:`U = L^{-\\top}` for :math:`\\Sigma = LL^\\top`, batched over leading axes."""
+    lower, info = torch.linalg.cholesky_ex(cov)
+    if bool((info != 0).any()):
+        raise ValueError(
+            "Fitting the mixture model failed because some components have ill-defined "
+            "empirical covariance (for instance caused by singleton or collapsed samples). "
+            "Try to decrease the number of components, or increase reg_covar."
+        )
+    eye = _eye(cov.shape[-1], cov).expand_as(cov)
+    return torch.linalg.solve_triangular(lower, eye, upper=False).mT
+
+
+def _outer_precision(prec_chol: Tensor) -> Tensor:
+    return prec_chol @ prec_chol.mT
+
+
+def _square_precision(prec_chol: Tensor) -> Tensor:
+    return prec_chol * prec_chol
+
+
+def _log_raw(prec_chol: Tensor) -> Tensor:
+    return torch.log(prec_chol)
+
+
+def _check_positive(var: Tensor) -> None:
+    if not bool((var > 0).all()):
+        raise ValueError(
+            "Fitting the mixture model failed because some components have non-positive "
+            "variance. Try to decrease the number of components, or increase reg_covar."
+        )
+
+
+def _quadratic(y: Tensor, m: Tensor, scale: Tensor) -> Tensor:
+    r""":math:`\tfrac12\sum_d s_{jd}(y_d - m_{jd})^2` as three matmuls, ``[B, K]``, clipped at 0."""
+    d = (y * y) @ scale.T - 2.0 * (y @ (m * scale).T) + (m * m * scale).sum(dim=1)
+    return 0.5 * d.clamp_min(0.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# full
+# ---------------------------------------------------------------------------------------------
+
+
+def _full_parameters(k: int, d: int) -> int:
+    return k * d * (d + 1) // 2
+
+
+def _full_log_det(prec_chol: Tensor, k: int, d: int) -> Tensor:
+    return torch.log(torch.diagonal(prec_chol, dim1=-2, dim2=-1)).sum(dim=-1)
+
+
+def _full_energies(y: Tensor, m: Tensor, prec_chol: Tensor) -> Tensor:
+    r""":math:`\tfrac12\lVert (y-m_j)U_j\rVert^2`: one batched matmul ``[K,B,D] @ [K,D,D]``."""
+    z = (y.unsqueeze(0) - m.unsqueeze(1)) @ prec_chol
+    return 0.5 * (z * z).sum(dim=-1).T
+
+
+def _full_second(y: Tensor, r: Tensor, ref: Tensor) -> Tensor:
+    r""":math:`\sum_t r_{tj}(y_t-\mathrm{ref}_j)(y_t-\mathrm{ref}_j)^\top`, ``[K, D, D]``."""
+    diff = y.unsqueeze(0) - ref.unsqueeze(1)
+    return (diff * r.T.unsqueeze(-1)).mT @ diff
+
+
+def _full_estimate(second: Tensor, n: Tensor, delta: Tensor, n_total: Tensor, reg: float) -> Tensor:
+    cov = second / n[:, None, None] - delta.unsqueeze(-1) * delta.unsqueeze(-2)
+    return _sym(cov) + reg * _eye(cov.shape[-1], cov)
+
+
+def _full_noise(cov: Tensor, labels: Tensor, z: Tensor) -> Tensor:
+    return (torch.linalg.cholesky(cov)[labels] @ z.unsqueeze(-1)).squeeze(-1)
+
+
+def _full_natural(x: Tensor, means: Tensor, cov: Tensor) -> tuple[Tensor, Tensor]:
+    lower = torch.linalg.cholesky(cov)
+    diff = (x.unsqueeze(0) - means.unsqueeze(1)).mT
+    z = torch.linalg.solve_triangular(lower, diff, upper=False)
+    log_det = -torch.log(torch.diagonal(lower, dim1=-2, dim2=-1)).sum(dim=-1)
+    return 0.5 * (z * z).sum(dim=1).T, log_det
+
+
+def _full_mean_step(cov: Tensor, grad: Tensor, n: Tensor) -> Tensor:
+    return (cov @ grad.unsqueeze(-1)).squeeze(-1) / n[:, None]
+
+
+def _full_covariance_step(
+    cov: Tensor, grad: Tensor, n: Tensor, delta: Tensor, n_total: Tensor, reg: float
+) -> Tensor:
+    step = 2.0 * cov @ _sym(grad) @ cov / n[:, None, None]
+    cov = _sym(cov + step - delta.unsqueeze(-1) * delta.unsqueeze(-2))
+    return cov + reg * _eye(cov.shape[-1], cov)
+
+
+def _full_raw(prec_chol: Tensor) -> Tensor:
+    w = prec_chol.mT
+    return torch.tril(w, -1) + torch.diag_embed(torch.log(torch.diagonal(w, dim1=-2, dim2=-1)))
+
+
+def _full_raw_energies(x: Tensor, means: Tensor, raw: Tensor) -> tuple[Tensor, Tensor]:
+    return full_mahalanobis(x, means, whitening_factor(raw)), torch.diagonal(
+        raw, dim1=-2, dim2=-1
+    ).sum(dim=-1)
+
+
+def _full_raw_prec_chol(raw: Tensor) -> Tensor:
+    return whitening_factor(raw).mT
+
+
+# ---------------------------------------------------------------------------------------------
+# tied: one full covariance shared by every component
+# ---------------------------------------------------------------------------------------------
+
+
+def _tied_parameters(k: int, d: int) -> int:
+    return d * (d + 1) // 2
+
+
+def _tied_log_det(prec_chol: Tensor, k: int, d: int) -> Tensor:
+    return torch.log(torch.diagonal(prec_chol)).sum().expand(k)
+
+
+def _tied_energies(y: Tensor, m: Tensor, prec_chol: Tensor) -> Tensor:
+    yu = y @ prec_chol
+    mu = m @ prec_chol
+    d = (yu * yu).sum(dim=1, keepdim=True) - 2.0 * (yu @ mu.T) + (mu * mu).sum(dim=1)
+    return 0.5 * d.clamp_min(0.0)
+
+
+def _tied_second(y: Tensor, r: Tensor, ref: Tensor) -> Tensor:
+    r""":math:`\sum_t (y_t - s)(y_t - s)^\top` (rows of ``r`` sum to 1), ``[D, D]``."""
+    return y.T @ y
+
+
+def _tied_estimate(second: Tensor, n: Tensor, delta: Tensor, n_total: Tensor, reg: float) -> Tensor:
+    between = (delta * n[:, None]).T @ delta
+    cov = (second - between) / n_total
+    return _sym(cov) + reg * _eye(cov.shape[-1], cov)
+
+
+def _tied_natural(x: Tensor, means: Tensor, cov: Tensor) -> tuple[Tensor, Tensor]:
+    lower = torch.linalg.cholesky(cov)
+    diff = (x.unsqueeze(0) - means.unsqueeze(1)).mT
+    z = torch.linalg.solve_triangular(lower, diff, upper=False)
+    log_det = -torch.log(torch.diagonal(lower)).sum().expand(means.shape[0])
+    return 0.5 * (z * z).sum(dim=1).T, log_det
+
+
+def _tied_noise(cov: Tensor, labels: Tensor, z: Tensor) -> Tensor:
+    return z @ torch.linalg.cholesky(cov).T
+
+
+def _tied_mean_step(cov: Tensor, grad: Tensor, n: Tensor) -> Tensor:
+    return grad @ cov / n[:, None]
+
+
+def _tied_covariance_step(
+    cov: Tensor, grad: Tensor, n: Tensor, delta: Tensor, n_total: Tensor, reg: float
+) -> Tensor:
+    step = 2.0 * cov @ _sym(grad) @ cov / n_total
+    shift = (delta * n[:, None]).T @ delta / n_total
+    cov = _sym(cov + step - shift)
+    return cov + reg * _eye(cov.shape[-1], cov)
+
+
+def _tied_raw_energies(x: Tensor, means: Tensor, raw: Tensor) -> tuple[Tensor, Tensor]:
+    k = means.shape[0]
+    w = whitening_factor(raw).expand(k, -1, -1)
+    return full_mahalanobis(x, means, w), torch.diagonal(raw).sum().expand(k)
+
+
+def _tied_raw_prec_chol(raw: Tensor) -> Tensor:
+    return whitening_factor(raw).T
+
+
+# ---------------------------------------------------------------------------------------------
+# diag
+# ---------------------------------------------------------------------------------------------
+
+
+def _diag_parameters(k: int, d: int) -> int:
+    return k * d
+
+
+def _diag_precision_cholesky(cov: Tensor) -> Tensor:
+    _check_positive(cov)
+    return torch.rsqrt(cov)
+
+
+def _diag_log_det(prec_chol: Tensor, k: int, d: int) -> Tensor:
+    return torch.log(prec_chol).sum(dim=1)
+
+
+def _diag_energies(y: Tensor, m: Tensor, prec_chol: Tensor) -> Tensor:
+    return _quadratic(y, m, prec_chol * prec_chol)
+
+
+def _diag_second(y: Tensor, r: Tensor, ref: Tensor) -> Tensor:
+    return r.T @ (y * y)
+
+
+def _diag_estimate(second: Tensor, n: Tensor, delta: Tensor, n_total: Tensor, reg: float) -> Tensor:
+    return (second / n[:, None] - delta * delta).clamp_min(0.0) + reg
+
+
+def _diag_noise(cov: Tensor, labels: Tensor, z: Tensor) -> Tensor:
+    return torch.sqrt(cov)[labels] * z
+
+
+def _diag_natural(x: Tensor, means: Tensor, cov: Tensor) -> tuple[Tensor, Tensor]:
+    diff = x.unsqueeze(1) - means
+    d = 0.5 * (diff * diff / cov).sum(dim=-1)
+    return d, -0.5 * torch.log(cov).sum(dim=1)
+
+
+def _diag_mean_step(cov: Tensor, grad: Tensor, n: Tensor) -> Tensor:
+    return cov * grad / n[:, None]
+
+
+def _diag_covariance_step(
+    cov: Tensor, grad: Tensor, n: Tensor, delta: Tensor, n_total: Tensor, reg: float
+) -> Tensor:
+    return (cov + 2.0 * cov * cov * grad / n[:, None] - delta * delta).clamp_min(0.0) + reg
+
+
+def _diag_raw_energies(x: Tensor, means: Tensor, raw: Tensor) -> tuple[Tensor, Tensor]:
+    return diagonal_mahalanobis(x, means, raw), raw.sum(dim=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# spherical: one variance per component
+# ---------------------------------------------------------------------------------------------
+
+
+def _spherical_parameters(k: int, d: int) -> int:
+    return k
+
+
+def _spherical_log_det(prec_chol: Tensor, k: int, d: int) -> Tensor:
+    return d * torch.log(prec_chol)
+
+
+def _spherical_energies(y: Tensor, m: Tensor, prec_chol: Tensor) -> Tensor:
+    scale = (prec_chol * prec_chol).unsqueeze(1).expand_as(m)
+    return _quadratic(y, m, scale)
+
+
+def _spherical_second(y: Tensor, r: Tensor, ref: Tensor) -> Tensor:
+    return r.T @ (y * y).sum(dim=1)
+
+
+def _spherical_estimate(
+    second: Tensor, n: Tensor, delta: Tensor, n_total: Tensor, reg: float
+) -> Tensor:
+    var = (second / n - (delta * delta).sum(dim=1)) / delta.shape[1]
+    return var.clamp_min(0.0) + reg
+
+
+def _spherical_noise(cov: Tensor, labels: Tensor, z: Tensor) -> Tensor:
+    return torch.sqrt(cov)[labels, None] * z
+
+
+def _spherical_natural(x: Tensor, means: Tensor, cov: Tensor) -> tuple[Tensor, Tensor]:
+    diff = x.unsqueeze(1) - means
+    d = 0.5 * (diff * diff).sum(dim=-1) / cov
+    return d, -0.5 * means.shape[1] * torch.log(cov)
+
+
+def _spherical_mean_step(cov: Tensor, grad: Tensor, n: Tensor) -> Tensor:
+    return cov[:, None] * grad / n[:, None]
+
+
+def _spherical_covariance_step(
+    cov: Tensor, grad: Tensor, n: Tensor, delta: Tensor, n_total: Tensor, reg: float
+) -> Tensor:
+    dim = delta.shape[1]
+    var = cov + 2.0 * cov * cov * grad / (dim * n) - (delta * delta).sum(dim=1) / dim
+    return var.clamp_min(0.0) + reg
+
+
+def _spherical_raw_energies(x: Tensor, means: Tensor, raw: Tensor) -> tuple[Tensor, Tensor]:
+    scales = raw.unsqueeze(1).expand_as(means)
+    return diagonal_mahalanobis(x, means, scales), raw * means.shape[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# The registry
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CovarianceModel:
+    r"""The functions of one covariance type (see the module docstring for their roles).
+
+    Attributes:
+        name: ``"full"``, ``"tied"``, ``"diag"`` or ``"spherical"``.
+        centered: whether ``second`` is taken about the current means (else about the shift).
+        per_component: whether the covariance has a leading component axis (all but tied).
+        precision: :math:`U` -> :math:`\Sigma^{-1} = UU^\top`.
+        n_parameters: ``(K, D) -> int``, free covariance parameters (for BIC/AIC).
+        precision_cholesky: covariance -> :math:`U` (``ValueError`` if not positive definite).
+        from_precision: precision -> covariance.
+        log_det: ``(U, K, D) -> [K]``, :math:`\log|\det U_j|`.
+        energies: ``(y, m, U) -> [B, K]``, :math:`d_j` for shifted data ``y`` and means ``m``.
+        second: ``(y, r, ref) -> statistic``, the chunk's second-moment sum.
+        estimate: ``(second, N_j, delta, N, reg) -> covariance``, the M-step, with ``delta``
+            the new means minus the reference of ``second``.
+        noise: ``(covariance, labels, z) -> [n, D]``, :math:`L_j z` with :math:`L_jL_j^\top=\Sigma_j`.
+        natural_energies: ``(x, means, covariance) -> (d, log_det)``, differentiable in all three.
+        mean_step: ``(covariance, grad, N_j) -> step``, :math:`(\Sigma_j/N_j)\,g_{\mu_j}`.
+        covariance_step: ``(covariance, grad, N_j, delta, N, reg) -> covariance``, the
+            preconditioned step :math:`\Sigma + \tfrac2{N_j}\Sigma g\Sigma` moved to the new
+            means (:math:`-\delta\delta^\top`, the parallel-axis shift), plus ``reg``.
+        raw: :math:`U` -> unconstrained tensor (log of the positive diagonal).
+        raw_energies: ``(x, means, raw) -> (d, log_det)``, differentiable in all three.
+        raw_precision_cholesky: unconstrained tensor -> :math:`U`.
+    """
+
+    name: str
+    centered: bool
+    per_component: bool
+    precision: Callable[[Tensor], Tensor]
+    n_parameters: Callable[[int, int], int]
+    precision_cholesky: Callable[[Tensor], Tensor]
+    from_precision: Callable[[Tensor], Tensor]
+    log_det: Callable[[Tensor, int, int], Tensor]
+    energies: Callable[[Tensor, Tensor, Tensor], Tensor]
+    second: Callable[[Tensor, Tensor, Tensor], Tensor]
+    estimate: Callable[[Tensor, Tensor, Tensor, Tensor, float], Tensor]
+    noise: Callable[[Tensor, Tensor, Tensor], Tensor]
+    natural_energies: Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
+    mean_step: Callable[[Tensor, Tensor, Tensor], Tensor]
+    covariance_step: Callable[[Tensor, Tensor, Tensor, Tensor, Tensor, float], Tensor]
+    raw: Callable[[Tensor], Tensor]
+    raw_energies: Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
+    raw_precision_cholesky: Callable[[Tensor], Tensor]
+
+
+COVARIANCE_TYPES: dict[str, CovarianceModel] = {
+    "full": CovarianceModel(
+        name="full",
+        centered=True,
+        per_component=True,
+        precision=_outer_precision,
+        n_parameters=_full_parameters,
+        precision_cholesky=_precision_cholesky_matrix,
+        from_precision=torch.linalg.inv,
+        log_det=_full_log_det,
+        energies=_full_energies,
+        second=_full_second,
+        estimate=_full_estimate,
+        noise=_full_noise,
+        natural_energies=_full_natural,
+        mean_step=_full_mean_step,
+        covariance_step=_full_covariance_step,
+        raw=_full_raw,
+        raw_energies=_full_raw_energies,
+        raw_precision_cholesky=_full_raw_prec_chol,
+    ),
+    "tied": CovarianceModel(
+        name="tied",
+        centered=False,
+        per_component=False,
+        precision=_outer_precision,
+        n_parameters=_tied_parameters,
+        precision_cholesky=_precision_cholesky_matrix,
+        from_precision=torch.linalg.inv,
+        log_det=_tied_log_det,
+        energies=_tied_energies,
+        second=_tied_second,
+        estimate=_tied_estimate,
+        noise=_tied_noise,
+        natural_energies=_tied_natural,
+        mean_step=_tied_mean_step,
+        covariance_step=_tied_covariance_step,
+        raw=_full_raw,
+        raw_energies=_tied_raw_energies,
+        raw_precision_cholesky=_tied_raw_prec_chol,
+    ),
+    "diag": CovarianceModel(
+        name="diag",
+        centered=False,
+        per_component=True,
+        precision=_square_precision,
+        n_parameters=_diag_parameters,
+        precision_cholesky=_diag_precision_cholesky,
+        from_precision=torch.reciprocal,
+        log_det=_diag_log_det,
+        energies=_diag_energies,
+        second=_diag_second,
+        estimate=_diag_estimate,
+        noise=_diag_noise,
+        natural_energies=_diag_natural,
+        mean_step=_diag_mean_step,
+        covariance_step=_diag_covariance_step,
+        raw=_log_raw,
+        raw_energies=_diag_raw_energies,
+        raw_precision_cholesky=torch.exp,
+    ),
+    "spherical": CovarianceModel(
+        name="spherical",
+        centered=False,
+        per_component=True,
+        precision=_square_precision,
+        n_parameters=_spherical_parameters,
+        precision_cholesky=_diag_precision_cholesky,
+        from_precision=torch.reciprocal,
+        log_det=_spherical_log_det,
+        energies=_spherical_energies,
+        second=_spherical_second,
+        estimate=_spherical_estimate,
+        noise=_spherical_noise,
+        natural_energies=_spherical_natural,
+        mean_step=_spherical_mean_step,
+        covariance_step=_spherical_covariance_step,
+        raw=_log_raw,
+        raw_energies=_spherical_raw_energies,
+        raw_precision_cholesky=torch.exp,
+    ),
+}
+
+
+def covariance_model(name: str) -> CovarianceModel:
+    """The :class:`CovarianceModel` for ``name``; ``ValueError`` for an unknown type."""
+    try:
+        return COVARIANCE_TYPES[name]
+    except KeyError:
+        raise ValueError(
+            f"covariance_type must be one of {sorted(COVARIANCE_TYPES)}, got {name!r}"
+        ) from None

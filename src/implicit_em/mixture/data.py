@@ -1,0 +1,98 @@
+"""Input handling: validation of arrays and tensors, chunking, and iterables of batches.
+
+A :class:`GaussianMixture` accepts NumPy arrays (and anything :func:`sklearn.utils.check_array`
+accepts), torch tensors (kept on their device; results come back as tensors) and, for ``fit``,
+re-iterable collections of batches such as a :class:`torch.utils.data.DataLoader` (a batch may
+be a tensor, an array, or a tuple/list whose first item is the data).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = [
+    "as_batches",
+    "check_rows",
+    "check_tensor",
+    "is_batch_iterable",
+    "iterate_batches",
+    "to_output",
+]
+
+
+def is_batch_iterable(x: Any) -> bool:
+    """True for a collection of batches (not an array, tensor, list of rows or string)."""
+    if isinstance(x, (np.ndarray, Tensor, str, bytes, list, tuple)) or hasattr(x, "__array__"):
+        return False
+    return isinstance(x, Iterable)
+
+
+def check_tensor(x: Tensor, n_features: int | None, name: str) -> Tensor:
+    """Validate a 2-D finite real tensor with ``n_features`` columns (if given)."""
+    if x.is_complex():
+        raise ValueError("Complex data not supported")
+    if x.dim() != 2:
+        raise ValueError(
+            f"Expected 2D array, got {x.dim()}D tensor instead: reshape your data to "
+            "(n_samples, n_features)"
+        )
+    if x.shape[0] == 0 or x.shape[1] == 0:
+        raise ValueError(
+            f"Found array with shape {tuple(x.shape)}; at least 1 row and column needed"
+        )
+    if n_features is not None and x.shape[1] != n_features:
+        raise ValueError(
+            f"X has {x.shape[1]} features, but {name} is expecting {n_features} features as input."
+        )
+    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+        raise ValueError("Input X contains NaN or infinity.")
+    return x
+
+
+def check_rows(n_samples: int, n_components: int) -> None:
+    """``ValueError`` when there are fewer samples than components."""
+    if n_samples < n_components:
+        raise ValueError(
+            f"Expected n_samples >= n_components but got n_components = {n_components}, "
+            f"n_samples = {n_samples}"
+        )
+
+
+def _to_tensor(x: Any, dtype: torch.dtype, device: torch.device) -> Tensor:
+    return torch.as_tensor(x).to(device=device, dtype=dtype)
+
+
+def as_batches(
+    x: Any, batch_size: int | None, dtype: torch.dtype, device: torch.device
+) -> Iterator[Tensor]:
+    """Chunks of ``batch_size`` rows (all rows if None) as ``dtype`` tensors on ``device``."""
+    n = x.shape[0]
+    step = n if batch_size is None else batch_size
+    for start in range(0, n, step):
+        yield _to_tensor(x[start : start + step], dtype, device)
+
+
+def iterate_batches(
+    batches: Iterable[Any],
+    n_features: int | None,
+    name: str,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> Iterator[Tensor]:
+    """Validated ``dtype`` tensors from an iterable of batches (tensor, array or ``(x, ...)``)."""
+    for batch in batches:
+        x = batch[0] if isinstance(batch, (tuple, list)) else batch
+        x = x if isinstance(x, Tensor) else torch.as_tensor(np.asarray(x, dtype=np.float64))
+        yield check_tensor(x, n_features, name).to(device=device, dtype=dtype)
+
+
+def to_output(values: Tensor, like: Any) -> Any:
+    """``values`` as a tensor on ``like``'s device when ``like`` is a tensor, else as NumPy."""
+    if isinstance(like, Tensor):
+        return values.to(like.device)
+    return values.detach().cpu().numpy()

@@ -1,0 +1,546 @@
+r"""``GaussianMixture``: a scikit-learn estimator fitted by EM or by gradient descent.
+
+One template loop (initialize, pass over the data, step, re-seed, convergence on the *mean*
+log-likelihood) owns the fit; the four ``fitter`` values differ only in the step rule of
+:mod:`~implicit_em.mixture.step_rules`, and the four ``covariance_type`` values only in the
+functions of :mod:`~implicit_em.mixture.covariance`. Passes stream over chunks of
+``batch_size`` rows (or the batches of a ``DataLoader``) and accumulate sums, so memory is
+:math:`O(B\,K + K\,D^2)` and ``torch.distributed`` ranks combine with one all-reduce.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, DensityMixin
+from sklearn.cluster import KMeans, kmeans_plusplus
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted, validate_data
+from torch import Tensor
+
+from implicit_em.mixture.covariance import COVARIANCE_TYPES, covariance_model
+from implicit_em.mixture.data import (
+    as_batches,
+    check_rows,
+    check_tensor,
+    is_batch_iterable,
+    iterate_batches,
+    to_output,
+)
+from implicit_em.mixture.distributed import (
+    all_reduce_sums,
+    broadcast_mixture,
+    is_distributed,
+)
+from implicit_em.mixture.parameters import Mixture, log_likelihood_and_responsibilities
+from implicit_em.mixture.reseed import WorstSamples, reseed_empty
+from implicit_em.mixture.statistics import accumulate, m_step, zero_statistics
+from implicit_em.mixture.step_rules import FITTERS, StepRule, make_step_rule
+
+__all__ = ["GaussianMixture"]
+
+Callback = Callable[[int, float], None]
+
+_INIT_PARAMS = ("kmeans", "k-means++", "random", "random_from_data")
+_INIT_SAMPLES = 100_000
+_DTYPES = {"float64": torch.float64, "float32": torch.float32}
+
+
+def _positive_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1
+
+
+def _non_negative(v: Any) -> bool:
+    return isinstance(v, (int, float, np.number)) and not isinstance(v, bool) and v >= 0
+
+
+# Declarative validation: parameter -> (predicate, what it must be).
+_CONSTRAINTS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "n_components": (_positive_int, "an integer >= 1"),
+    "covariance_type": (lambda v: v in COVARIANCE_TYPES, f"one of {sorted(COVARIANCE_TYPES)}"),
+    "fitter": (lambda v: v in FITTERS, f"one of {list(FITTERS)}"),
+    "tol": (_non_negative, "a number >= 0"),
+    "reg_covar": (_non_negative, "a number >= 0"),
+    "max_iter": (lambda v: _positive_int(v) or v == 0, "an integer >= 0"),
+    "n_init": (_positive_int, "an integer >= 1"),
+    "init_params": (lambda v: v in _INIT_PARAMS, f"one of {list(_INIT_PARAMS)}"),
+    "batch_size": (lambda v: v is None or _positive_int(v), "None or an integer >= 1"),
+    "learning_rate": (lambda v: v is None or (_non_negative(v) and v > 0), "None or > 0"),
+    "dtype": (lambda v: v in _DTYPES or v in _DTYPES.values(), "'float64' or 'float32'"),
+    "verbose": (_non_negative, "an integer >= 0"),
+}
+
+
+@dataclass
+class _Run:
+    mixture: Mixture
+    lower_bound: float = -math.inf
+    converged: bool = False
+    n_iter: int = 0
+    history: dict[str, list[float]] = field(
+        default_factory=lambda: {"log_likelihood": [], "n_reseeded": []}
+    )
+
+
+class GaussianMixture(DensityMixin, BaseEstimator):
+    r"""Gaussian mixture :math:`p(x) = \sum_j \pi_j\,\mathcal N(x\mid\mu_j,\Sigma_j)`.
+
+    Parameters
+    ----------
+    n_components : int, default=1
+    covariance_type : {"full", "tied", "diag", "spherical"}, default="full"
+    fitter : {"em", "gd", "adam", "preconditioned"}, default="em"
+        The step rule (see :mod:`implicit_em.mixture.step_rules`). ``em`` is classical EM;
+        ``gd``/``adam`` descend the core's mixture NLL by autograd; ``preconditioned`` takes Xu &
+        Jordan's preconditioned gradient steps, which reproduce EM.
+    tol : float, default=1e-3
+        Convergence threshold on the change of the mean log-likelihood per sample.
+    reg_covar : float, default=1e-6
+        Added to the diagonal of every covariance.
+    max_iter : int, default=100
+        Passes over the data (one step each).
+    n_init : int, default=1
+        Initializations; the one with the best final lower bound is kept.
+    init_params : {"kmeans", "k-means++", "random", "random_from_data"}, default="kmeans"
+        Initial responsibilities, computed on at most 100,000 rows (a random subset), or on the
+        first batch of an iterable; the initial parameters are one M-step from them.
+    weights_init, means_init, precisions_init : array-like, default=None
+        User-provided initial parameters (they override ``init_params``).
+    random_state : int, RandomState or None, default=None
+    warm_start : bool, default=False
+        Continue from the previous fit (a single initialization).
+    batch_size : int or None, default=None
+        Rows per chunk of the streamed E-step (None: all rows at once).
+    learning_rate : float or None, default=None
+        Step size of ``gd`` (default 0.5) and ``adam`` (default 0.05); unused otherwise.
+    device : str, default="cpu"
+    dtype : {"float64", "float32"}, default="float64"
+    verbose : int, default=0
+
+    Attributes
+    ----------
+    weights_, means_, covariances_, precisions_, precisions_cholesky_ : ndarray
+        The fitted parameters (shapes as in scikit-learn).
+    converged_ : bool
+    n_iter_ : int
+    lower_bound_ : float
+        Mean log-likelihood per sample at the last pass (before its step, as in scikit-learn).
+    history_ : dict
+        Per pass: ``"log_likelihood"`` (mean per sample) and ``"n_reseeded"`` (components
+        re-seeded after that pass's step, see :mod:`implicit_em.mixture.reseed`).
+    n_features_in_ : int
+    """
+
+    def __init__(
+        self,
+        n_components: int = 1,
+        *,
+        covariance_type: str = "full",
+        fitter: str = "em",
+        tol: float = 1e-3,
+        reg_covar: float = 1e-6,
+        max_iter: int = 100,
+        n_init: int = 1,
+        init_params: str = "kmeans",
+        weights_init: Any = None,
+        means_init: Any = None,
+        precisions_init: Any = None,
+        random_state: Any = None,
+        warm_start: bool = False,
+        batch_size: int | None = None,
+        learning_rate: float | None = None,
+        device: str = "cpu",
+        dtype: str = "float64",
+        verbose: int = 0,
+    ) -> None:
+        self.n_components = n_components
+        self.covariance_type = covariance_type
+        self.fitter = fitter
+        self.tol = tol
+        self.reg_covar = reg_covar
+        self.max_iter = max_iter
+        self.n_init = n_init
+        self.init_params = init_params
+        self.weights_init = weights_init
+        self.means_init = means_init
+        self.precisions_init = precisions_init
+        self.random_state = random_state
+        self.warm_start = warm_start
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.device = device
+        self.dtype = dtype
+        self.verbose = verbose
+
+    # -----------------------------------------------------------------------------------------
+    # Configuration
+    # -----------------------------------------------------------------------------------------
+
+    def _validate_params(self) -> None:
+        for name, (ok, what) in _CONSTRAINTS.items():
+            value = getattr(self, name)
+            if not ok(value):
+                raise ValueError(f"{name} must be {what}, got {value!r}")
+
+    @property
+    def _torch_dtype(self) -> torch.dtype:
+        return _DTYPES.get(self.dtype, self.dtype)
+
+    @property
+    def _device(self) -> torch.device:
+        return torch.device(self.device)
+
+    def _check_x(self, x: Any, reset: bool) -> Any:
+        """Validated 2-D data: a tensor stays a tensor, anything else becomes an ndarray."""
+        if isinstance(x, Tensor):
+            n_features = None if reset else getattr(self, "n_features_in_", None)
+            x = check_tensor(x, n_features, type(self).__name__)
+            if not x.is_floating_point():
+                x = x.to(torch.float64)
+            if reset:
+                self.n_features_in_ = x.shape[1]
+            return x
+        return validate_data(self, x, reset=reset, dtype=[np.float64, np.float32])
+
+    def _chunks(self, x: Any) -> Iterator[Tensor]:
+        return as_batches(x, self.batch_size, self._torch_dtype, self._device)
+
+    # -----------------------------------------------------------------------------------------
+    # Initialization
+    # -----------------------------------------------------------------------------------------
+
+    def _init_sample(self, x: Any, rng: np.random.RandomState) -> np.ndarray:
+        x = x.detach().cpu().numpy() if isinstance(x, Tensor) else np.asarray(x)
+        if x.shape[0] > _INIT_SAMPLES:
+            x = x[np.sort(rng.choice(x.shape[0], _INIT_SAMPLES, replace=False))]
+        return x.astype(np.float64, copy=False)
+
+    def _initial_responsibilities(self, x: np.ndarray, rng: np.random.RandomState) -> np.ndarray:
+        n, k = x.shape[0], self.n_components
+        resp = np.zeros((n, k))
+        if self.init_params == "kmeans":
+            labels = KMeans(n_clusters=k, n_init=1, random_state=rng).fit(x).labels_
+            resp[np.arange(n), labels] = 1.0
+        elif self.init_params == "random":
+            resp = rng.uniform(size=(n, k))
+            resp /= resp.sum(axis=1, keepdims=True)
+        elif self.init_params == "random_from_data":
+            resp[rng.choice(n, size=k, replace=False), np.arange(k)] = 1.0
+        else:
+            _, indices = kmeans_plusplus(x, k, random_state=rng)
+            resp[indices, np.arange(k)] = 1.0
+        return resp
+
+    def _initial_mixture(self, x: Any, rng: np.random.RandomState) -> Mixture:
+        """One M-step from the initial responsibilities, then the user's overrides."""
+        model = covariance_model(self.covariance_type)
+        dtype, device = self._torch_dtype, self._device
+        k, dim = self.n_components, self.n_features_in_
+        given = (self.weights_init, self.means_init, self.precisions_init)
+        if any(v is None for v in given):
+            sample = self._init_sample(x, rng)
+            resp = torch.as_tensor(self._initial_responsibilities(sample, rng), device=device)
+            xs = torch.as_tensor(sample, device=device)
+            placeholder = Mixture(
+                model,
+                resp.new_full((k,), 1.0 / k),
+                xs.new_zeros(k, dim),
+                xs.new_zeros(()),
+                xs.new_zeros(()),
+            )
+            shift = xs.mean(dim=0)
+            y = xs - shift
+            n = resp.sum(dim=0) + 10 * torch.finfo(xs.dtype).eps
+            ref = (
+                (resp.T @ y) / n[:, None] if model.centered else torch.zeros_like(placeholder.means)
+            )
+            stats = zero_statistics(placeholder)
+            accumulate(stats, y, resp, ref, placeholder)
+            mixture = m_step(stats, placeholder, shift, ref, self.reg_covar)
+        else:
+            mixture = None
+        weights, means, covariances = self._user_parameters(model, k, dim, mixture)
+        return Mixture.from_covariances(model, weights, means, covariances).to(dtype, device)
+
+    def _user_parameters(
+        self, model: Any, k: int, dim: int, mixture: Mixture | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        def tensor(value: Any, name: str, shape: tuple[int, ...]) -> Tensor:
+            t = torch.as_tensor(np.asarray(value, dtype=np.float64), device=self._device)
+            if tuple(t.shape) != shape:
+                raise ValueError(
+                    f"The parameter '{name}' should have the shape of {shape}, but got "
+                    f"{tuple(t.shape)}"
+                )
+            if not bool(torch.isfinite(t).all()):
+                raise ValueError(f"The parameter '{name}' contains NaN or infinity")
+            return t
+
+        if self.weights_init is None:
+            weights = mixture.weights
+        else:
+            weights = tensor(self.weights_init, "weights", (k,))
+            if bool((weights < 0).any()) or bool((weights > 1).any()):
+                raise ValueError("The parameter 'weights' should be in the range [0, 1]")
+            if not math.isclose(float(weights.sum()), 1.0, abs_tol=1e-8):
+                raise ValueError(
+                    f"The parameter 'weights' should be normalized, but got sum(weights) = "
+                    f"{float(weights.sum()):.5f}"
+                )
+        means = (
+            mixture.means if self.means_init is None else tensor(self.means_init, "means", (k, dim))
+        )
+        if self.precisions_init is None:
+            covariances = mixture.covariances
+        else:
+            shapes = {
+                "full": (k, dim, dim),
+                "tied": (dim, dim),
+                "diag": (k, dim),
+                "spherical": (k,),
+            }
+            precisions = tensor(self.precisions_init, "precisions", shapes[model.name])
+            if model.name in ("full", "tied") and not torch.allclose(
+                precisions, precisions.mT, atol=1e-10
+            ):
+                raise ValueError(f"'{model.name} precision' should be symmetric")
+            if model.name in ("diag", "spherical") and bool((precisions <= 0).any()):
+                raise ValueError(f"'{model.name} precision' should be positive")
+            covariances = model.from_precision(precisions)
+        return weights, means, covariances
+
+    # -----------------------------------------------------------------------------------------
+    # The template loop
+    # -----------------------------------------------------------------------------------------
+
+    def _pass(
+        self, rule: StepRule, mixture: Mixture, batches: Iterable[Tensor]
+    ) -> tuple[Mixture, float, int]:
+        """One pass: accumulate every chunk, all-reduce, step, re-seed."""
+        rule.begin(mixture)
+        worst = WorstSamples(mixture.n_components, mixture.n_features, mixture.means)
+        for x in batches:
+            worst.add(x, rule.accumulate(x))
+        return self._finish_pass(rule, worst)
+
+    def _finish_pass(self, rule: StepRule, worst: WorstSamples) -> tuple[Mixture, float, int]:
+        sums = all_reduce_sums(rule.sums)
+        mean_log_likelihood = float(sums["log_likelihood"] / sums["count"])
+        stepped, masses = rule.step()
+        mixture, n_reseeded = reseed_empty(stepped, masses, worst, sums["count"])
+        return mixture, mean_log_likelihood, n_reseeded
+
+    def _iterate(
+        self,
+        mixture: Mixture,
+        batches: Callable[[], Iterable[Tensor]],
+        callback: Callback | None,
+        lower_bound: float,
+    ) -> _Run:
+        run = _Run(mixture, lower_bound=lower_bound)
+        rule = make_step_rule(self.fitter, float(self.reg_covar), self.learning_rate)
+        with torch.no_grad():
+            for n_iter in range(1, self.max_iter + 1):
+                previous = run.lower_bound
+                run.mixture, run.lower_bound, n_reseeded = self._pass(rule, run.mixture, batches())
+                run.n_iter = n_iter
+                run.history["log_likelihood"].append(run.lower_bound)
+                run.history["n_reseeded"].append(n_reseeded)
+                change = run.lower_bound - previous
+                if self.verbose:
+                    print(
+                        f"Iteration {n_iter}: log-likelihood {run.lower_bound:.6f}, "
+                        f"change {change:.3e}, re-seeded {n_reseeded}"
+                    )
+                if callback is not None:
+                    callback(n_iter, run.lower_bound)
+                if abs(change) < self.tol:
+                    run.converged = True
+                    break
+        return run
+
+    def _fit_runs(
+        self, init_data: Any, batches: Callable[[], Iterable[Tensor]], callback: Callback | None
+    ) -> None:
+        do_init = not (self.warm_start and hasattr(self, "converged_"))
+        rng = check_random_state(self.random_state)
+        best: _Run | None = None
+        for _ in range(self.n_init if do_init else 1):
+            if do_init:
+                mixture, start = broadcast_mixture(self._initial_mixture(init_data, rng)), -math.inf
+            else:
+                mixture, start = self._mixture, self.lower_bound_
+            run = self._iterate(mixture, batches, callback, start)
+            if best is None or run.lower_bound > best.lower_bound:
+                best = run
+        if not best.converged and self.max_iter > 0:
+            warnings.warn(
+                "Best performing initialization did not converge. Try different init "
+                "parameters, or increase max_iter, tol, or check for degenerate data.",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+        self._publish(best.mixture)
+        self.converged_ = best.converged
+        self.n_iter_ = best.n_iter
+        self.lower_bound_ = best.lower_bound
+        self.history_ = best.history
+
+    def _publish(self, mixture: Mixture) -> None:
+        self._mixture = mixture
+
+        def numpy(t: Tensor) -> np.ndarray:
+            return t.detach().cpu().numpy()
+
+        self.weights_ = numpy(mixture.weights)
+        self.means_ = numpy(mixture.means)
+        self.covariances_ = numpy(mixture.covariances)
+        self.precisions_cholesky_ = numpy(mixture.precisions_cholesky)
+        self.precisions_ = numpy(mixture.model.precision(mixture.precisions_cholesky))
+
+    # -----------------------------------------------------------------------------------------
+    # Fitting
+    # -----------------------------------------------------------------------------------------
+
+    def fit(self, X: Any, y: Any = None, *, callback: Callback | None = None) -> GaussianMixture:
+        """Fit on ``X`` (array, tensor, or a re-iterable of batches such as a ``DataLoader``).
+
+        ``callback(n_iter, mean_log_likelihood)`` is called after every pass.
+        """
+        self._validate_params()
+        if is_batch_iterable(X):
+            return self._fit_iterable(X, callback)
+        X = self._check_x(X, reset=not (self.warm_start and hasattr(self, "converged_")))
+        check_rows(X.shape[0], self.n_components)
+        self._fit_runs(X, lambda: self._chunks(X), callback)
+        return self
+
+    def _fit_iterable(self, batches: Iterable[Any], callback: Callback | None) -> GaussianMixture:
+        if iter(batches) is batches:
+            raise ValueError(
+                "fit needs a re-iterable collection of batches (e.g. a DataLoader), "
+                "not a one-shot iterator"
+            )
+        name = type(self).__name__
+        first = next(iterate_batches(batches, None, name, torch.float64, torch.device("cpu")), None)
+        if first is None:
+            raise ValueError("fit received an empty collection of batches")
+        self.n_features_in_ = first.shape[1]
+        check_rows(first.shape[0], self.n_components)
+
+        def stream() -> Iterator[Tensor]:
+            for x in iterate_batches(
+                batches, self.n_features_in_, name, self._torch_dtype, self._device
+            ):
+                yield from self._chunks(x)
+
+        self._fit_runs(first, stream, callback)
+        return self
+
+    def partial_fit(self, X: Any, y: Any = None, *, end_of_pass: bool = True) -> GaussianMixture:
+        """Stream ``X`` into the current pass; with ``end_of_pass`` take the pass's step.
+
+        The first call initializes the parameters from ``X``. Calling ``partial_fit`` on every
+        batch of a pass with ``end_of_pass=False`` except the last is exactly one EM (or
+        gradient) step on the concatenated data; the default makes every call one full step.
+        """
+        self._validate_params()
+        first = not hasattr(self, "_mixture")
+        X = self._check_x(X, reset=first)
+        if first:
+            check_rows(X.shape[0], self.n_components)
+            rng = check_random_state(self.random_state)
+            self._publish(broadcast_mixture(self._initial_mixture(X, rng)))
+            self._rule = make_step_rule(self.fitter, float(self.reg_covar), self.learning_rate)
+            self.history_ = {"log_likelihood": [], "n_reseeded": []}
+            self.n_iter_, self.lower_bound_, self.converged_ = 0, -math.inf, False
+        if getattr(self, "_worst", None) is None:
+            self._rule.begin(self._mixture)
+            self._worst = WorstSamples(self.n_components, X.shape[1], self._mixture.means)
+        with torch.no_grad():
+            for chunk in self._chunks(X):
+                self._worst.add(chunk, self._rule.accumulate(chunk))
+            if end_of_pass:
+                mixture, log_likelihood, n_reseeded = self._finish_pass(self._rule, self._worst)
+                self._worst = None
+                self.converged_ = abs(log_likelihood - self.lower_bound_) < self.tol
+                self.lower_bound_ = log_likelihood
+                self.n_iter_ += 1
+                self.history_["log_likelihood"].append(log_likelihood)
+                self.history_["n_reseeded"].append(n_reseeded)
+                self._publish(mixture)
+        return self
+
+    def fit_predict(self, X: Any, y: Any = None) -> Any:
+        """Fit, then the component with the largest responsibility for every row of ``X``."""
+        return self.fit(X).predict(X)
+
+    # -----------------------------------------------------------------------------------------
+    # Inference
+    # -----------------------------------------------------------------------------------------
+
+    def _rowwise(self, X: Any, quantity: Callable[[Tensor, Tensor], Tensor]) -> Any:
+        check_is_fitted(self, "_mixture")
+        X = self._check_x(X, reset=False)
+        mixture = self._mixture
+        shift = mixture.shift
+        with torch.no_grad():
+            parts = []
+            for chunk in self._chunks(X):
+                log_p, r, _ = log_likelihood_and_responsibilities(chunk, mixture, shift)
+                parts.append(quantity(log_p, r))
+        return to_output(torch.cat(parts), X)
+
+    def score_samples(self, X: Any) -> Any:
+        r"""Per-sample :math:`\log p(x_t)`, ``[N]``."""
+        return self._rowwise(X, lambda log_p, r: log_p)
+
+    def score(self, X: Any, y: Any = None) -> float:
+        """Mean log-likelihood per sample."""
+        return float(torch.as_tensor(self.score_samples(X)).double().mean())
+
+    def predict_proba(self, X: Any) -> Any:
+        """Responsibilities :math:`r_{tj}`, ``[N, K]``."""
+        return self._rowwise(X, lambda log_p, r: r)
+
+    def predict(self, X: Any) -> Any:
+        """The most responsible component of every row, ``[N]`` integers."""
+        return self._rowwise(X, lambda log_p, r: r.argmax(dim=1))
+
+    def bic(self, X: Any) -> float:
+        """Bayesian information criterion :math:`-2\\ell + p\\log N` (lower is better)."""
+        n = len(X)
+        return -2 * self.score(X) * n + self._mixture.n_free_parameters() * math.log(n)
+
+    def aic(self, X: Any) -> float:
+        """Akaike information criterion :math:`-2\\ell + 2p` (lower is better)."""
+        return -2 * self.score(X) * len(X) + 2 * self._mixture.n_free_parameters()
+
+    def sample(self, n_samples: int = 1) -> tuple[np.ndarray, np.ndarray]:
+        """Draw ``n_samples`` points and their component labels (NumPy arrays)."""
+        check_is_fitted(self, "_mixture")
+        if not _positive_int(n_samples):
+            raise ValueError(f"Invalid value for 'n_samples': {n_samples}. It must be >= 1")
+        rng = check_random_state(self.random_state)
+        mixture = self._mixture
+        counts = rng.multinomial(n_samples, self.weights_.astype(np.float64))
+        labels = np.repeat(np.arange(self.n_components), counts)
+        z = torch.as_tensor(
+            rng.standard_normal((n_samples, mixture.n_features)),
+            dtype=mixture.means.dtype,
+            device=mixture.means.device,
+        )
+        idx = torch.as_tensor(labels, device=mixture.means.device)
+        x = mixture.means[idx] + mixture.model.noise(mixture.covariances, idx, z)
+        return x.cpu().numpy(), labels
+
+    def is_distributed(self) -> bool:
+        """Whether fits all-reduce over a ``torch.distributed`` process group."""
+        return is_distributed()

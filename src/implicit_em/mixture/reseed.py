@@ -1,0 +1,68 @@
+r"""Re-seeding of emptied components.
+
+A component is *empty* after a step when its mass :math:`N_j = \sum_t r_{tj}` falls below
+:math:`10^3\,\varepsilon_{\text{dtype}}\,N` (it explains essentially no sample, and its
+covariance estimate is only ``reg_covar``). It is then re-seeded at the worst-explained sample of
+the pass (the lowest :math:`\log p(x_t)`, a different sample for each empty component), with the
+mass-weighted average covariance of the live components and a weight of one sample,
+:math:`1/N`, after which the weights are renormalized. For ``tied`` only the mean and weight
+move. Every re-seeding is counted in the fit history (``history_["n_reseeded"]``).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from implicit_em.mixture.distributed import all_gather_rows
+from implicit_em.mixture.parameters import Mixture
+
+__all__ = ["WorstSamples", "reseed_empty"]
+
+
+class WorstSamples:
+    """The ``capacity`` samples with the lowest log-likelihood seen in a pass."""
+
+    def __init__(self, capacity: int, n_features: int, like: Tensor) -> None:
+        self.values = like.new_full((capacity,), float("inf"))
+        self.points = like.new_zeros(capacity, n_features)
+
+    def add(self, x: Tensor, log_p: Tensor) -> None:
+        """Merge a chunk's samples ``x[B, D]`` with log-likelihoods ``log_p[B]``."""
+        values = torch.cat([self.values, log_p.detach().to(self.values.dtype)])
+        points = torch.cat([self.points, x.detach().to(self.points.dtype)])
+        order = torch.argsort(values)[: self.values.shape[0]]
+        self.values, self.points = values[order], points[order]
+
+    def gathered(self) -> tuple[Tensor, Tensor]:
+        """Every rank's candidates, worst first."""
+        values, points = all_gather_rows(self.values), all_gather_rows(self.points)
+        order = torch.argsort(values, stable=True)
+        return values[order], points[order]
+
+
+def reseed_empty(
+    mixture: Mixture, masses: Tensor, candidates: WorstSamples, total: Tensor
+) -> tuple[Mixture, int]:
+    """Re-seed the empty components of ``mixture``; return it and how many were re-seeded."""
+    threshold = 1e3 * torch.finfo(masses.dtype).eps * total
+    empty = masses < threshold
+    n_empty = int(empty.sum())
+    values, points = candidates.gathered()
+    available = torch.isfinite(values)
+    if n_empty == 0 or n_empty == mixture.n_components or int(available.sum()) < n_empty:
+        return mixture, 0
+    model = mixture.model
+    idx = torch.nonzero(empty).squeeze(1)
+    means = mixture.means.clone()
+    means[idx] = points[available][:n_empty]
+    weights = mixture.weights.clone()
+    weights[idx] = 1.0 / total
+    weights = weights / weights.sum()
+    cov = mixture.covariances.clone()
+    if model.per_component:
+        live = (~empty).to(cov.dtype) * masses
+        shape = (-1,) + (1,) * (cov.dim() - 1)
+        average = (live.reshape(shape) * cov).sum(dim=0) / live.sum()
+        cov[idx] = average
+    return Mixture.from_covariances(model, weights, means, cov), n_empty

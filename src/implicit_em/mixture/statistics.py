@@ -1,0 +1,78 @@
+r"""Streaming sufficient statistics of the EM step, summed chunk by chunk.
+
+For responsibilities :math:`r_{tj}` of the current parameters and the shared shift :math:`s`
+(:attr:`Mixture.shift`) a chunk contributes
+
+.. math::  N_j = \sum_t r_{tj}, \qquad F_j = \sum_t r_{tj}(x_t - s), \qquad
+           S_j = \sum_t r_{tj}(x_t - c_j)(x_t - c_j)^\top\ \text{(or its diagonal / trace)},
+
+with :math:`c_j = \mu_j` for ``full`` (centered) and :math:`c_j = s` otherwise. All three are
+plain sums, so the statistics of chunks (and of ranks, under ``torch.distributed``) add, and the
+M-step reads only the totals:
+
+.. math::  \mu_j' = s + F_j/N_j, \quad \delta_j = \mu_j' - c_j, \quad
+           \Sigma_j' = S_j/N_j - \delta_j\delta_j^\top + \lambda I, \quad \pi_j' = N_j / \sum_k N_k.
+
+Memory is :math:`O(B\,K + K\,D^2)` for a chunk of ``B`` rows (``full`` also holds the
+``[K, B, D]`` differences), never :math:`O(N\,K)`. :math:`N_j` gets
+:math:`10\,\varepsilon_{\text{dtype}}` added, as in scikit-learn, so that an empty component
+divides by a positive number.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from implicit_em.mixture.parameters import Mixture, log_likelihood_and_responsibilities
+
+__all__ = ["Statistics", "accumulate", "m_step", "reference", "zero_statistics"]
+
+Statistics = dict[str, Tensor]
+
+
+def reference(mixture: Mixture, shift: Tensor) -> Tensor:
+    """The centers :math:`c_j - s` of the second moment, in shifted coordinates, ``[K, D]``."""
+    if mixture.model.centered:
+        return mixture.means - shift
+    return torch.zeros_like(mixture.means)
+
+
+def zero_statistics(mixture: Mixture) -> Statistics:
+    """Empty sums: ``n [K]``, ``first [K, D]``, ``second`` (type's shape), ``log_likelihood``,
+    ``count``."""
+    like = mixture.means
+    k, d = mixture.n_components, mixture.n_features
+    shapes = {"full": (k, d, d), "tied": (d, d), "diag": (k, d), "spherical": (k,)}
+    return {
+        "n": like.new_zeros(k),
+        "first": like.new_zeros(k, d),
+        "second": like.new_zeros(shapes[mixture.model.name]),
+        "log_likelihood": like.new_zeros(()),
+        "count": like.new_zeros(()),
+    }
+
+
+def accumulate(stats: Statistics, y: Tensor, r: Tensor, ref: Tensor, mixture: Mixture) -> None:
+    """Add the statistics of one chunk (shifted data ``y``, responsibilities ``r``) in place."""
+    stats["n"] += r.sum(dim=0)
+    stats["first"] += r.T @ y
+    stats["second"] += mixture.model.second(y, r, ref)
+    stats["count"] += y.shape[0]
+
+
+def e_step(stats: Statistics, x: Tensor, mixture: Mixture, shift: Tensor, ref: Tensor) -> Tensor:
+    """E-step of a chunk: add its statistics and return its per-sample log-likelihood ``[B]``."""
+    log_p, r, y = log_likelihood_and_responsibilities(x, mixture, shift)
+    accumulate(stats, y, r, ref, mixture)
+    stats["log_likelihood"] += log_p.sum()
+    return log_p
+
+
+def m_step(stats: Statistics, mixture: Mixture, shift: Tensor, ref: Tensor, reg: float) -> Mixture:
+    """The closed-form M-step from summed statistics (``ValueError`` on a singular covariance)."""
+    model = mixture.model
+    n = stats["n"] + 10 * torch.finfo(stats["n"].dtype).eps
+    means_y = stats["first"] / n[:, None]
+    cov = model.estimate(stats["second"], n, means_y - ref, stats["count"], reg)
+    return Mixture.from_covariances(model, n / n.sum(), shift + means_y, cov)
