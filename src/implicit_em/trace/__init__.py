@@ -1,0 +1,23 @@
+"""Trace implicit EM during training: responsibilities read from gradients at named sites.
+
+See :class:`Tracer` and ``docs/trace.md``.
+"""
+
+from __future__ import annotations
+
+from implicit_em.trace.sinks import History, JSONLSink, MemorySink, TensorBoardSink, make_sink
+from implicit_em.trace.sites import SEARCHED
+from implicit_em.trace.tracer import CollapseWarning, NoSiteError, Thresholds, Tracer
+
+__all__ = [
+    "SEARCHED",
+    "CollapseWarning",
+    "History",
+    "JSONLSink",
+    "MemorySink",
+    "NoSiteError",
+    "TensorBoardSink",
+    "Thresholds",
+    "Tracer",
+    "make_sink",
+]

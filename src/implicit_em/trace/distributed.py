@@ -1,0 +1,70 @@
+"""Distributed tracing: every rank traces its shard; statistics are all-reduced, rank 0 writes.
+
+Statistics are sums (``n``, ``mass``, ``entropy``, ...) and maxima (keys ending in ``_max``),
+so the reduced statistics are those of the global batch: one ``SUM`` and one ``MAX``
+``all_reduce`` per measurement, over every site at once.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from implicit_em.trace.metrics import Stats
+
+__all__ = ["is_distributed", "rank", "reduce_stats"]
+
+
+def is_distributed() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def rank() -> int:
+    return dist.get_rank() if is_distributed() else 0
+
+
+def _flatten(stats: list[Stats], is_max: bool) -> torch.Tensor:
+    parts = [
+        v.reshape(-1).double().cpu()
+        for s in stats
+        for key, v in sorted(s.items())
+        if key.endswith("_max") == is_max
+    ]
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
+
+
+def _unflatten(stats: list[Stats], flat: torch.Tensor, is_max: bool) -> None:
+    offset = 0
+    for s in stats:
+        for key, v in sorted(s.items()):
+            if key.endswith("_max") != is_max:
+                continue
+            n = v.numel()
+            s[key] = flat[offset : offset + n].reshape(v.shape)
+            offset += n
+
+
+def reduce_stats(stats: list[Stats]) -> list[Stats]:
+    """All-reduce the statistics of every site (in place and returned); a no-op on one process.
+
+    Every rank must have captured the same sites with the same shapes (as under DDP); a
+    mismatch raises ``RuntimeError`` instead of silently mixing sites.
+    """
+    stats = [{k: v.double().cpu() for k, v in s.items()} for s in stats]
+    if not is_distributed():
+        return stats
+    sums, maxima = _flatten(stats, False), _flatten(stats, True)
+    shape = torch.tensor(
+        [sums.numel(), maxima.numel(), -sums.numel(), -maxima.numel()], dtype=torch.float64
+    )
+    dist.all_reduce(shape, op=dist.ReduceOp.MAX)
+    if shape[0] != -shape[2] or shape[1] != -shape[3]:
+        raise RuntimeError(
+            "ranks captured different sites in this measurement; the tracer needs the same "
+            "sites on every rank (as under DistributedDataParallel)"
+        )
+    dist.all_reduce(sums, op=dist.ReduceOp.SUM)
+    dist.all_reduce(maxima, op=dist.ReduceOp.MAX)
+    _unflatten(stats, sums, False)
+    _unflatten(stats, maxima, True)
+    return stats

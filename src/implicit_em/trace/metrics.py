@@ -1,0 +1,248 @@
+r"""Streaming metrics of a traced site, as sufficient statistics (sums and maxima) of one step.
+
+Every site reduces its tensors to a small dict of *statistics*: sums over rows (``n``,
+``mass``, ``entropy``, ...) and maxima (keys ending in ``_max``). Statistics add across calls,
+ranks and batches (one ``all_reduce`` each, pomegranate-style), and :func:`finish_responsibility`
+/ :func:`finish_attention` turn the reduced statistics into the reported metrics.
+
+Responsibilities read from gradients. For a loss :math:`\ell = \sum_i c_i\,\ell_i` over rows
+with per-row factor :math:`c_i` (:math:`1/B` for a mean, the upstream gradient and class weight
+in general) and logits :math:`z_i`:
+
+* cross-entropy, :math:`\partial\ell/\partial z_{ij} = c_i (r_{ij} - t_{ij})`, so
+  :math:`r_{ij} = t_{ij} + \partial\ell/\partial z_{ij} / c_i` (:math:`r = B\,\partial L/\partial z + y`);
+* cross-entropy over distances :math:`z = -d`: :math:`r_{ij} = t_{ij} - \partial\ell/\partial d_{ij} / c_i`;
+* mixture NLL over distances: :math:`\partial\ell/\partial d_{ij} = c_i r_{ij}`, so :math:`r = \partial\ell/\partial d / c`.
+
+Attention (per query row :math:`i`, key :math:`j`): :math:`g_i = \partial L/\partial o_i`,
+:math:`a_{ij} = g_i^\top v_j`, routing gradient :math:`\partial L/\partial s_{ij} =
+\alpha_{ij}(a_{ij} - \bar a_i)` and value update :math:`\partial L/\partial v_j = \sum_i \alpha_{ij} g_i`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "Stats",
+    "attention_stats",
+    "churn_stats",
+    "drift_stats",
+    "entropy",
+    "finish_attention",
+    "finish_probe",
+    "finish_responsibility",
+    "read_responsibilities",
+    "responsibility_stats",
+]
+
+Stats = dict[str, Tensor]
+
+
+def entropy(p: Tensor, dim: int = -1) -> Tensor:
+    r""":math:`H(p) = -\sum_j p_j \log p_j` along ``dim`` in nats, with :math:`0 \log 0 = 0`."""
+    logp = torch.where(p > 0, p, torch.ones_like(p)).log()
+    return -(p * logp).sum(dim=dim)
+
+
+def read_responsibilities(
+    grad: Tensor, row_factor: Tensor, target: Tensor | None, sign: float
+) -> Tensor:
+    r"""Responsibilities read from a loss gradient: :math:`r = t + \text{sign}\cdot\nabla / c`.
+
+    Args:
+        grad: :math:`\partial\ell/\partial z` (or :math:`\partial\ell/\partial d`), ``[N, K]``.
+        row_factor: :math:`c_i`, ``[N]``; rows with :math:`c_i = 0` give zeros (no information).
+        target: :math:`t`, ``[N, K]``, or None for the mixture NLL (:math:`t = 0`).
+        sign: ``+1`` for logits (and mixture distances), ``-1`` for cross-entropy over distances.
+    """
+    safe = torch.where(row_factor != 0, row_factor, torch.ones_like(row_factor)).unsqueeze(-1)
+    r = sign * grad / safe
+    if target is not None:
+        r = r + target
+    return torch.where((row_factor != 0).unsqueeze(-1), r, torch.zeros_like(r))
+
+
+def responsibility_stats(r: Tensor, valid: Tensor, target: Tensor | None, logits: Tensor) -> Stats:
+    r"""Sufficient statistics of responsibilities ``r[N, K]`` over the ``valid[N]`` rows.
+
+    ``mass`` = :math:`\sum_i r_i` (per component), ``entropy`` = :math:`\sum_i H(r_i)`, the
+    wrong-class spread (with a target: :math:`w_{ij} \propto r_{ij}` over :math:`j \ne y_i`, summing
+    :math:`H(w_i)` and :math:`\max_j w_{ij}`), and ``scale`` = :math:`\sum_i \operatorname{std}_j z_{ij}`
+    over finite logits (the distance scale).
+    """
+    w = valid.to(r.dtype)
+    r = torch.where(valid.unsqueeze(-1), r, torch.zeros_like(r))
+    finite = torch.isfinite(logits)
+    z = torch.where(finite, logits, torch.zeros_like(logits))
+    count = finite.sum(-1).clamp_min(1).to(z.dtype)
+    mean = z.sum(-1) / count
+    var = (torch.where(finite, z - mean.unsqueeze(-1), torch.zeros_like(z)) ** 2).sum(-1) / count
+    stats: Stats = {
+        "n": w.sum(),
+        "mass": r.sum(0),
+        "entropy": (entropy(r) * w).sum(),
+        "scale": (var.sqrt().to(r.dtype) * w).sum(),
+    }
+    if target is not None:
+        right = torch.nn.functional.one_hot(target.argmax(-1), r.shape[-1]).to(torch.bool)
+        wrong = torch.where(right, torch.zeros_like(r), r.clamp_min(0))
+        total = wrong.sum(-1, keepdim=True)
+        has = (total.squeeze(-1) > 0) & valid
+        q = wrong / torch.where(total > 0, total, torch.ones_like(total))
+        hw = has.to(r.dtype)
+        stats["n_wrong"] = hw.sum()
+        stats["wrong_entropy"] = (entropy(q) * hw).sum()
+        stats["wrong_top"] = (q.amax(-1) * hw).sum()
+    return stats
+
+
+def finish_responsibility(stats: Stats, dead_fraction: float) -> dict[str, Tensor]:
+    r"""Metrics from reduced statistics: mean mass :math:`p = \text{mass}/n`, mean entropy,
+    effective number of components :math:`\exp H(p)`, dead components (:math:`p_j <`
+    ``dead_fraction``:math:`/K`), dominance :math:`\max_j p_j`, wrong-class entropy and top share,
+    distance scale, and the identity residual :math:`\max|r_{\text{grad}} - r_{\text{fwd}}|`.
+    """
+    n = stats["n"].clamp_min(1)
+    p = stats["mass"] / n
+    k = p.shape[-1]
+    out = {
+        "mass": p,
+        "entropy": stats["entropy"] / n,
+        "effective_k": entropy(p).exp(),
+        "dead": (p < dead_fraction / k).sum().to(p.dtype),
+        "dominance": p.amax(),
+        "scale": stats["scale"] / n,
+        "rows": stats["n"],
+    }
+    if "n_wrong" in stats:
+        nw = stats["n_wrong"].clamp_min(1)
+        out["wrong_entropy"] = stats["wrong_entropy"] / nw
+        out["wrong_top"] = stats["wrong_top"] / nw
+    for key in ("residual_max", "nonfinite", "n_grad"):
+        if key in stats:
+            out[key.removesuffix("_max")] = stats[key]
+    return out
+
+
+def attention_stats(
+    alpha: Tensor,
+    v: Tensor | None = None,
+    g: Tensor | None = None,
+    grad_alpha: Tensor | None = None,
+    used: Tensor | None = None,
+    grad_v: Tensor | None = None,
+) -> Stats:
+    r"""Sufficient statistics of attention weights ``alpha[R, H, Lq, Lk]`` on the traced rows.
+
+    Args:
+        alpha: :math:`\alpha` (fully masked rows are zeros).
+        v: values ``[R, H, Lk, Ev]``; g: :math:`\partial L/\partial o`, ``[R, H, Lq, Ev]``.
+        grad_alpha: :math:`\partial L/\partial\alpha` when the weights were a tensor of the model
+            (eager attention); then :math:`a = \partial L/\partial\alpha` exactly, else
+            :math:`a = g v^\top`.
+        used: the weights actually multiplied with ``v`` (after dropout), default ``alpha``.
+        grad_v: autograd's :math:`\partial L/\partial v` for the value-update identity residual.
+
+    Sums: ``rows``, ``entropy`` (and per head ``head_entropy``), ``routing_sq`` =
+    :math:`\sum(\alpha\odot(a-\bar a))^2`, ``value_sq`` = :math:`\sum_j\lVert\sum_i\alpha_{ij}g_i\rVert^2`,
+    ``nonfinite`` gradient entries; maxima: ``value_residual_max``, ``grad_v_max``.
+    """
+    heads = alpha.shape[1]
+    stats: Stats = {
+        "rows": torch.tensor(float(alpha.numel() // alpha.shape[-1]), dtype=torch.float64),
+        "entropy": entropy(alpha).sum().double(),
+        "head_entropy": entropy(alpha).transpose(0, 1).reshape(heads, -1).sum(-1).double(),
+    }
+    used = alpha if used is None else used
+    a = grad_alpha
+    if a is None and g is not None and v is not None:
+        a = g @ v.transpose(-2, -1)
+    if a is not None:
+        finite = torch.isfinite(a).all(-1, keepdim=True)
+        a_safe = torch.where(finite, a, torch.zeros_like(a))
+        abar = (alpha * a_safe).sum(-1, keepdim=True)
+        advantage = torch.where(alpha > 0, a_safe - abar, torch.zeros_like(a_safe))
+        stats["routing_sq"] = ((alpha * advantage) ** 2).sum().double()
+        stats["nonfinite"] = (~torch.isfinite(a)).sum().double()
+        stats["n_grad"] = torch.ones((), dtype=torch.float64)
+    if g is not None:
+        finite_g = torch.isfinite(g)
+        g_safe = torch.where(finite_g, g, torch.zeros_like(g))
+        value_update = used.transpose(-2, -1) @ g_safe
+        stats["value_sq"] = (value_update**2).sum().double()
+        stats["nonfinite"] = stats.get("nonfinite", 0) + (~finite_g).sum().double()
+        if grad_v is not None:
+            stats["value_residual_max"] = (value_update - grad_v).abs().amax().double()
+            stats["grad_v_max"] = grad_v.abs().amax().double()
+    return stats
+
+
+def finish_attention(stats: Stats) -> dict[str, Tensor]:
+    r"""Metrics from reduced attention statistics: mean entropy (nats, overall and per head),
+    routing-gradient and value-update norms :math:`\lVert\alpha\odot(a-\bar a)\rVert_F`,
+    :math:`\lVert\alpha^\top g\rVert_F` and their ratio, and the relative value-update residual."""
+    rows = stats["rows"].clamp_min(1)
+    heads = stats["head_entropy"].shape[0]
+    out = {
+        "entropy": stats["entropy"] / rows,
+        "head_entropy": stats["head_entropy"] * heads / rows,
+        "rows": stats["rows"],
+    }
+    if "routing_sq" in stats:
+        out["routing_norm"] = stats["routing_sq"].sqrt()
+        out["n_grad"] = stats["n_grad"]
+        out["nonfinite"] = stats["nonfinite"]
+    if "value_sq" in stats:
+        out["value_norm"] = stats["value_sq"].sqrt()
+        out["nonfinite"] = stats["nonfinite"]
+        if "routing_sq" in stats:
+            out["routing_value_ratio"] = out["routing_norm"] / out["value_norm"].clamp_min(1e-300)
+    if "value_residual_max" in stats:
+        out["value_residual"] = stats["value_residual_max"] / stats["grad_v_max"].clamp_min(1e-300)
+    if "alpha_residual_max" in stats:
+        out["alpha_residual"] = stats["alpha_residual_max"] / stats["output_max"].clamp_min(1e-300)
+    return out
+
+
+def churn_stats(current: Tensor, previous: Tensor) -> Stats:
+    """Assignment churn on a probe batch: how many argmax assignments changed (sums)."""
+    return {
+        "churn_changed": (current != previous).sum().double(),
+        "churn_n": torch.tensor(float(current.numel()), dtype=torch.float64),
+    }
+
+
+def drift_stats(
+    alpha: Tensor, alpha_prev: Tensor, v: Tensor | None, v_prev: Tensor | None
+) -> Stats:
+    r"""Two-timescale drift on a probe batch between two measurements (sums).
+
+    Attention drift: total variation :math:`\tfrac12\sum_j|\alpha_{ij} - \alpha'_{ij}|` summed over
+    query rows; value drift: :math:`\lVert v - v'\rVert_F^2` and :math:`\lVert v'\rVert_F^2`
+    (reported as the relative change :math:`\lVert v - v'\rVert_F/\lVert v'\rVert_F`).
+    """
+    stats: Stats = {
+        "drift_tv": (0.5 * (alpha - alpha_prev).abs().sum(-1)).sum().double(),
+        "drift_rows": torch.tensor(float(alpha.numel() // alpha.shape[-1]), dtype=torch.float64),
+    }
+    if v is not None and v_prev is not None:
+        stats["value_diff_sq"] = ((v - v_prev) ** 2).sum().double()
+        stats["value_prev_sq"] = (v_prev**2).sum().double()
+    return stats
+
+
+def finish_probe(stats: Stats) -> dict[str, Tensor]:
+    """Probe metrics from reduced statistics: ``churn`` (share of changed argmax assignments),
+    ``attention_drift`` (mean total variation per query row) and ``value_drift`` (relative)."""
+    out: dict[str, Tensor] = {}
+    if "churn_n" in stats:
+        out["churn"] = stats["churn_changed"] / stats["churn_n"].clamp_min(1)
+    if "drift_rows" in stats:
+        out["attention_drift"] = stats["drift_tv"] / stats["drift_rows"].clamp_min(1)
+    if "value_prev_sq" in stats:
+        out["value_drift"] = (
+            stats["value_diff_sq"] / stats["value_prev_sq"].clamp_min(1e-300)
+        ).sqrt()
+    return out

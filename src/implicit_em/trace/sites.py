@@ -1,0 +1,762 @@
+r"""Sites: the places in a model where responsibilities can be read, found without patching it.
+
+One uniform abstraction (the TransformerLens hook-point idea) over every kind of site: a *call*
+captured during a measured forward pass, named by the module path that produced it, which
+receives its gradients through ``Tensor.register_hook`` and reduces itself to statistics
+(:mod:`implicit_em.trace.metrics`). Nothing is cached beyond the current step; attention keeps
+only its first ``max_rows`` batch rows.
+
+Discovery uses PyTorch's own mechanisms: a :class:`~torch.overrides.TorchFunctionMode` sees
+``F.cross_entropy``, ``F.nll_loss`` of a ``log_softmax``, ``F.scaled_dot_product_attention``
+(weights recomputed from the captured ``q``, ``k`` for the traced rows, so fused kernels need no
+change), ``F.multi_head_attention_forward`` (heads recomputed from its projections), the
+softmax of eager attention (a softmax over the last axis of a tensor with three or more axes,
+followed by a matmul with the values) and this package's :func:`~implicit_em.objectives.mixture_nll`
+and :func:`~implicit_em.objectives.cross_entropy` (recognized by their code objects on the stack
+when they call ``logsumexp`` / ``log_softmax``). Global module forward hooks keep the stack of
+module paths and remember which module produced which tensor.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import inspect
+import math
+import sys
+import weakref
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
+
+from implicit_em import objectives
+from implicit_em.attention import attention_scores
+from implicit_em.core import responsibilities
+from implicit_em.trace.metrics import (
+    Stats,
+    attention_stats,
+    read_responsibilities,
+    responsibility_stats,
+)
+
+__all__ = ["SEARCHED", "AttentionCall", "ResponsibilityCall", "SiteCapture", "untraced"]
+
+SEARCHED = (
+    "torch.nn.functional.cross_entropy",
+    "torch.nn.functional.nll_loss of a log_softmax",
+    "torch.nn.functional.scaled_dot_product_attention",
+    "torch.nn.functional.multi_head_attention_forward (nn.MultiheadAttention)",
+    "softmax over the last axis of a >=3-D tensor (eager attention)",
+    "implicit_em.objectives.mixture_nll",
+    "implicit_em.objectives.cross_entropy",
+)
+
+_CE_SIGNATURE = inspect.signature(F.cross_entropy)
+_NLL_SIGNATURE = inspect.signature(F.nll_loss)
+_SDPA_PARAMS = (
+    "query",
+    "key",
+    "value",
+    "attn_mask",
+    "dropout_p",
+    "is_causal",
+    "scale",
+    "enable_gqa",
+)
+_MHA_SIGNATURE = inspect.signature(F.multi_head_attention_forward)
+
+
+def untraced() -> torch._C.DisableTorchFunction:
+    """A context in which the tracer's own tensor work bypasses the site capture."""
+    return torch._C.DisableTorchFunction()
+
+
+def _rows(t: Tensor, dim: int) -> Tensor:
+    """Move the component axis ``dim`` last and flatten the rest: ``[N, K]``."""
+    return t.movedim(dim, -1).reshape(-1, t.shape[dim])
+
+
+def _detach(t: Tensor | None) -> Tensor | None:
+    return None if t is None else t.detach()
+
+
+@dataclass(eq=False)
+class ResponsibilityCall:
+    r"""A classification (cross-entropy) or mixture (LSE) site captured in one forward pass.
+
+    ``logits`` (``[N, K]``) give the forward responsibilities :math:`\operatorname{softmax}(z)`;
+    the gradient of the hooked source (logits, or distances for this package's objectives) and the
+    per-row factor :math:`c_i` from the hooked loss output give the responsibilities read from
+    the gradient (see :func:`~implicit_em.trace.metrics.read_responsibilities`).
+    """
+
+    name: str
+    kind: str
+    logits: Tensor
+    target: Tensor | None
+    weight: Tensor
+    sign: float
+    layout: Callable[[Tensor], Tensor]
+    factor: Callable[[Tensor], Tensor]
+    upstream: Tensor | None = None
+    grad_stats: Stats | None = None
+
+    def on_upstream(self, grad: Tensor) -> None:
+        self.upstream = grad.detach()
+
+    def on_grad(self, grad: Tensor) -> None:
+        with torch.no_grad():
+            g = self.layout(grad.detach()).to(self.logits.dtype)
+            if self.upstream is None:
+                c = torch.zeros_like(self.weight)
+            else:
+                c = self.factor(self.upstream).to(g.dtype).expand_as(self.weight)
+            finite = torch.isfinite(g).all(-1)
+            valid = (c != 0) & finite & (self.weight > 0)
+            r_grad = read_responsibilities(
+                torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0),
+                torch.where(valid, c, torch.zeros_like(c)),
+                self.target,
+                self.sign,
+            )
+            r_fwd = torch.softmax(self.logits, dim=-1)
+            err = (r_grad - r_fwd).abs().amax(-1)
+            stats = responsibility_stats(r_grad, valid, self.target, self.logits)
+            stats["residual_max"] = torch.where(valid, err, torch.zeros_like(err)).amax()
+            stats["nonfinite"] = (~finite & (c != 0)).sum().to(g.dtype)
+            stats["n_grad"] = valid.sum().to(g.dtype)
+            self.grad_stats = stats
+
+    def stats(self) -> Stats:
+        """Statistics read from the gradient, or from the forward softmax when none arrived."""
+        if self.grad_stats is not None:
+            return self.grad_stats
+        with torch.no_grad():
+            valid = self.weight > 0
+            r = torch.softmax(self.logits, dim=-1)
+            stats = responsibility_stats(r, valid, self.target, self.logits)
+            zero = torch.zeros((), dtype=r.dtype)
+            stats.update(residual_max=zero, nonfinite=zero, n_grad=zero)
+            return stats
+
+    def assignment(self) -> Tensor:
+        """The argmax component of each row (for churn on a probe batch)."""
+        return self.logits.argmax(-1)
+
+
+@dataclass(eq=False)
+class AttentionCall:
+    r"""An attention site: weights :math:`\alpha` ``[R, H, Lq, Lk]`` on the traced rows.
+
+    ``alpha`` is the model's own weight tensor (eager softmax) or is recomputed from ``q``, ``k``
+    and the mask (fused SDPA, ``nn.MultiheadAttention``). ``reconstruct(alpha, v)`` maps weights
+    and values to the captured ``output`` (for the forward residual of recomputed weights).
+    """
+
+    name: str
+    alpha: Tensor | None = None
+    q: Tensor | None = None
+    k: Tensor | None = None
+    mask: Tensor | None = None
+    is_causal: bool = False
+    scale: float | None = None
+    v: Tensor | None = None
+    used: Tensor | None = None
+    output: Tensor | None = None
+    reconstruct: Callable[[Tensor, Tensor], Tensor] | None = None
+    to_heads: Callable[[Tensor], Tensor] | None = None
+    rows: int = 0
+    g: Tensor | None = None
+    grad_alpha: Tensor | None = None
+    grad_v: Tensor | None = None
+
+    def weights(self) -> Tensor:
+        if self.alpha is None:
+            s = attention_scores(self.q, self.k, self.mask, self.is_causal, self.scale)
+            self.alpha = responsibilities(-s)
+        return self.alpha
+
+    def on_output_grad(self, grad: Tensor) -> None:
+        g = grad.detach()[: self.rows] if self.to_heads is None else self.to_heads(grad.detach())
+        self.g = g
+
+    def on_alpha_grad(self, grad: Tensor) -> None:
+        self.grad_alpha = grad.detach()[: self.rows]
+
+    def on_value_grad(self, grad: Tensor) -> None:
+        self.grad_v = grad.detach()[: self.rows]
+
+    def stats(self) -> Stats:
+        with torch.no_grad():
+            alpha = self.weights().float()
+            v = None if self.v is None else self.v.float().expand(*alpha.shape[:-2], -1, -1)
+            g = None if self.g is None or v is None else self.g.float()
+            grad_v = None
+            if self.grad_v is not None and v is not None and self.grad_v.shape == v.shape:
+                grad_v = self.grad_v.float()
+            used = None if self.used is None else self.used.float()
+            grad_alpha = None if self.grad_alpha is None else self.grad_alpha.float()
+            stats = attention_stats(alpha, v, g, grad_alpha, used, grad_v)
+            if self.reconstruct is not None and self.output is not None and v is not None:
+                out = self.output.float()
+                stats["alpha_residual_max"] = (
+                    (self.reconstruct(alpha, v) - out).abs().amax().double()
+                )
+                stats["output_max"] = out.abs().amax().double()
+            return stats
+
+    def values(self) -> Tensor | None:
+        return self.v
+
+
+Call = ResponsibilityCall | AttentionCall
+
+
+def _heads(t: Tensor) -> Tensor:
+    """Attention tensors as ``[B, H, L, E]``: a missing head axis becomes H = 1."""
+    if t.dim() == 3:
+        return t.unsqueeze(1)
+    if t.dim() > 4:
+        return t.reshape(t.shape[0], -1, *t.shape[-2:])
+    return t
+
+
+class _Mode(TorchFunctionMode):
+    """Routes the few functions that are sites to the capture; everything else passes through."""
+
+    def __init__(self, capture: SiteCapture) -> None:
+        super().__init__()
+        self.capture = capture
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: Sequence = (), kwargs: Any = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        handler = self.capture.handlers.get(func)
+        if handler is None:
+            return func(*args, **kwargs)
+        return handler(func, args, kwargs)
+
+
+@dataclass
+class _Pass:
+    """What one forward pass (training step or probe) captured."""
+
+    calls: list[Call] = field(default_factory=list)
+    counts: Counter = field(default_factory=Counter)
+    skipped: set[str] = field(default_factory=set)
+    handles: list[Any] = field(default_factory=list)
+
+
+class SiteCapture:
+    """Discovers and captures sites while armed (measured steps only: no cost otherwise).
+
+    Args:
+        model: the model whose module paths name the sites (None: names are the bare site kinds).
+        patterns: glob patterns (``fnmatch``) of site names to trace; None traces every site.
+        max_rows: batch rows of each attention site used for its metrics.
+    """
+
+    def __init__(
+        self, model: nn.Module | None, patterns: Sequence[str] | None, max_rows: int
+    ) -> None:
+        root = getattr(model, "module", model) if _is_wrapper(model) else model
+        self.names: dict[int, str] = (
+            {} if root is None else {id(m): n for n, m in root.named_modules()}
+        )
+        self.patterns = None if patterns is None else list(patterns)
+        self.max_rows = max_rows
+        self.stack: list[str] = []
+        self.origins: dict[int, tuple[weakref.ref, str]] = {}
+        self.tracked: dict[int, tuple[weakref.ref, AttentionCall]] = {}
+        self.logsm: dict[int, tuple[weakref.ref, Tensor, int]] = {}
+        self.seen: set[str] = set()
+        self.current = _Pass()
+        self._mode: _Mode | None = None
+        self._hooks: list[Any] = []
+        self.handlers: dict[Any, Callable[[Any, Sequence, dict], Any]] = {
+            F.cross_entropy: self._cross_entropy,
+            F.nll_loss: self._nll_loss,
+            F.log_softmax: self._log_softmax,
+            torch.log_softmax: self._log_softmax,
+            Tensor.log_softmax: self._log_softmax,
+            torch.logsumexp: self._logsumexp,
+            F.softmax: self._softmax,
+            torch.softmax: self._softmax,
+            Tensor.softmax: self._softmax,
+            F.dropout: self._dropout,
+            torch.matmul: self._matmul,
+            Tensor.matmul: self._matmul,
+            Tensor.__matmul__: self._matmul,
+            torch.bmm: self._matmul,
+            F.scaled_dot_product_attention: self._sdpa,
+            F.multi_head_attention_forward: self._mha,
+        }
+        for fn in _PROVENANCE:
+            self.handlers.setdefault(fn, self._provenance)
+
+    # -- arming ---------------------------------------------------------------------------------
+
+    @property
+    def armed(self) -> bool:
+        return self._mode is not None
+
+    def arm(self) -> None:
+        if self.armed:
+            return
+        self._hooks = [
+            nn.modules.module.register_module_forward_pre_hook(self._enter_module),
+            nn.modules.module.register_module_forward_hook(self._exit_module, always_call=True),
+        ]
+        self._mode = _Mode(self)
+        self._mode.__enter__()
+
+    def disarm(self) -> None:
+        if not self.armed:
+            return
+        self._mode.__exit__(None, None, None)
+        self._mode = None
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+
+    def take(self) -> _Pass:
+        """Hand over the captured pass and start a new one (gradient hooks are removed)."""
+        done, self.current = self.current, _Pass()
+        for h in done.handles:
+            h.remove()
+        self.stack.clear()
+        self.origins.clear()
+        self.tracked.clear()
+        self.logsm.clear()
+        return done
+
+    # -- naming ---------------------------------------------------------------------------------
+
+    def _enter_module(self, module: nn.Module, args: Any) -> None:
+        name = self.names.get(id(module))
+        if name is not None:
+            self.stack.append(name)
+
+    def _exit_module(self, module: nn.Module, args: Any, output: Any) -> None:
+        name = self.names.get(id(module))
+        if name is None:
+            return
+        if self.stack and self.stack[-1] == name:
+            self.stack.pop()
+        if isinstance(output, Tensor) and name:
+            self.origins[id(output)] = (weakref.ref(output), name)
+
+    def _origin(self, t: Any) -> str | None:
+        if not isinstance(t, Tensor):
+            return None
+        entry = self.origins.get(id(t))
+        if entry is None or entry[0]() is not t:
+            return None
+        return entry[1]
+
+    def _provenance(self, func: Any, args: Sequence, kwargs: dict) -> Any:
+        out = func(*args, **kwargs)
+        if self.origins and isinstance(out, Tensor) and args:
+            origin = self._origin(args[0])
+            if origin is not None:
+                self.origins[id(out)] = (weakref.ref(out), origin)
+        return out
+
+    def _name(self, suffix: str, source: Any = None) -> str | None:
+        """The unique name of a new site, or None when the patterns do not select it."""
+        origin = self._origin(source)
+        path = origin if origin is not None else (self.stack[-1] if self.stack else "")
+        base = f"{path}.{suffix}" if path and suffix else (path or suffix or "attention")
+        self.current.counts[base] += 1
+        count = self.current.counts[base]
+        name = base if count == 1 else f"{base}#{count}"
+        self.seen.add(name)
+        if self.patterns is not None and not any(
+            fnmatch.fnmatchcase(name, p) for p in self.patterns
+        ):
+            self.current.skipped.add(name)
+            return None
+        return name
+
+    def _hook(self, t: Tensor, fn: Callable[[Tensor], None]) -> None:
+        if not (isinstance(t, Tensor) and t.requires_grad):
+            return
+
+        def run(grad: Tensor) -> None:
+            with untraced():
+                fn(grad)
+
+        self.current.handles.append(t.register_hook(run))
+
+    # -- classification and mixture sites -------------------------------------------------------
+
+    def _add_classification(
+        self,
+        suffix: str,
+        z: Tensor,
+        target: Tensor,
+        weight: Tensor | None,
+        ignore_index: int,
+        reduction: str,
+        smoothing: float,
+        out: Tensor,
+    ) -> None:
+        if z.dim() == 1:
+            return self._add_classification(
+                suffix,
+                z.unsqueeze(0),
+                target.unsqueeze(0),
+                weight,
+                ignore_index,
+                reduction,
+                smoothing,
+                out,
+            )
+        name = self._name(suffix, z)
+        if name is None:
+            return None
+        with torch.no_grad():
+            logits = (
+                _rows(z.detach(), 1).float()
+                if z.dtype in (torch.float16, torch.bfloat16)
+                else _rows(z.detach(), 1)
+            )
+            k = logits.shape[-1]
+            if target.is_floating_point():
+                t = _rows(target.detach(), 1).to(logits.dtype)
+                w = torch.ones(t.shape[0], dtype=logits.dtype, device=logits.device)
+                denominator = torch.tensor(float(t.shape[0]), dtype=logits.dtype)
+            else:
+                y = target.detach().reshape(-1)
+                keep = y != ignore_index
+                y_safe = torch.where(keep, y, torch.zeros_like(y))
+                t = F.one_hot(y_safe, k).to(logits.dtype)
+                cw = (
+                    torch.ones_like(t[:, 0])
+                    if weight is None
+                    else weight.detach().to(logits.dtype)[y_safe]
+                )
+                w = torch.where(keep, cw, torch.zeros_like(cw))
+                denominator = w.sum()
+            if smoothing:
+                t = (1.0 - smoothing) * t + smoothing / k
+
+        def factor(u: Tensor, w: Tensor = w, d: Tensor = denominator) -> Tensor:
+            scale = u.reshape(-1) * w
+            return scale / d if reduction == "mean" else scale
+
+        call = ResponsibilityCall(
+            name, "classification", logits, t, w, 1.0, lambda g: _rows(g, 1), factor
+        )
+        self.current.calls.append(call)
+        self._hook(out, call.on_upstream)
+        self._hook(z, call.on_grad)
+        return None
+
+    def _cross_entropy(self, func: Any, args: Sequence, kwargs: dict) -> Any:
+        out = func(*args, **kwargs)
+        b = _CE_SIGNATURE.bind(*args, **kwargs)
+        b.apply_defaults()
+        p = b.arguments
+        reduction = _reduction(p)
+        self._add_classification(
+            "ce",
+            p["input"],
+            p["target"],
+            p["weight"],
+            p["ignore_index"],
+            reduction,
+            float(p["label_smoothing"]),
+            out,
+        )
+        return out
+
+    def _log_softmax(self, func: Any, args: Sequence, kwargs: dict) -> Any:
+        out = func(*args, **kwargs)
+        local = _caller_locals(_PACKAGE_CE)
+        if local is not None:
+            self._package_cross_entropy(local, args[0], out)
+            return out
+        dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+        if isinstance(out, Tensor) and isinstance(dim, int):
+            self.logsm[id(out)] = (weakref.ref(out), args[0], dim % out.dim())
+        return out
+
+    def _nll_loss(self, func: Any, args: Sequence, kwargs: dict) -> Any:
+        out = func(*args, **kwargs)
+        b = _NLL_SIGNATURE.bind(*args, **kwargs)
+        b.apply_defaults()
+        p = b.arguments
+        entry = self.logsm.get(id(p["input"]))
+        if entry is None or entry[0]() is not p["input"]:
+            return out
+        _, z, dim = entry
+        if dim != min(1, z.dim() - 1):
+            return out
+        self._add_classification(
+            "nll", z, p["target"], p["weight"], p["ignore_index"], _reduction(p), 0.0, out
+        )
+        return out
+
+    def _package_cross_entropy(self, local: dict, safe: Tensor, out: Tensor) -> None:
+        d, t, dim = local["d"], local["t"], local["dim"]
+        name = self._name("ce", d)
+        if name is None:
+            return
+        logits = _rows(safe.detach(), dim)
+        call = ResponsibilityCall(
+            name,
+            "classification",
+            logits,
+            _rows(t.detach(), dim).to(logits.dtype),
+            torch.ones(logits.shape[0], dtype=logits.dtype),
+            -1.0,
+            lambda g: _rows(g, dim),
+            lambda u: -_rows(u, dim).sum(-1),
+        )
+        self.current.calls.append(call)
+        self._hook(out, call.on_upstream)
+        self._hook(d, call.on_grad)
+
+    def _logsumexp(self, func: Any, args: Sequence, kwargs: dict) -> Any:
+        out = func(*args, **kwargs)
+        local = _caller_locals(_PACKAGE_MIXTURE)
+        if local is None:
+            return out
+        d, dim = local["d"], local["dim"]
+        name = self._name("mixture", d)
+        if name is None:
+            return out
+        logits = _rows(args[0].detach(), dim)
+        call = ResponsibilityCall(
+            name,
+            "mixture",
+            logits,
+            None,
+            torch.ones(logits.shape[0], dtype=logits.dtype),
+            1.0,
+            lambda g: _rows(g, dim),
+            lambda u: -u.reshape(-1),
+        )
+        self.current.calls.append(call)
+        self._hook(out, call.on_upstream)
+        self._hook(d, call.on_grad)
+        return out
+
+    # -- attention sites ------------------------------------------------------------------------
+
+    def _softmax(self, func: Any, args: Sequence, kwargs: dict) -> Any:
+        out = func(*args, **kwargs)
+        x = args[0]
+        dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+        if not isinstance(x, Tensor) or x.dim() < 3 or dim not in (-1, x.dim() - 1):
+            return out
+        name = self._name("", None)
+        if name is None:
+            return out
+        rows = self.max_rows
+        call = AttentionCall(name, alpha=_heads(out.detach()[:rows]), rows=rows)
+        self.current.calls.append(call)
+        self.tracked[id(out)] = (weakref.ref(out), call)
+        self._hook(out, lambda g, c=call: setattr(c, "grad_alpha", _heads(g.detach()[: c.rows])))
+        return out
+
+    def _tracked(self, t: Any) -> AttentionCall | None:
+        if not isinstance(t, Tensor):
+            return None
+        entry = self.tracked.get(id(t))
+        if entry is None or entry[0]() is not t:
+            return None
+        return entry[1]
+
+    def _dropout(self, func: Any, args: Sequence, kwargs: dict) -> Any:
+        out = func(*args, **kwargs)
+        call = self._tracked(args[0] if args else kwargs.get("input"))
+        if call is not None and isinstance(out, Tensor):
+            self.tracked[id(out)] = (weakref.ref(out), call)
+        return out
+
+    def _matmul(self, func: Any, args: Sequence, kwargs: dict) -> Any:
+        out = func(*args, **kwargs)
+        call = self._tracked(args[0]) if len(args) == 2 else None
+        if call is None or call.v is not None:
+            return out
+        rows = call.rows
+        call.used = _heads(args[0].detach()[:rows])
+        call.v = _heads(args[1].detach()[:rows])
+        self._hook(out, lambda g, c=call: setattr(c, "g", _heads(g.detach()[: c.rows])))
+        self._hook(args[1], lambda g, c=call: setattr(c, "grad_v", _heads(g.detach()[: c.rows])))
+        return out
+
+    def _sdpa(self, func: Any, args: Sequence, kwargs: dict) -> Any:
+        out = func(*args, **kwargs)
+        p = dict(zip(_SDPA_PARAMS, args, strict=False))
+        p.update(kwargs)
+        name = self._name("", None)
+        if name is None:
+            return out
+        rows = self.max_rows
+        q, k, v = (p[n].detach()[:rows] for n in ("query", "key", "value"))
+        if p.get("enable_gqa") and k.shape[-3] != q.shape[-3]:
+            k = k.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3)
+            v = v.repeat_interleave(q.shape[-3] // v.shape[-3], dim=-3)
+        mask = p.get("attn_mask")
+        if isinstance(mask, Tensor):
+            mask = mask.detach()
+            if mask.dim() == q.dim() and mask.shape[0] > 1:
+                mask = mask[:rows]
+        call = AttentionCall(
+            name,
+            q=_heads(q),
+            k=_heads(k),
+            mask=None if mask is None else _mask_heads(mask),
+            is_causal=bool(p.get("is_causal", False)),
+            scale=p.get("scale"),
+            v=_heads(v),
+            output=_heads(out.detach()[:rows]),
+            reconstruct=torch.matmul,
+            rows=rows,
+        )
+        self.current.calls.append(call)
+        self._hook(out, lambda g, c=call: setattr(c, "g", _heads(g.detach()[: c.rows])))
+        self._hook(p["value"], lambda g, c=call: setattr(c, "grad_v", _heads(g.detach()[: c.rows])))
+        return out
+
+    def _mha(self, func: Any, args: Sequence, kwargs: dict) -> Any:
+        out = func(*args, **kwargs)
+        b = _MHA_SIGNATURE.bind(*args, **kwargs)
+        b.apply_defaults()
+        p = b.arguments
+        unsupported = p["bias_k"] is not None or p["add_zero_attn"] or p["static_k"] is not None
+        if p["query"].dim() != 3 or unsupported:
+            return out
+        name = self._name("", None)
+        if name is None:
+            return out
+        call = _mha_call(name, p, out[0], self.max_rows)
+        self.current.calls.append(call)
+        self._hook(out[0], call.on_output_grad)
+        return out
+
+
+def _mask_heads(mask: Tensor) -> Tensor:
+    return mask.unsqueeze(1) if mask.dim() == 3 else mask
+
+
+def _mha_call(name: str, p: dict, y: Tensor, rows: int) -> AttentionCall:
+    r"""Recompute the heads of ``F.multi_head_attention_forward`` on the first ``rows`` batch rows.
+
+    Inputs are ``[L, N, E]``; :math:`q = xW_q^\top + b_q` etc. split into ``H`` heads, and the
+    output gradient maps to the heads through the output projection:
+    :math:`g = (\partial L/\partial y) W_o`.
+    """
+    heads = p["num_heads"]
+    query, key, value = (p[n].detach()[:, :rows] for n in ("query", "key", "value"))
+    e = query.shape[-1]
+    if p["use_separate_proj_weight"]:
+        ws = [p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"]]
+    else:
+        ws = list(p["in_proj_weight"].chunk(3))
+    bias = p["in_proj_bias"]
+    bs = [None] * 3 if bias is None else list(bias.chunk(3))
+    n = query.shape[1]
+
+    def split(x: Tensor) -> Tensor:
+        return x.reshape(x.shape[0], n, heads, -1).permute(1, 2, 0, 3)
+
+    with torch.no_grad():
+        q, k, v = (
+            split(F.linear(x, w.detach(), _detach(bb)))
+            for x, w, bb in zip((query, key, value), ws, bs, strict=True)
+        )
+        lq, lk = q.shape[-2], k.shape[-2]
+        additive = torch.zeros(n, heads, lq, lk, dtype=q.dtype)
+        attn_mask = p["attn_mask"]
+        if attn_mask is not None:
+            m = attn_mask.detach()
+            m = m.reshape(-1, heads, lq, lk)[:n] if m.dim() == 3 else m
+            additive = additive + (
+                torch.zeros_like(m, dtype=q.dtype).masked_fill(m, -math.inf)
+                if m.dtype == torch.bool
+                else m
+            )
+        kpm = p["key_padding_mask"]
+        if kpm is not None:
+            m = kpm.detach()[:rows].reshape(n, 1, 1, lk)
+            additive = additive + (
+                torch.zeros_like(m, dtype=q.dtype).masked_fill(m, -math.inf)
+                if m.dtype == torch.bool
+                else m
+            )
+        w_out, b_out = p["out_proj_weight"].detach(), _detach(p["out_proj_bias"])
+
+    def reconstruct(alpha: Tensor, values: Tensor) -> Tensor:
+        o = (alpha @ values).permute(2, 0, 1, 3).reshape(lq, n, e)
+        return F.linear(o, w_out.float(), None if b_out is None else b_out.float())
+
+    def to_heads(grad: Tensor) -> Tensor:
+        return split(grad[:, :rows] @ w_out)
+
+    return AttentionCall(
+        name,
+        q=q,
+        k=k,
+        mask=additive,
+        scale=1.0 / math.sqrt(q.shape[-1]),
+        v=v,
+        output=y.detach()[:, :rows],
+        reconstruct=reconstruct,
+        to_heads=to_heads,
+        rows=rows,
+    )
+
+
+def _reduction(p: dict) -> str:
+    if p.get("size_average") is not None or p.get("reduce") is not None:
+        return torch.nn._reduction.legacy_get_string(p["size_average"], p["reduce"])
+    return p["reduction"]
+
+
+_PACKAGE_MIXTURE = objectives.mixture_nll.__code__
+_PACKAGE_CE = objectives.cross_entropy.__code__
+
+
+def _caller_locals(code: Any, depth: int = 8) -> dict | None:
+    """The locals of the nearest caller frame running ``code`` (this package's objectives)."""
+    frame = sys._getframe(2)
+    for _ in range(depth):
+        if frame is None:
+            return None
+        if frame.f_code is code:
+            return frame.f_locals
+        frame = frame.f_back
+    return None
+
+
+def _is_wrapper(model: Any) -> bool:
+    return isinstance(model, nn.DataParallel | nn.parallel.DistributedDataParallel)
+
+
+_PROVENANCE = (
+    Tensor.view,
+    Tensor.reshape,
+    Tensor.float,
+    Tensor.to,
+    Tensor.contiguous,
+    Tensor.__getitem__,
+    Tensor.neg,
+    Tensor.__neg__,
+    torch.neg,
+    Tensor.flatten,
+    Tensor.squeeze,
+    Tensor.unsqueeze,
+    Tensor.transpose,
+    Tensor.permute,
+    Tensor.clone,
+)

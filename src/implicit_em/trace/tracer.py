@@ -1,0 +1,402 @@
+r"""The :class:`Tracer`: responsibilities read from gradients during ordinary training.
+
+.. code-block:: python
+
+    with Tracer(model, sinks=["memory", "jsonl:runs/exp.jsonl"]) as tracer:
+        for x, y in loader:
+            loss = F.cross_entropy(model(x), y); loss.backward(); opt.step(); opt.zero_grad()
+            tracer.step()
+    tracer.history.to_pandas()
+
+On a measured step (every ``every``-th, starting with the first) the tracer arms the site capture
+(:mod:`implicit_em.trace.sites`) for the forward and backward pass; at :meth:`Tracer.step` it
+reduces the captured sites to statistics, runs the probe batch, all-reduces under DDP, raises
+collapse alarms and writes one record per site. Between measured steps nothing is armed: no
+hooks, no mode, no host synchronization, only a counter.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from implicit_em.trace.distributed import rank, reduce_stats
+from implicit_em.trace.metrics import (
+    Stats,
+    churn_stats,
+    drift_stats,
+    finish_attention,
+    finish_probe,
+    finish_responsibility,
+)
+from implicit_em.trace.sinks import History, MemorySink, Record, Sink, make_sink
+from implicit_em.trace.sites import (
+    SEARCHED,
+    AttentionCall,
+    ResponsibilityCall,
+    SiteCapture,
+    untraced,
+)
+
+__all__ = ["CollapseWarning", "NoSiteError", "Thresholds", "Tracer"]
+
+logger = logging.getLogger("implicit_em.trace")
+
+_GRADIENT_METRICS = {
+    "classification": ("residual", "wrong_entropy", "wrong_top"),
+    "mixture": ("residual",),
+    "attention": ("routing_norm", "value_norm", "routing_value_ratio", "value_residual"),
+}
+
+
+class NoSiteError(RuntimeError):
+    """A measured step found no traceable site."""
+
+
+class CollapseWarning(UserWarning):
+    """A collapse alarm (issued once per site and alarm; every alarm is also a record)."""
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Collapse alarms of responsibility sites with K > 1.
+
+    Attributes:
+        dominance: alarm when one component holds more than this share of the mass.
+        effective_k: alarm when :math:`\\exp H(\\bar r)` falls below this.
+        dead_fraction: a component is dead when its mass is below ``dead_fraction / K``;
+            any dead component raises an alarm.
+        scale_ratio: alarm when the distance scale falls below this fraction of its first value.
+    """
+
+    dominance: float = 0.9
+    effective_k: float = 1.5
+    dead_fraction: float = 0.01
+    scale_ratio: float = 0.1
+
+
+ProbeSpec = Tensor | tuple | dict | Callable[[], Any]
+
+
+class Tracer:
+    """Context manager that traces responsibility and attention sites during training.
+
+    Args:
+        model: the model (names sites by module path, runs the probe); None for anonymous sites.
+        sites: glob pattern(s) of site names to trace (``"transformer.h.*.attn"``); None: all.
+        every: measure every ``every``-th step (call :meth:`step` once per training step).
+        probe: a fixed batch for churn and two-timescale drift: model inputs (a tensor, a tuple
+            of positional inputs or a dict of keyword inputs) or a callable running a forward
+            pass (e.g. ``lambda: F.cross_entropy(model(xp), yp)`` to reach a loss outside the
+            model). It runs in eval mode under ``no_grad`` on measured steps; training modes are
+            restored, so training is unchanged.
+        sinks: ``"memory"``, ``"jsonl:PATH"``, ``"tensorboard:LOGDIR"`` or sink objects.
+        max_rows: batch rows of each attention site used for its metrics.
+        max_components: per-component mass is recorded for sites with at most this many.
+        thresholds: collapse alarm thresholds.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module | None = None,
+        sites: str | Sequence[str] | None = None,
+        every: int = 1,
+        probe: ProbeSpec | None = None,
+        sinks: Sequence[str | Sink] = ("memory",),
+        max_rows: int = 4,
+        max_components: int = 256,
+        thresholds: Thresholds = Thresholds(),
+    ) -> None:
+        if not isinstance(every, int) or every < 1:
+            raise ValueError(f"every must be a positive integer, got {every!r}")
+        if max_rows < 1:
+            raise ValueError(f"max_rows must be >= 1, got {max_rows}")
+        if probe is not None and model is None and not callable(probe):
+            raise ValueError("a probe batch needs the model (or pass a callable probe)")
+        self.model = model
+        self.every = every
+        self.probe = probe
+        self.max_components = max_components
+        self.thresholds = thresholds
+        self.patterns = [sites] if isinstance(sites, str) else sites
+        self._sink_specs = list(sinks)
+        self.sinks: list[Sink] = []
+        self.capture = SiteCapture(model, self.patterns, max_rows)
+        self.step_index = 0
+        self.measurements = 0
+        self._active = False
+        self._memory = MemorySink()
+        self._previous: dict[str, dict[str, Tensor | None]] = {}
+        self._first_scale: dict[str, float] = {}
+        self._warned: set[tuple[str, str]] = set()
+
+    # -- context ----------------------------------------------------------------------------------
+
+    def __enter__(self) -> Tracer:
+        writer = rank() == 0
+        self.sinks = []
+        for spec in self._sink_specs:
+            if spec == "memory":
+                self.sinks.append(self._memory)
+            elif writer:
+                self.sinks.append(make_sink(spec))
+        self._active = True
+        self.capture.arm()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        try:
+            if exc_type is None and self.capture.armed and self.capture.current.calls:
+                self._measure()
+            else:
+                self.capture.take()
+        finally:
+            self.capture.disarm()
+            self._active = False
+            for sink in self.sinks:
+                sink.close()
+
+    @property
+    def history(self) -> History:
+        """Every record measured so far (with the ``"memory"`` sink)."""
+        return self._memory.history
+
+    @property
+    def alarms(self) -> list[Record]:
+        return self.history.alarms()
+
+    def step(self) -> None:
+        """Mark the end of a training step (after ``backward``, typically after ``opt.step()``)."""
+        if not self._active:
+            raise RuntimeError("Tracer.step() must be called inside the `with Tracer(...)` block")
+        if self.step_index % self.every == 0:
+            self._measure()
+        self.step_index += 1
+        if self.step_index % self.every == 0:
+            self.capture.arm()
+        else:
+            self.capture.disarm()
+
+    # -- measurement ------------------------------------------------------------------------------
+
+    def _measure(self) -> None:
+        done = self.capture.take()
+        if not done.calls:
+            if self.measurements == 0:
+                raise NoSiteError(self._no_site_message(done.skipped))
+            return
+        calls = done.calls
+        with untraced():
+            stats = [call.stats() for call in calls]
+        if self.probe is not None:
+            probed = {c.name: c for c in self._run_probe()}
+            with untraced():
+                self._probe_into(calls, stats, probed)
+        with untraced():
+            stats = reduce_stats(stats)
+            records = [self._record(call, s) for call, s in zip(calls, stats, strict=True)]
+            alarms = [a for r in records for a in self._alarms(r)]
+            self.measurements += 1
+            for sink in self.sinks:
+                sink.write(records + alarms)
+
+    def _no_site_message(self, skipped: set[str]) -> str:
+        where = "the traced code" if self.model is None else type(self.model).__name__
+        n = len(self.capture.names)
+        lines = [f"no traceable site in {where} ({n} modules) at step {self.step_index}."]
+        if self.capture.seen:
+            lines.append(
+                f"Sites found but not selected by sites={self.patterns}: {sorted(self.capture.seen)}"
+            )
+        else:
+            lines.append("Searched for: " + "; ".join(SEARCHED) + ".")
+            lines.append(
+                "Run the forward pass (and the loss) inside the `with Tracer(...)` block; "
+                "attention must be one of the forms above."
+            )
+        return "\n".join(lines)
+
+    def _run_probe(self) -> list[ResponsibilityCall | AttentionCall]:
+        model = self.model
+        modules = [] if model is None else list(model.modules())
+        modes = [m.training for m in modules]
+        try:
+            if model is not None:
+                model.eval()
+            with torch.no_grad():
+                if callable(self.probe) and not isinstance(self.probe, Tensor | nn.Module):
+                    self.probe()
+                elif isinstance(self.probe, dict):
+                    model(**self.probe)
+                elif isinstance(self.probe, tuple):
+                    model(*self.probe)
+                else:
+                    model(self.probe)
+        finally:
+            for m, mode in zip(modules, modes, strict=True):
+                m.training = mode
+        return self.capture.take().calls
+
+    def _probe_into(self, calls: list, stats: list[Stats], probed: dict[str, Any]) -> None:
+        """Add churn / drift statistics of the probe batch to the matching training sites."""
+        for call, s in zip(calls, stats, strict=True):
+            p = probed.get(call.name)
+            prev = self._previous.get(call.name)
+            if isinstance(call, ResponsibilityCall):
+                zero = {"churn_changed": torch.zeros(()), "churn_n": torch.zeros(())}
+                if isinstance(p, ResponsibilityCall):
+                    now = p.assignment()
+                    ok = prev is not None and prev["assignment"].shape == now.shape
+                    s.update(churn_stats(now, prev["assignment"]) if ok else zero)
+                    self._previous[call.name] = {"assignment": now}
+                else:
+                    s.update(zero)
+            else:
+                zero = {"drift_tv": torch.zeros(()), "drift_rows": torch.zeros(())}
+                zero |= {"value_diff_sq": torch.zeros(()), "value_prev_sq": torch.zeros(())}
+                if isinstance(p, AttentionCall):
+                    alpha, v = p.weights().float(), p.values()
+                    v = None if v is None else v.float()
+                    ok = prev is not None and prev["alpha"].shape == alpha.shape
+                    if (
+                        ok
+                        and v is not None
+                        and prev["v"] is not None
+                        and prev["v"].shape == v.shape
+                    ):
+                        s.update(drift_stats(alpha, prev["alpha"], v, prev["v"]))
+                    elif ok:
+                        s.update(drift_stats(alpha, prev["alpha"], None, None))
+                        s.update(value_diff_sq=torch.zeros(()), value_prev_sq=torch.zeros(()))
+                    else:
+                        s.update(zero)
+                    self._previous[call.name] = {"alpha": alpha, "v": v}
+                else:
+                    s.update(zero)
+
+    def _record(self, call: ResponsibilityCall | AttentionCall, s: Stats) -> Record:
+        if isinstance(call, ResponsibilityCall):
+            kind = call.kind
+            metrics = finish_responsibility(s, self.thresholds.dead_fraction)
+            has_grad = bool(s["n_grad"] > 0)
+        else:
+            kind = "attention"
+            metrics = finish_attention(s)
+            has_grad = bool(s.get("n_grad", torch.zeros(())) > 0)
+        if self.probe is not None:
+            probe = finish_probe(s)
+            if "churn_n" in s and not s["churn_n"] > 0:
+                probe["churn"] = None
+            if "drift_rows" in s and not s["drift_rows"] > 0:
+                probe["attention_drift"] = None
+            if "value_prev_sq" in s and not s["value_prev_sq"] > 0:
+                probe["value_drift"] = None
+            metrics |= probe
+        record: Record = {"kind": "site", "step": self.step_index, "site": call.name, "type": kind}
+        for key, value in metrics.items():
+            record[key] = _plain(value)
+        if kind != "attention":
+            record["K"] = len(record["mass"])
+            record["source"] = "gradient" if has_grad else "forward"
+            if record["K"] > self.max_components:
+                record["mass"] = None
+        missing = [m for m in _GRADIENT_METRICS[kind] if not has_grad or record.get(m) is None]
+        missing += [
+            m
+            for m in ("churn", "attention_drift", "value_drift")
+            if m in record and record[m] is None
+        ]
+        for m in missing:
+            record[m] = None
+        for m in ("n_grad",):
+            record.pop(m, None)
+        record["missing"] = sorted(set(missing))
+        return record
+
+    def _alarms(self, record: Record) -> list[Record]:
+        site, t = record["site"], self.thresholds
+        checks: list[tuple[str, float, float, bool, str]] = []
+        if record.get("nonfinite"):
+            checks.append(
+                (
+                    "nonfinite_gradient",
+                    record["nonfinite"],
+                    0.0,
+                    True,
+                    "non-finite gradient entries excluded from the metrics",
+                )
+            )
+        if record["type"] != "attention" and record["K"] > 1 and record["rows"] > 0:
+            checks.append(
+                (
+                    "dominance",
+                    record["dominance"],
+                    t.dominance,
+                    record["dominance"] > t.dominance,
+                    "one component holds most of the mass",
+                )
+            )
+            checks.append(
+                (
+                    "effective_k",
+                    record["effective_k"],
+                    t.effective_k,
+                    record["effective_k"] < t.effective_k,
+                    "effective number of components collapsed",
+                )
+            )
+            checks.append(
+                (
+                    "dead_components",
+                    record["dead"],
+                    0.0,
+                    record["dead"] > 0,
+                    "components with (almost) no responsibility",
+                )
+            )
+            scale = record["scale"]
+            first = self._first_scale.setdefault(site, scale)
+            if math.isfinite(scale) and first > 0:
+                checks.append(
+                    (
+                        "shrinking_scale",
+                        scale,
+                        t.scale_ratio * first,
+                        scale < t.scale_ratio * first,
+                        "the distance scale is shrinking",
+                    )
+                )
+        alarms = []
+        for name, value, threshold, fired, text in checks:
+            if not fired:
+                continue
+            message = f"{site}: {text} ({name}={value:.4g}, threshold {threshold:.4g}) at step {record['step']}"
+            alarms.append(
+                {
+                    "kind": "alarm",
+                    "step": record["step"],
+                    "site": site,
+                    "alarm": name,
+                    "value": value,
+                    "threshold": threshold,
+                    "message": message,
+                }
+            )
+            if (site, name) not in self._warned:
+                self._warned.add((site, name))
+                logger.warning(message)
+                warnings.warn(message, CollapseWarning, stacklevel=5)
+        return alarms
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Tensor):
+        return value.item() if value.dim() == 0 else value.tolist()
+    return value
