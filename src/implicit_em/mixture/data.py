@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
+import scipy.sparse
 import torch
 from torch import Tensor
 
@@ -28,6 +29,8 @@ __all__ = [
 def is_batch_iterable(x: Any) -> bool:
     """True for a collection of batches (not an array, tensor, list of rows or string)."""
     if isinstance(x, (np.ndarray, Tensor, str, bytes, list, tuple)) or hasattr(x, "__array__"):
+        return False
+    if scipy.sparse.issparse(x):
         return False
     return isinstance(x, Iterable)
 
@@ -64,6 +67,8 @@ def check_rows(n_samples: int, n_components: int) -> None:
 
 
 def _to_tensor(x: Any, dtype: torch.dtype, device: torch.device) -> Tensor:
+    if isinstance(x, np.ndarray) and not x.flags.writeable:
+        x = np.array(x)
     return torch.as_tensor(x).to(device=device, dtype=dtype)
 
 

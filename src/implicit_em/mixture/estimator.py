@@ -220,7 +220,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         x = x.detach().cpu().numpy() if isinstance(x, Tensor) else np.asarray(x)
         if x.shape[0] > _INIT_SAMPLES:
             x = x[np.sort(rng.choice(x.shape[0], _INIT_SAMPLES, replace=False))]
-        return x.astype(np.float64, copy=False)
+        return np.array(x, dtype=np.float64)
 
     def _initial_responsibilities(self, x: np.ndarray, rng: np.random.RandomState) -> np.ndarray:
         n, k = x.shape[0], self.n_components
@@ -388,6 +388,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
                 stacklevel=3,
             )
         self._publish(best.mixture)
+        self._rule, self._worst = None, None
         self.converged_ = best.converged
         self.n_iter_ = best.n_iter
         self.lower_bound_ = best.lower_bound
@@ -458,9 +459,10 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             check_rows(X.shape[0], self.n_components)
             rng = check_random_state(self.random_state)
             self._publish(broadcast_mixture(self._initial_mixture(X, rng)))
-            self._rule = make_step_rule(self.fitter, float(self.reg_covar), self.learning_rate)
             self.history_ = {"log_likelihood": [], "n_reseeded": []}
             self.n_iter_, self.lower_bound_, self.converged_ = 0, -math.inf, False
+        if getattr(self, "_rule", None) is None:
+            self._rule = make_step_rule(self.fitter, float(self.reg_covar), self.learning_rate)
         if getattr(self, "_worst", None) is None:
             self._rule.begin(self._mixture)
             self._worst = WorstSamples(self.n_components, X.shape[1], self._mixture.means)

@@ -52,6 +52,10 @@ class Mixture:
         cls, model: CovarianceModel, weights: Tensor, means: Tensor, prec_chol: Tensor
     ) -> Mixture:
         """Complete the parameters with :math:`\\Sigma = (UU^\\top)^{-1}`, in canonical form."""
+        if not bool(torch.isfinite(prec_chol).all()):
+            raise ValueError(
+                "The step produced non-finite parameters (the fit diverged); lower learning_rate."
+            )
         covariances = model.from_precision(model.precision(prec_chol))
         return cls.from_covariances(model, weights, means, covariances)
 

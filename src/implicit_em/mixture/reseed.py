@@ -16,6 +16,7 @@ from torch import Tensor
 
 from implicit_em.mixture.distributed import all_gather_rows
 from implicit_em.mixture.parameters import Mixture
+from implicit_em.mixture.statistics import empty_components
 
 __all__ = ["WorstSamples", "reseed_empty"]
 
@@ -45,8 +46,7 @@ def reseed_empty(
     mixture: Mixture, masses: Tensor, candidates: WorstSamples, total: Tensor
 ) -> tuple[Mixture, int]:
     """Re-seed the empty components of ``mixture``; return it and how many were re-seeded."""
-    threshold = 1e3 * torch.finfo(masses.dtype).eps * total
-    empty = masses < threshold
+    empty = empty_components(masses, total)
     n_empty = int(empty.sum())
     values, points = candidates.gathered()
     available = torch.isfinite(values)

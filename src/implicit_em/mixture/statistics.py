@@ -26,7 +26,14 @@ from torch import Tensor
 
 from implicit_em.mixture.parameters import Mixture, log_likelihood_and_responsibilities
 
-__all__ = ["Statistics", "accumulate", "m_step", "reference", "zero_statistics"]
+__all__ = [
+    "Statistics",
+    "accumulate",
+    "empty_components",
+    "m_step",
+    "reference",
+    "zero_statistics",
+]
 
 Statistics = dict[str, Tensor]
 
@@ -69,10 +76,26 @@ def e_step(stats: Statistics, x: Tensor, mixture: Mixture, shift: Tensor, ref: T
     return log_p
 
 
+def empty_components(masses: Tensor, total: Tensor) -> Tensor:
+    r"""Components whose mass :math:`N_j` is below :math:`10^3\,\varepsilon\,N`, ``[K]`` bool.
+
+    Their statistics carry no information (and :math:`S_j/N_j - \delta_j\delta_j^\top` would
+    be pure cancellation), so the M-step gives them ``reg_covar`` alone and
+    :mod:`~implicit_em.mixture.reseed` moves them.
+    """
+    return masses < 1e3 * torch.finfo(masses.dtype).eps * total
+
+
 def m_step(stats: Statistics, mixture: Mixture, shift: Tensor, ref: Tensor, reg: float) -> Mixture:
     """The closed-form M-step from summed statistics (``ValueError`` on a singular covariance)."""
     model = mixture.model
     n = stats["n"] + 10 * torch.finfo(stats["n"].dtype).eps
     means_y = stats["first"] / n[:, None]
-    cov = model.estimate(stats["second"], n, means_y - ref, stats["count"], reg)
+    delta, second = means_y - ref, stats["second"]
+    empty = empty_components(stats["n"], stats["count"])
+    if bool(empty.any()) and model.per_component:
+        delta = torch.where(empty[:, None], torch.zeros_like(delta), delta)
+        shape = (-1,) + (1,) * (second.dim() - 1)
+        second = torch.where(empty.reshape(shape), torch.zeros_like(second), second)
+    cov = model.estimate(second, n, delta, stats["count"], reg)
     return Mixture.from_covariances(model, n / n.sum(), shift + means_y, cov)

@@ -36,7 +36,13 @@ import torch
 from torch import Tensor
 
 from implicit_em.mixture.parameters import Mixture
-from implicit_em.mixture.statistics import e_step, m_step, reference, zero_statistics
+from implicit_em.mixture.statistics import (
+    e_step,
+    empty_components,
+    m_step,
+    reference,
+    zero_statistics,
+)
 from implicit_em.objectives import mixture_nll
 
 __all__ = [
@@ -159,6 +165,11 @@ class PreconditionedRule(_AutogradRule):
         new_weights = weights + (weights * g_weights - weights * (weights @ g_weights)) / total
         new_means = means + model.mean_step(cov, g_means, n)
         delta = new_means - means
+        empty = empty_components(masses, total)
+        if bool(empty.any()) and model.per_component:
+            delta = torch.where(empty[:, None], torch.zeros_like(delta), delta)
+            shape = (-1,) + (1,) * (g_cov.dim() - 1)
+            g_cov = torch.where(empty.reshape(shape), torch.zeros_like(g_cov), g_cov)
         new_cov = model.covariance_step(cov, g_cov, n, delta, total, self.reg_covar)
         return Mixture.from_covariances(model, new_weights, new_means, new_cov), masses
 
