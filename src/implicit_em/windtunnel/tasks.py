@@ -1,0 +1,308 @@
+r"""Wind-tunnel tasks: samplers of fresh sequences with the exact posterior at every target.
+
+Every call to :meth:`Task.sample` draws new latent structure (a bijection, a pair of HMM
+matrices, a coin bias), so a model cannot memorize answers: it can only lower its loss by
+computing the posterior in context. A :class:`Batch` carries
+
+* ``tokens[B, T]`` (int64): the input sequence;
+* ``mask[B, T]`` (bool): the supervised positions (the model's prediction at position ``t`` is
+  read after it has seen ``tokens[:, : t + 1]``);
+* ``target[B, T]`` (int64): the answer drawn from the generative process at each supervised
+  position (0 elsewhere), the hard label of ordinary next-token training;
+* ``posterior[B, T, K]`` (float64): the exact posterior over the ``K`` answers at each supervised
+  position (uniform elsewhere), the soft target and the reference of every metric.
+
+The target is always a draw from the posterior: ``target ~ posterior`` given the context, so the
+minimizer of the expected cross-entropy on ``target`` is ``posterior`` itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "Batch",
+    "Bijection",
+    "DiceCounting",
+    "HMMFilter",
+    "Task",
+    "forward_filter",
+    "make_task",
+]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One batch of sequences with their supervision (see the module docstring for shapes)."""
+
+    tokens: Tensor
+    mask: Tensor
+    target: Tensor
+    posterior: Tensor
+
+    def to(self, device: torch.device | str) -> Batch:
+        """The same batch on ``device``."""
+        return Batch(*(t.to(device) for t in (self.tokens, self.mask, self.target, self.posterior)))
+
+
+class Task(Protocol):
+    """A sampler of sequences with exact posteriors.
+
+    ``vocab_size`` tokens, sequences of ``seq_len`` tokens, posteriors over ``n_classes``.
+    """
+
+    name: ClassVar[str]
+    vocab_size: int
+    seq_len: int
+    n_classes: int
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> Batch: ...
+
+
+def _random_permutations(batch_size: int, n: int, generator: torch.Generator) -> Tensor:
+    """``[B, n]`` independent uniformly random permutations of ``0..n-1``."""
+    return torch.rand(batch_size, n, generator=generator).argsort(dim=-1)
+
+
+def _interleave(a: Tensor, b: Tensor) -> Tensor:
+    """``[a_1, b_1, a_2, b_2, ...]`` along the last axis."""
+    return torch.stack([a, b], dim=-1).flatten(-2)
+
+
+@dataclass(frozen=True)
+class Bijection:
+    r"""Bijection elimination on ``V`` symbols.
+
+    Each sequence draws a fresh bijection :math:`\pi` of ``0..V-1`` and shows all ``V`` pairs
+    :math:`(x_k, \pi(x_k))` with :math:`x_k` drawn without replacement:
+    ``tokens = [x_1, y_1, x_2, y_2, ...]`` where inputs use ids ``0..V-1`` and outputs ``V..2V-1``.
+    The supervised positions are the inputs :math:`x_k` (predict :math:`y_k = \pi(x_k)` next);
+    the exact posterior there is uniform over the ``V - k + 1`` outputs not yet revealed,
+
+    .. math:: p(\pi(x_k) = y \mid \text{context}) = \frac{1[y \notin \{y_1..y_{k-1}\}]}{V-k+1},
+        \qquad H_k = \log_2(V-k+1)\ \text{bits}.
+    """
+
+    n_symbols: int = 10
+    name: ClassVar[str] = "bijection"
+
+    def __post_init__(self) -> None:
+        if self.n_symbols < 2:
+            raise ValueError(f"n_symbols must be >= 2, got {self.n_symbols}")
+
+    @property
+    def vocab_size(self) -> int:
+        return 2 * self.n_symbols
+
+    @property
+    def seq_len(self) -> int:
+        return 2 * self.n_symbols
+
+    @property
+    def n_classes(self) -> int:
+        return self.n_symbols
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
+        v = self.n_symbols
+        x = _random_permutations(batch_size, v, generator)
+        # pi(x_k) for a uniformly random bijection and distinct x_k: another random permutation.
+        y = _random_permutations(batch_size, v, generator)
+        tokens = _interleave(x, y + v)
+        shown = torch.nn.functional.one_hot(y, v)
+        revealed = shown.cumsum(dim=1) - shown  # outputs revealed before pair k
+        unseen = (1 - revealed).double()
+        post_x = unseen / unseen.sum(dim=-1, keepdim=True)
+        uniform = torch.full_like(post_x, 1.0 / v)
+        posterior = _interleave(post_x.transpose(1, 2), uniform.transpose(1, 2)).transpose(1, 2)
+        mask = _interleave(
+            torch.ones_like(x, dtype=torch.bool), torch.zeros_like(x, dtype=torch.bool)
+        )
+        target = _interleave(y, torch.zeros_like(y))
+        return Batch(tokens, mask, target, posterior)
+
+
+def forward_filter(
+    transition: Tensor, emission: Tensor, initial: Tensor, observations: Tensor
+) -> Tensor:
+    r"""Filtering posteriors :math:`p(s_t \mid o_{1:t})` of a batch of HMMs, in float64.
+
+    .. math:: \alpha_1 \propto \pi_0 \odot E_{\cdot, o_1}, \qquad
+        \alpha_t \propto (\alpha_{t-1}^\top A) \odot E_{\cdot, o_t}.
+
+    Args:
+        transition: ``A[B, S, S]`` with ``A[b, i, j] = p(s_{t+1}=j | s_t=i)``.
+        emission: ``E[B, S, O]`` with ``E[b, i, o] = p(o | s=i)``.
+        initial: ``pi_0[B, S]``.
+        observations: ``o[B, T]`` (int64, observations with positive probability).
+
+    Returns:
+        ``alpha[B, T, S]``, each row a probability vector.
+    """
+    a, e, alpha = transition.double(), emission.double(), initial.double()
+    idx = observations[:, None, :].expand(-1, e.shape[1], -1)
+    likelihood = torch.gather(e, 2, idx).transpose(1, 2)
+    out = []
+    for t in range(observations.shape[1]):
+        if t > 0:
+            alpha = torch.einsum("bi,bij->bj", alpha, a)
+        alpha = alpha * likelihood[:, t]
+        alpha = alpha / alpha.sum(dim=-1, keepdim=True)
+        out.append(alpha)
+    return torch.stack(out, dim=1)
+
+
+def _uniform_simplex(shape: tuple[int, ...], n: int, generator: torch.Generator) -> Tensor:
+    r"""Draws of :math:`\text{Dirichlet}(1, \dots, 1)` (uniform on the simplex), ``[*shape, n]``.
+
+    Normalized i.i.d. exponentials :math:`-\log U`, so that ``generator`` alone fixes the draw.
+    """
+    u = torch.rand((*shape, n), generator=generator, dtype=torch.float64)
+    e = -torch.log1p(-u)
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+def _quantized_simplex(
+    shape: tuple[int, ...], n: int, levels: int, generator: torch.Generator
+) -> Tensor:
+    r"""Counts :math:`c \sim \text{Multinomial}(Q, p)`, :math:`p \sim \text{Dirichlet}(1)`.
+
+    Returns int64 ``c[*shape, n]`` with rows summing to ``levels`` :math:`= Q`: the probability
+    row :math:`c / Q` is a Dirichlet draw quantized so that each entry is one of ``Q + 1`` tokens.
+    """
+    p = _uniform_simplex(shape, n, generator).reshape(-1, n)
+    draws = torch.multinomial(p, levels, replacement=True, generator=generator)
+    counts = torch.nn.functional.one_hot(draws, n).sum(dim=1)
+    return counts.reshape(*shape, n)
+
+
+def _categorical(p: Tensor, generator: torch.Generator) -> Tensor:
+    """One draw per row of ``p[B, K]``."""
+    return torch.multinomial(p, 1, generator=generator).squeeze(-1)
+
+
+@dataclass(frozen=True)
+class HMMFilter:
+    r"""HMM state tracking with the model given in context.
+
+    Each sequence draws a transition matrix :math:`A` (``S x S``) and an emission matrix
+    :math:`E` (``S x O``) whose rows are Dirichlet(1) draws quantized to multiples of
+    :math:`1/Q` (``levels`` = Q), a uniform initial state, hidden states :math:`s_{1:T}` and
+    observations :math:`o_{1:T}`. The context spells out the model, then the observations:
+
+    ``tokens = [Q A_11, ..., Q A_SS, Q E_11, ..., Q E_SO, o_1, ..., o_T]`` with matrix entries as
+    ids ``0..Q`` and observations as ids ``Q+1..Q+O``. The supervised positions are the
+    observations; the exact posterior at :math:`o_t` is the filter :math:`p(s_t \mid o_{1:t})`
+    (:func:`forward_filter`) and the sampled target is the true state :math:`s_t`.
+    """
+
+    n_states: int = 5
+    n_observations: int = 5
+    length: int = 12
+    levels: int = 10
+    name: ClassVar[str] = "hmm"
+
+    def __post_init__(self) -> None:
+        if min(self.n_states, self.n_observations) < 2 or self.length < 1 or self.levels < 1:
+            raise ValueError(
+                "HMMFilter needs n_states >= 2, n_observations >= 2, length >= 1 and levels >= 1"
+            )
+
+    @property
+    def context_len(self) -> int:
+        """Number of tokens that spell out the matrices."""
+        return self.n_states * (self.n_states + self.n_observations)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.levels + 1 + self.n_observations
+
+    @property
+    def seq_len(self) -> int:
+        return self.context_len + self.length
+
+    @property
+    def n_classes(self) -> int:
+        return self.n_states
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
+        s, o, q = self.n_states, self.n_observations, self.levels
+        a_counts = _quantized_simplex((batch_size, s), s, q, generator)
+        e_counts = _quantized_simplex((batch_size, s), o, q, generator)
+        a, e = a_counts.double() / q, e_counts.double() / q
+        initial = torch.full((batch_size, s), 1.0 / s, dtype=torch.float64)
+        states, obs = [], []
+        state_p = initial
+        for _ in range(self.length):
+            state = _categorical(state_p, generator)
+            states.append(state)
+            obs.append(_categorical(e[torch.arange(batch_size), state], generator))
+            state_p = a[torch.arange(batch_size), state]
+        states_t, obs_t = torch.stack(states, dim=1), torch.stack(obs, dim=1)
+        filtered = forward_filter(a, e, initial, obs_t)
+        ctx = self.context_len
+        tokens = torch.cat([a_counts.flatten(1), e_counts.flatten(1), obs_t + q + 1], dim=1)
+        mask = torch.zeros(batch_size, self.seq_len, dtype=torch.bool)
+        mask[:, ctx:] = True
+        target = torch.zeros(batch_size, self.seq_len, dtype=torch.int64)
+        target[:, ctx:] = states_t
+        posterior = torch.full((batch_size, self.seq_len, s), 1.0 / s, dtype=torch.float64)
+        posterior[:, ctx:] = filtered
+        return Batch(tokens, mask, target, posterior)
+
+
+@dataclass(frozen=True)
+class DiceCounting:
+    r"""Dirichlet-categorical counting (a coin for ``n_faces = 2``).
+
+    Each sequence draws face probabilities :math:`\theta \sim \text{Dirichlet}(1)` and rolls
+    :math:`x_1, \dots, x_T`. ``tokens = [BOS, x_1, ..., x_{T-1}]`` (faces ``0..K-1``, BOS ``= K``)
+    and position ``t`` predicts :math:`x_{t+1}` with the exact posterior predictive (Laplace's rule)
+
+    .. math:: p(x_{t+1} = j \mid x_{1:t}) = \frac{1 + n_j(t)}{K + t}.
+    """
+
+    n_faces: int = 2
+    length: int = 16
+    name: ClassVar[str] = "dice"
+
+    def __post_init__(self) -> None:
+        if self.n_faces < 2 or self.length < 1:
+            raise ValueError("DiceCounting needs n_faces >= 2 and length >= 1")
+
+    @property
+    def vocab_size(self) -> int:
+        return self.n_faces + 1
+
+    @property
+    def seq_len(self) -> int:
+        return self.length
+
+    @property
+    def n_classes(self) -> int:
+        return self.n_faces
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
+        k, t = self.n_faces, self.length
+        theta = _uniform_simplex((batch_size,), k, generator)
+        rolls = torch.multinomial(theta, t, replacement=True, generator=generator)
+        bos = torch.full((batch_size, 1), k, dtype=torch.int64)
+        tokens = torch.cat([bos, rolls[:, :-1]], dim=1)
+        seen = torch.nn.functional.one_hot(tokens, k + 1)[..., :k].cumsum(dim=1).double()
+        steps = torch.arange(t, dtype=torch.float64)[None, :, None]
+        posterior = (1.0 + seen) / (k + steps)
+        mask = torch.ones(batch_size, t, dtype=torch.bool)
+        return Batch(tokens, mask, rolls, posterior)
+
+
+_TASKS: dict[str, type] = {"bijection": Bijection, "hmm": HMMFilter, "dice": DiceCounting}
+
+
+def make_task(name: str, **params: int) -> Task:
+    """The task called ``name`` (``bijection`` | ``hmm`` | ``dice``) with its size parameters."""
+    if name not in _TASKS:
+        raise ValueError(f"unknown task {name!r}; choose from {sorted(_TASKS)}")
+    return _TASKS[name](**params)

@@ -1,0 +1,73 @@
+"""Shapes, causality, eager/SDPA agreement and capacity matching of the wind-tunnel models."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from implicit_em.windtunnel.models import (
+    GPT,
+    GPTConfig,
+    PrefixMLP,
+    count_parameters,
+    matched_mlp,
+)
+
+CONFIGS = [
+    GPTConfig(vocab_size=20, n_classes=10, block_size=20, n_layer=3, n_head=4, n_embd=64),
+    GPTConfig(vocab_size=40, n_classes=20, block_size=40, n_layer=6, n_head=6, n_embd=192),
+    GPTConfig(vocab_size=16, n_classes=5, block_size=62, n_layer=2, n_head=2, n_embd=32),
+    GPTConfig(vocab_size=3, n_classes=2, block_size=8, n_layer=1, n_head=1, n_embd=8),
+]
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_mlp_parameter_count_within_ten_percent(config: GPTConfig, depth: int) -> None:
+    n_gpt = count_parameters(GPT(config))
+    n_mlp = count_parameters(PrefixMLP(matched_mlp(config, depth=depth)))
+    assert abs(n_mlp - n_gpt) <= 0.1 * n_gpt
+
+
+def _models(config: GPTConfig) -> list[torch.nn.Module]:
+    torch.manual_seed(0)
+    return [GPT(config), PrefixMLP(matched_mlp(config))]
+
+
+@pytest.mark.parametrize("model", _models(CONFIGS[0]))
+def test_shapes_and_causality(model: torch.nn.Module) -> None:
+    tokens = torch.randint(0, 20, (3, 20))
+    logits = model(tokens)
+    assert logits.shape == (3, 20, 10)
+    # Changing token t changes no prediction before t.
+    changed = tokens.clone()
+    changed[:, 12] = (changed[:, 12] + 1) % 20
+    other = model(changed)
+    torch.testing.assert_close(other[:, :12], logits[:, :12])
+    assert not torch.allclose(other[:, 12:], logits[:, 12:])
+    # Shorter inputs are prefixes.
+    torch.testing.assert_close(model(tokens[:, :7]), logits[:, :7], atol=1e-5, rtol=1e-5)
+
+
+def test_eager_attention_matches_sdpa_and_keeps_alpha() -> None:
+    config = CONFIGS[2]
+    torch.manual_seed(1)
+    fast = GPT(config)
+    eager = GPT(GPTConfig(**{**config.__dict__, "sdpa": False}))
+    eager.load_state_dict(fast.state_dict())
+    tokens = torch.randint(0, config.vocab_size, (4, config.block_size))
+    torch.testing.assert_close(eager(tokens), fast(tokens), atol=1e-5, rtol=1e-5)
+    alpha = eager.blocks[0].attn.last_alpha
+    assert alpha is not None and alpha.shape == (
+        4,
+        config.n_head,
+        config.block_size,
+        config.block_size,
+    )
+    torch.testing.assert_close(alpha.sum(-1), torch.ones(alpha.shape[:-1]))
+    assert bool((alpha.triu(diagonal=1) == 0).all())
+
+
+def test_config_validation() -> None:
+    with pytest.raises(ValueError, match="multiple of n_head"):
+        GPTConfig(vocab_size=4, n_classes=2, block_size=4, n_head=3, n_embd=64)

@@ -1,0 +1,176 @@
+"""Each task's exact posterior against brute-force enumeration on small sizes."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import integrate
+
+from implicit_em.windtunnel.tasks import (
+    Bijection,
+    DiceCounting,
+    HMMFilter,
+    forward_filter,
+    make_task,
+)
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.mark.parametrize("task", [Bijection(4), HMMFilter(3, 2, 5, 4), DiceCounting(3, 6)])
+def test_batch_shapes_and_posteriors_are_distributions(task) -> None:
+    b = task.sample(7, _gen(0))
+    assert b.tokens.shape == b.mask.shape == b.target.shape == (7, task.seq_len)
+    assert b.posterior.shape == (7, task.seq_len, task.n_classes)
+    assert b.tokens.dtype == torch.int64 and b.posterior.dtype == torch.float64
+    assert int(b.tokens.min()) >= 0 and int(b.tokens.max()) < task.vocab_size
+    assert torch.allclose(b.posterior.sum(-1), torch.ones(7, task.seq_len, dtype=torch.float64))
+    assert bool((b.posterior >= 0).all())
+    # The drawn answer always has positive posterior probability.
+    p_target = b.posterior.gather(-1, b.target[..., None]).squeeze(-1)
+    assert bool((p_target[b.mask] > 0).all())
+
+
+def test_sampling_is_reproducible_and_fresh() -> None:
+    task = HMMFilter(3, 3, 4, 5)
+    a, b = task.sample(4, _gen(1)), task.sample(4, _gen(1))
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.posterior, b.posterior)
+    g = _gen(1)
+    first, second = task.sample(4, g), task.sample(4, g)
+    assert not torch.equal(first.tokens, second.tokens)
+
+
+def _bijection_brute_force(tokens: list[int], v: int) -> list[list[float]]:
+    """Posterior of pi(x_k) at each input position by enumerating all V! bijections."""
+    pairs = [(tokens[2 * k], tokens[2 * k + 1] - v) for k in range(v)]
+    out = []
+    for k in range(v):
+        counts = np.zeros(v)
+        for pi in itertools.permutations(range(v)):
+            if all(pi[x] == y for x, y in pairs[:k]):
+                counts[pi[pairs[k][0]]] += 1
+        out.append(list(counts / counts.sum()))
+    return out
+
+
+@settings(max_examples=15, deadline=None)
+@given(v=st.integers(2, 5), seed=st.integers(0, 10_000))
+def test_bijection_posterior_matches_enumeration(v: int, seed: int) -> None:
+    task = Bijection(v)
+    b = task.sample(2, _gen(seed))
+    for i in range(2):
+        exact = b.posterior[i, 0::2].numpy()
+        np.testing.assert_allclose(
+            exact, _bijection_brute_force(b.tokens[i].tolist(), v), atol=1e-12
+        )
+    entropy = -(b.posterior[:, 0::2] * b.posterior[:, 0::2].clamp_min(1e-300).log2()).sum(-1)
+    expected = torch.log2(torch.arange(v, 0, -1, dtype=torch.float64))
+    torch.testing.assert_close(entropy, expected.expand(2, v))
+    assert b.mask[:, 0::2].all() and not b.mask[:, 1::2].any()
+
+
+def _hmm_brute_force(a: np.ndarray, e: np.ndarray, obs: list[int]) -> np.ndarray:
+    """p(s_t | o_1:t) by summing the joint over all S^t state paths."""
+    s = a.shape[0]
+    out = []
+    for t in range(1, len(obs) + 1):
+        post = np.zeros(s)
+        for path in itertools.product(range(s), repeat=t):
+            p = 1.0 / s * e[path[0], obs[0]]
+            for j in range(1, t):
+                p *= a[path[j - 1], path[j]] * e[path[j], obs[j]]
+            post[path[-1]] += p
+        out.append(post / post.sum())
+    return np.array(out)
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    s=st.integers(2, 3), o=st.integers(2, 3), length=st.integers(1, 5), seed=st.integers(0, 10_000)
+)
+def test_hmm_filter_matches_enumeration(s: int, o: int, length: int, seed: int) -> None:
+    task = HMMFilter(s, o, length, levels=6)
+    b = task.sample(2, _gen(seed))
+    ctx = task.context_len
+    for i in range(2):
+        toks = b.tokens[i]
+        a = toks[: s * s].reshape(s, s).double().numpy() / task.levels
+        e = toks[s * s : ctx].reshape(s, o).double().numpy() / task.levels
+        np.testing.assert_allclose(a.sum(1), 1.0)
+        np.testing.assert_allclose(e.sum(1), 1.0)
+        obs = (toks[ctx:] - task.levels - 1).tolist()
+        np.testing.assert_allclose(
+            b.posterior[i, ctx:].numpy(), _hmm_brute_force(a, e, obs), atol=1e-12
+        )
+    assert b.mask[:, ctx:].all() and not b.mask[:, :ctx].any()
+
+
+def test_forward_filter_on_a_known_chain() -> None:
+    # A deterministic flip chain with informative first emission: the state is known exactly.
+    a = torch.tensor([[[0.0, 1.0], [1.0, 0.0]]], dtype=torch.float64)
+    e = torch.tensor([[[1.0, 0.0], [0.5, 0.5]]], dtype=torch.float64)
+    post = forward_filter(a, e, torch.tensor([[0.5, 0.5]]), torch.tensor([[1, 0, 1]]))
+    expected = torch.tensor([[[0.0, 1.0], [1.0, 0.0], [0.0, 1.0]]], dtype=torch.float64)
+    torch.testing.assert_close(post, expected)
+
+
+def _dice_quadrature(rolls: list[int], k: int) -> list[list[float]]:
+    """Posterior predictive by integrating theta over the simplex (k = 2 or 3) under Dirichlet(1)."""
+
+    def likelihood(theta: list[float], seen: list[int]) -> float:
+        return math.prod(theta[x] for x in seen)
+
+    out = []
+    for t in range(len(rolls)):
+        seen = rolls[:t]
+        if k == 2:
+            z = integrate.quad(lambda p, seen=seen: likelihood([p, 1 - p], seen), 0, 1)[0]
+            pred = [
+                integrate.quad(lambda p, j=j, seen=seen: likelihood([p, 1 - p], [*seen, j]), 0, 1)[
+                    0
+                ]
+                / z
+                for j in range(2)
+            ]
+        else:
+
+            def mass(extra: list[int], seen: list[int] = seen) -> float:
+                return integrate.dblquad(
+                    lambda q, p: likelihood([p, q, 1 - p - q], seen + extra),
+                    0,
+                    1,
+                    0,
+                    lambda p: 1 - p,
+                )[0]
+
+            z = mass([])
+            pred = [mass([j]) / z for j in range(3)]
+        out.append(pred)
+    return out
+
+
+@pytest.mark.parametrize(("k", "length"), [(2, 7), (3, 4)])
+def test_dice_posterior_matches_quadrature(k: int, length: int) -> None:
+    task = DiceCounting(k, length)
+    b = task.sample(2, _gen(3))
+    for i in range(2):
+        rolls = b.target[i].tolist()
+        assert b.tokens[i, 0] == k and b.tokens[i, 1:].tolist() == rolls[:-1]
+        np.testing.assert_allclose(b.posterior[i].numpy(), _dice_quadrature(rolls, k), atol=1e-7)
+
+
+def test_make_task_and_validation() -> None:
+    assert isinstance(make_task("bijection", n_symbols=3), Bijection)
+    assert make_task("hmm", n_states=2, n_observations=3, length=4).seq_len == 2 * 5 + 4
+    with pytest.raises(ValueError, match="unknown task"):
+        make_task("parity")
+    with pytest.raises(ValueError):
+        Bijection(1)

@@ -1,0 +1,229 @@
+"""The runner: schedule, objectives, checkpoints, resumption after interruption or kill, CLI."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from implicit_em.cli import app
+from implicit_em.windtunnel.cli import compare_table
+from implicit_em.windtunnel.models import count_parameters
+from implicit_em.windtunnel.tasks import Bijection
+from implicit_em.windtunnel.train import (
+    CHECKPOINT,
+    RunConfig,
+    build_model,
+    learning_rate,
+    loss_fn,
+    preset,
+    run,
+)
+
+TINY = RunConfig(
+    task="dice",
+    task_params={"n_faces": 3, "length": 6},
+    n_layer=1,
+    n_head=2,
+    n_embd=16,
+    steps=24,
+    batch_size=8,
+    warmup=4,
+    eval_every=6,
+    ckpt_every=5,
+    n_test=32,
+)
+_TIMING = ("wall_time_s", "sessions")
+
+
+def _comparable(result: dict) -> dict:
+    return {k: v for k, v in result.items() if k not in _TIMING}
+
+
+def test_learning_rate_warms_up_then_decays_to_the_floor() -> None:
+    c = replace(TINY, steps=100, warmup=10, lr=1e-2, min_lr_ratio=0.1)
+    lrs = [learning_rate(c, s) for s in range(100)]
+    assert lrs[0] == pytest.approx(1e-3) and lrs[9] == pytest.approx(1e-2)
+    assert all(a >= b for a, b in itertools.pairwise(lrs[9:]))
+    assert learning_rate(c, 100) == pytest.approx(1e-3)
+
+
+def test_loss_fn_matches_the_core_objectives_by_hand() -> None:
+    task = Bijection(4)
+    batch = task.sample(3, torch.Generator().manual_seed(0))
+    logits = torch.randn(3, task.seq_len, task.n_classes)
+    z, y, p = logits[batch.mask], batch.target[batch.mask], batch.posterior[batch.mask].float()
+    ce_hard = torch.nn.functional.cross_entropy(z, y)
+    ce_soft = -(p * torch.log_softmax(z, -1)).sum(-1).mean()
+    onehot = torch.nn.functional.one_hot(y, task.n_classes).float()
+    bce = torch.nn.functional.binary_cross_entropy_with_logits(z, onehot, reduction="sum") / len(y)
+    torch.testing.assert_close(loss_fn(logits, batch, "ce", "sample"), ce_hard)
+    torch.testing.assert_close(loss_fn(logits, batch, "ce", "posterior"), ce_soft)
+    torch.testing.assert_close(loss_fn(logits, batch, "sigmoid", "sample"), bce)
+
+
+def test_presets_and_validation() -> None:
+    paper = preset("bijection", "paper")
+    assert paper.task_params == {"n_symbols": 20}
+    assert (paper.n_layer, paper.n_embd, paper.steps) == (6, 192, 100_000)
+    assert preset("hmm").targets == "posterior" and preset("bijection").targets == "sample"
+    assert preset("bijection", "quick", steps=7).steps == 7
+    with pytest.raises(ValueError):
+        preset("bijection", "huge")
+    with pytest.raises(ValueError):
+        RunConfig(objective="mse")
+
+
+def test_mlp_is_capacity_matched_in_every_preset() -> None:
+    for task in ("bijection", "hmm", "dice"):
+        for scale in ("quick", "default"):
+            config = preset(task, scale)
+            t = config.make_task()
+            n_tf = count_parameters(build_model(config, t))
+            n_mlp = count_parameters(build_model(replace(config, model="mlp"), t))
+            assert abs(n_mlp - n_tf) <= 0.1 * n_tf
+
+
+@pytest.mark.parametrize("objective", ["ce", "sigmoid"])
+def test_result_contents(tmp_path: Path, objective: str) -> None:
+    config = replace(TINY, objective=objective, model="mlp")
+    result = run(config, tmp_path, progress=False)
+    on_disk = json.loads((tmp_path / "result.json").read_text())
+    assert on_disk == json.loads(json.dumps(result))
+    assert result["status"] == "complete" and result["steps"] == TINY.steps
+    assert result["n_parameters"] > 0 and result["wall_time_s"] > 0
+    assert result["bits_mae"] >= 0 and result["kl_bits"] >= 0
+    assert len(result["per_position"]["entropy_mae"]) == TINY.task_params["length"]
+    assert result["history"]["eval_step"] == [6, 12, 18, 24]
+    # A finished run is returned as it is, without training again.
+    assert run(config, tmp_path, progress=False) == on_disk
+
+
+def test_interrupted_run_resumes_to_the_same_result(tmp_path: Path) -> None:
+    straight = run(TINY, tmp_path / "straight", progress=False)
+    pieces, stopped = 0, []
+    while True:
+        result = run(TINY, tmp_path / "pieces", progress=False, time_budget_s=0.0)
+        pieces += 1
+        if result["status"] == "complete":
+            break
+        stopped.append(result["steps"])
+    assert stopped == list(range(1, TINY.steps))  # a zero budget stops after every single step
+    assert result["sessions"] == pieces == TINY.steps
+    assert _comparable(result) == _comparable(straight)
+    a = torch.load(tmp_path / "straight" / CHECKPOINT, weights_only=False)["model"]
+    b = torch.load(tmp_path / "pieces" / CHECKPOINT, weights_only=False)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_checkpoint_of_another_configuration_is_refused(tmp_path: Path) -> None:
+    run(TINY, tmp_path, progress=False, time_budget_s=0.0)
+    with pytest.raises(ValueError, match="different configuration"):
+        run(replace(TINY, lr=0.5), tmp_path, progress=False)
+
+
+def _cli(out: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-c",
+        "from implicit_em.cli import main; main()",
+        "windtunnel",
+        "--task",
+        "dice",
+        "--quick",
+        "--steps",
+        "300",
+        "--batch-size",
+        "2",
+        "--ckpt-every",
+        "5",
+        "--threads",
+        "1",
+        "--out",
+        str(out),
+    ]
+
+
+@pytest.mark.parametrize(
+    "sig", [signal.SIGKILL, pytest.param(signal.SIGINT, marks=pytest.mark.slow)]
+)
+def test_killed_cli_run_resumes_to_the_uninterrupted_result(tmp_path: Path, sig: int) -> None:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        _cli(tmp_path / "killed"), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    run_dirs = tmp_path / "killed"
+    deadline = time.monotonic() + 60
+    while not list(run_dirs.glob("*/" + CHECKPOINT)):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    output = proc.communicate(timeout=60)[0].decode()
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130 and "Rerun the same command to resume" in output
+    else:
+        assert proc.returncode == -signal.SIGKILL
+    (directory,) = run_dirs.iterdir()
+    assert not (directory / "result.json").exists()
+    stopped_at = torch.load(directory / CHECKPOINT, weights_only=False)["step"]
+    assert 0 < stopped_at < 300
+    resumed = subprocess.run(_cli(run_dirs), env=env, capture_output=True, check=True)
+    assert b"bits MAE" in resumed.stdout
+    straight = subprocess.run(_cli(tmp_path / "straight"), env=env, capture_output=True, check=True)
+    assert b"bits MAE" in straight.stdout
+    (other,) = (tmp_path / "straight").iterdir()
+    assert other.name == directory.name
+    a = json.loads((directory / "result.json").read_text())
+    b = json.loads((other / "result.json").read_text())
+    assert a["sessions"] == 2 and b["sessions"] == 1
+    assert _comparable(a) == _comparable(b)
+
+
+def test_cli_compare_prints_the_table_and_writes_figures(tmp_path: Path) -> None:
+    args = [
+        "windtunnel",
+        "--task",
+        "bijection",
+        "--quick",
+        "--steps",
+        "2",
+        "--batch-size",
+        "2",
+        "--compare",
+        "--out",
+        str(tmp_path),
+    ]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0, out.output
+    assert "MLP/tf MAE" in out.output
+    for row in ("ce", "sigmoid"):
+        assert any(line.startswith(row) for line in out.output.splitlines())
+    runs = [p for p in tmp_path.iterdir() if (p / "result.json").exists()]
+    assert len(runs) == 4
+    for p in runs:
+        assert (p / "positions.png").stat().st_size > 0 and (p / "training.png").stat().st_size > 0
+    (figures,) = tmp_path.glob("bijection-compare-*")
+    assert (figures / "positions.png").exists() and (figures / "table.txt").exists()
+
+
+def test_compare_table_ratio() -> None:
+    cell = {"bits_mae": 0.01, "kl_bits": 0.002}
+    results = {
+        ("transformer", "ce"): cell,
+        ("mlp", "ce"): {"bits_mae": 0.5, "kl_bits": 0.2},
+        ("transformer", "sigmoid"): cell,
+        ("mlp", "sigmoid"): cell,
+    }
+    rows = compare_table(results).splitlines()
+    assert rows[2].split()[-2:] == ["50.0", "100.0"]
+    assert rows[3].split()[-2:] == ["1.0", "1.0"]
