@@ -176,9 +176,12 @@ class AttentionCall:
     grad_v: Tensor | None = None
 
     def weights(self) -> Tensor:
+        """The weights on the traced rows, recomputed once from ``q`` and ``k`` if needed."""
         if self.alpha is None:
-            s = attention_scores(self.q, self.k, self.mask, self.is_causal, self.scale)
-            self.alpha = responsibilities(-s)
+            with torch.no_grad():
+                s = attention_scores(self.q, self.k, self.mask, self.is_causal, self.scale)
+                self.alpha = responsibilities(-s)
+            self.q = self.k = self.mask = None
         return self.alpha
 
     def on_output_grad(self, grad: Tensor) -> None:
@@ -299,6 +302,8 @@ class SiteCapture:
         }
         for fn in _PROVENANCE:
             self.handlers.setdefault(fn, self._provenance)
+        for fn in (torch.where, Tensor.to, Tensor.masked_fill, Tensor.contiguous):
+            self.handlers[fn] = self._carry
 
     # -- arming ---------------------------------------------------------------------------------
 
@@ -575,6 +580,17 @@ class SiteCapture:
             return None
         return entry[1]
 
+    def _carry(self, func: Any, args: Sequence, kwargs: dict) -> Any:
+        """Elementwise ops on attention weights (``where``, ``to``) keep them tracked."""
+        out = self._provenance(func, args, kwargs)
+        if self.tracked and isinstance(out, Tensor):
+            for a in args:
+                call = self._tracked(a)
+                if call is not None and a.shape == out.shape:
+                    self.tracked[id(out)] = (weakref.ref(out), call)
+                    break
+        return out
+
     def _dropout(self, func: Any, args: Sequence, kwargs: dict) -> Any:
         out = func(*args, **kwargs)
         call = self._tracked(args[0] if args else kwargs.get("input"))
@@ -623,6 +639,7 @@ class SiteCapture:
             reconstruct=torch.matmul,
             rows=rows,
         )
+        call.weights()
         self.current.calls.append(call)
         self._hook(out, lambda g, c=call: setattr(c, "g", _heads(g.detach()[: c.rows])))
         self._hook(p["value"], lambda g, c=call: setattr(c, "grad_v", _heads(g.detach()[: c.rows])))
@@ -640,6 +657,7 @@ class SiteCapture:
         if name is None:
             return out
         call = _mha_call(name, p, out[0], self.max_rows)
+        call.weights()
         self.current.calls.append(call)
         self._hook(out[0], call.on_output_grad)
         return out
@@ -694,7 +712,8 @@ def _mha_call(name: str, p: dict, y: Tensor, rows: int) -> AttentionCall:
                 if m.dtype == torch.bool
                 else m
             )
-        w_out, b_out = p["out_proj_weight"].detach(), _detach(p["out_proj_bias"])
+        w_out = p["out_proj_weight"].detach().clone()
+        b_out = None if p["out_proj_bias"] is None else p["out_proj_bias"].detach().clone()
 
     def reconstruct(alpha: Tensor, values: Tensor) -> Tensor:
         o = (alpha @ values).permute(2, 0, 1, 3).reshape(lq, n, e)

@@ -302,7 +302,10 @@ class Tracer:
         record: Record = {"kind": "site", "step": self.step_index, "site": call.name, "type": kind}
         for key, value in metrics.items():
             record[key] = _plain(value)
-        if kind != "attention":
+        if kind == "attention":
+            for key in ("alpha_residual", "nonfinite", *_GRADIENT_METRICS[kind]):
+                record.setdefault(key, None)
+        else:
             record["K"] = len(record["mass"])
             record["source"] = "gradient" if has_grad else "forward"
             if record["K"] > self.max_components:

@@ -1,0 +1,159 @@
+"""Attention sites: nn.MultiheadAttention, nn.TransformerEncoder, Hugging Face GPT-2 and BERT."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from implicit_em.attention import attention
+from implicit_em.trace import Tracer
+
+from .conftest import assert_same_parameters, train
+
+transformers = pytest.importorskip("transformers")
+transformers.logging.set_verbosity_error()
+
+
+def test_multihead_attention_weights_match_the_module():
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(12, 3, batch_first=True)
+    x = torch.randn(5, 7, 12)
+    mask = torch.rand(5, 7) < 0.2
+    mask[:, 0] = False
+    with Tracer(mha, max_rows=2) as tracer:
+        out, weights = mha(x, x, x, key_padding_mask=mask, average_attn_weights=False)
+        out.pow(2).sum().backward()
+        call = tracer.capture.current.calls[0]
+        alpha = call.weights()
+        tracer.step()
+    torch.testing.assert_close(alpha, weights[:2].detach(), atol=1e-6, rtol=0)
+    r = tracer.history.last("attention")
+    assert r["alpha_residual"] <= 1e-5
+    assert r["routing_norm"] > 0 and r["value_norm"] > 0
+    assert len(r["head_entropy"]) == 3
+
+
+def _encoder() -> nn.Module:
+    layer = nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True)
+    return nn.Sequential(nn.TransformerEncoder(layer, 2), nn.Flatten(), nn.Linear(16 * 6, 3))
+
+
+XS, YS = torch.randn(8, 6, 16), torch.randint(0, 3, (8,))
+
+
+def test_transformer_encoder_training_unchanged_and_two_timescales():
+    plain, _ = train(_encoder, lambda m: F.cross_entropy(m(XS), YS), 4, None)
+    traced, tracer = train(
+        _encoder, lambda m: F.cross_entropy(m(XS), YS), 4, {"probe": XS[:3], "max_rows": 3}
+    )
+    assert_same_parameters(plain, traced)
+    assert tracer.history.sites() == ["0.layers.0.self_attn", "0.layers.1.self_attn", "2.ce"]
+    for site in ("0.layers.0.self_attn", "0.layers.1.self_attn"):
+        steps, drift = tracer.history.series(site, "attention_drift")
+        _, vdrift = tracer.history.series(site, "value_drift")
+        assert steps == [1, 2, 3] and all(d >= 0 for d in drift) and all(v > 0 for v in vdrift)
+        assert all(r <= 1e-5 for r in tracer.history.series(site, "alpha_residual")[1])
+    assert all(r <= 1e-5 for r in tracer.history.series("2.ce", "residual")[1])
+
+
+def test_package_attention_is_an_eager_site():
+    torch.manual_seed(3)
+    q, k, v = (torch.randn(2, 2, 5, 4, requires_grad=True) for _ in range(3))
+    with Tracer() as tracer:
+        o, _ = attention(q, k, v, is_causal=True)
+        o.pow(2).sum().backward()
+        tracer.step()
+    r = tracer.history.last("attention")
+    assert r["value_residual"] <= 1e-5 and r["routing_norm"] > 0
+
+
+def _gpt2(impl: str) -> nn.Module:
+    cfg = transformers.GPT2Config(
+        vocab_size=40,
+        n_positions=12,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        attn_pdrop=0.0,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    return transformers.GPT2LMHeadModel._from_config(cfg, attn_implementation=impl)
+
+
+def _bert(impl: str) -> nn.Module:
+    cfg = transformers.BertConfig(
+        vocab_size=40,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=12,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        num_labels=3,
+    )
+    return transformers.BertForSequenceClassification._from_config(cfg, attn_implementation=impl)
+
+
+IDS = torch.randint(0, 40, (4, 10), generator=torch.Generator().manual_seed(0))
+MASK = torch.ones(4, 10, dtype=torch.long)
+MASK[1, 7:] = 0
+LABELS = torch.tensor([0, 2, 1, 0])
+
+
+def _gpt2_step(m: nn.Module) -> torch.Tensor:
+    return m(input_ids=IDS, labels=IDS).loss
+
+
+def _bert_step(m: nn.Module) -> torch.Tensor:
+    return m(input_ids=IDS, attention_mask=MASK, labels=LABELS).loss
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+@pytest.mark.parametrize(
+    ("make", "step", "sites"),
+    [
+        (_gpt2, _gpt2_step, ["lm_head.ce", "transformer.h.0.attn", "transformer.h.1.attn"]),
+        (
+            _bert,
+            _bert_step,
+            [
+                "bert.encoder.layer.0.attention.self",
+                "bert.encoder.layer.1.attention.self",
+                "classifier.ce",
+            ],
+        ),
+    ],
+    ids=["gpt2", "bert"],
+)
+def test_hugging_face_models(impl, make, step, sites):
+    plain, _ = train(lambda: make(impl), step, 3, None)
+    traced, tracer = train(lambda: make(impl), step, 3, {"every": 1})
+    assert_same_parameters(plain, traced)
+    assert tracer.history.sites() == sites
+    for r in tracer.history:
+        if r["type"] == "attention":
+            assert r["value_residual"] <= 1e-5
+            assert r["alpha_residual"] is None or r["alpha_residual"] <= 1e-5
+            assert r["routing_norm"] > 0 and r["value_norm"] > 0
+        else:
+            assert r["residual"] <= 1e-5 and r["source"] == "gradient"
+
+
+def test_eager_and_sdpa_see_the_same_attention():
+    entropies = {}
+    for impl in ("eager", "sdpa"):
+        torch.manual_seed(0)
+        model = _bert(impl)
+        with Tracer(model) as tracer:
+            _bert_step(model).backward()
+            tracer.step()
+        entropies[impl] = tracer.history.series(
+            "bert.encoder.layer.1.attention.self", "head_entropy"
+        )[1]
+    torch.testing.assert_close(torch.tensor(entropies["eager"]), torch.tensor(entropies["sdpa"]))

@@ -1,0 +1,89 @@
+"""Properties of the streaming metrics (pure functions)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from implicit_em.trace.metrics import (
+    attention_stats,
+    entropy,
+    finish_attention,
+    finish_responsibility,
+    read_responsibilities,
+    responsibility_stats,
+)
+
+shapes = st.tuples(st.integers(1, 16), st.integers(2, 9))
+
+
+@settings(max_examples=40, deadline=None)
+@given(shape=shapes, seed=st.integers(0, 10_000), scale=st.floats(0.1, 20.0))
+def test_cross_entropy_gradient_reads_the_softmax(shape, seed, scale):
+    g = torch.Generator().manual_seed(seed)
+    z = (torch.randn(*shape, generator=g, dtype=torch.float64) * scale).requires_grad_()
+    y = torch.randint(0, shape[1], (shape[0],), generator=g)
+    F.cross_entropy(z, y).backward()
+    c = torch.full((shape[0],), 1.0 / shape[0], dtype=torch.float64)
+    r = read_responsibilities(z.grad, c, F.one_hot(y, shape[1]).double(), 1.0)
+    torch.testing.assert_close(r, torch.softmax(z.detach(), -1), atol=1e-12, rtol=0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(shape=shapes, seed=st.integers(0, 10_000))
+def test_distribution_metrics_are_bounded(shape, seed):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(*shape, generator=g, dtype=torch.float64) * 3
+    r = torch.softmax(logits, -1)
+    target = F.one_hot(torch.randint(0, shape[1], (shape[0],), generator=g), shape[1]).double()
+    stats = responsibility_stats(r, torch.ones(shape[0], dtype=torch.bool), target, logits)
+    m = finish_responsibility(stats, dead_fraction=0.01)
+    k = shape[1]
+    assert math.isclose(float(m["mass"].sum()), 1.0, rel_tol=1e-9)
+    assert 1.0 - 1e-9 <= float(m["effective_k"]) <= k + 1e-9
+    assert 0.0 <= float(m["entropy"]) <= math.log(k) + 1e-9
+    assert 1.0 / k - 1e-12 <= float(m["dominance"]) <= 1.0
+    assert 0.0 <= float(m["wrong_entropy"]) <= math.log(k - 1) + 1e-9
+    assert 1.0 / (k - 1) - 1e-9 <= float(m["wrong_top"]) <= 1.0 + 1e-12
+
+
+def test_dead_and_dominant_components():
+    r = torch.tensor([[0.98, 0.02, 0.0], [0.99, 0.01, 0.0]], dtype=torch.float64)
+    stats = responsibility_stats(r, torch.ones(2, dtype=torch.bool), None, r.log())
+    m = finish_responsibility(stats, dead_fraction=0.01)
+    assert float(m["dead"]) == 1.0
+    assert math.isclose(float(m["dominance"]), 0.985)
+
+
+def test_invalid_rows_do_not_count():
+    r = torch.tensor([[0.5, 0.5], [float("nan"), 1.0]], dtype=torch.float64)
+    stats = responsibility_stats(r, torch.tensor([True, False]), None, torch.zeros(2, 2))
+    assert float(stats["n"]) == 1.0
+    torch.testing.assert_close(stats["mass"], torch.tensor([0.5, 0.5], dtype=torch.float64))
+
+
+def test_entropy_of_uniform_and_one_hot():
+    assert math.isclose(float(entropy(torch.full((4,), 0.25))), math.log(4), rel_tol=1e-6)
+    assert float(entropy(torch.tensor([1.0, 0.0, 0.0]))) == 0.0
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), lq=st.integers(1, 6), lk=st.integers(1, 6))
+def test_attention_norms_match_autograd(seed, lq, lk):
+    g = torch.Generator().manual_seed(seed)
+    s = torch.randn(2, 3, lq, lk, generator=g, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(2, 3, lk, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    alpha = torch.softmax(s, -1)
+    o = alpha @ v
+    w = torch.randn(o.shape, generator=g, dtype=torch.float64)
+    gs, gv, go = torch.autograd.grad((o * w).sum(), (s, v, o))
+    stats = attention_stats(alpha.detach(), v.detach(), go, grad_v=gv)
+    m = finish_attention(stats)
+    assert math.isclose(float(m["routing_norm"]), float(gs.norm()), rel_tol=1e-9, abs_tol=1e-12)
+    assert math.isclose(float(m["value_norm"]), float(gv.norm()), rel_tol=1e-9, abs_tol=1e-12)
+    assert float(m["value_residual"]) < 1e-12
+    assert 0.0 <= float(m["entropy"]) <= math.log(lk) + 1e-9

@@ -1,0 +1,201 @@
+"""The tracer on classification and mixture sites: discovery, identities, bad input."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from sklearn.datasets import load_digits
+from torch import nn
+
+from implicit_em import objectives
+from implicit_em.distances import SquaredEuclidean
+from implicit_em.trace import CollapseWarning, NoSiteError, Tracer
+
+from .conftest import assert_same_parameters, train
+
+
+def _digits(n: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+    data = load_digits()
+    x = torch.tensor(data.data[:n] / 16.0, dtype=torch.float32)
+    return x, torch.tensor(data.target[:n])
+
+
+def _distance_classifier() -> nn.Module:
+    return nn.Sequential(nn.Linear(64, 32), nn.Tanh(), SquaredEuclidean(32, 10))
+
+
+X, Y = _digits()
+
+
+def _digits_step(model: nn.Module) -> torch.Tensor:
+    return F.cross_entropy(-model(X[:64]), Y[:64])
+
+
+def test_digits_distance_head_reads_softmax_and_leaves_training_unchanged():
+    plain, _ = train(_distance_classifier, _digits_step, 6, None)
+    traced, tracer = train(_distance_classifier, _digits_step, 6, {"every": 1})
+    assert_same_parameters(plain, traced)
+    records = [r for r in tracer.history if r["kind"] == "site"]
+    assert [r["site"] for r in records] == ["2.ce"] * 6
+    for r in records:
+        assert r["source"] == "gradient"
+        assert r["residual"] <= 1e-5
+        assert r["rows"] == 64 and r["K"] == 10
+        assert abs(sum(r["mass"]) - 1) < 1e-5
+        assert 1 <= r["effective_k"] <= 10
+
+
+def test_probe_churn_is_measured_and_training_unchanged():
+    xp, yp = X[200:256], Y[200:256]
+    holder: dict[str, nn.Module] = {}
+
+    def make() -> nn.Module:
+        holder["m"] = _distance_classifier()
+        return holder["m"]
+
+    plain, _ = train(_distance_classifier, _digits_step, 5, None)
+    traced, tracer = train(
+        make, _digits_step, 5, {"probe": lambda: F.cross_entropy(-holder["m"](xp), yp)}
+    )
+    assert_same_parameters(plain, traced)
+    churn = [r["churn"] for r in tracer.history if r["kind"] == "site"]
+    assert churn[0] is None
+    assert all(0.0 <= c <= 1.0 for c in churn[1:])
+    assert tracer.history[0]["missing"] == ["churn"]
+
+
+def test_every_measures_only_those_steps():
+    _, tracer = train(_distance_classifier, _digits_step, 7, {"every": 3})
+    assert [r["step"] for r in tracer.history if r["kind"] == "site"] == [0, 3, 6]
+
+
+def test_nll_of_log_softmax_and_cross_entropy_options():
+    torch.manual_seed(1)
+    z = torch.randn(20, 5, requires_grad=True)
+    y = torch.randint(0, 5, (20,))
+    y[3] = -100
+    with Tracer() as tracer:
+        F.nll_loss(F.log_softmax(z, dim=1), y).backward()
+        tracer.step()
+        (3.0 * F.cross_entropy(z, y, label_smoothing=0.1)).backward()
+        tracer.step()
+        F.cross_entropy(z, y.clamp_min(0), weight=torch.rand(5) + 0.5).backward()
+        tracer.step()
+        F.cross_entropy(z, y.clamp_min(0), reduction="none").pow(2).sum().backward()
+        tracer.step()
+        F.cross_entropy(z.view(4, 5, 5).transpose(1, 2), y.clamp_min(0).view(4, 5)).backward()
+        tracer.step()
+    records = [r for r in tracer.history if r["kind"] == "site"]
+    assert [r["site"] for r in records] == ["nll", "ce", "ce", "ce", "ce"]
+    assert records[0]["rows"] == 19
+    for r in records:
+        assert r["residual"] <= 1e-5, r
+
+
+def test_package_objectives_are_sites():
+    torch.manual_seed(2)
+    layer = SquaredEuclidean(3, 4)
+    x = torch.randn(30, 3)
+    prior = objectives.MixtureNLL(4, learnable_prior=True)
+    with Tracer(nn.ModuleDict({"dist": layer, "prior": prior})) as tracer:
+        objectives.mixture_nll(layer(x)).backward()
+        tracer.step()
+        prior(layer(x)).mul(0.5).backward()
+        tracer.step()
+        objectives.cross_entropy(
+            layer(x), torch.randint(0, 4, (30,)), label_smoothing=0.2
+        ).backward()
+        tracer.step()
+    records = [r for r in tracer.history if r["kind"] == "site"]
+    assert [(r["site"], r["type"]) for r in records] == [
+        ("dist.mixture", "mixture"),
+        ("dist.mixture", "mixture"),
+        ("dist.ce", "classification"),
+    ]
+    for r in records:
+        assert r["source"] == "gradient" and r["residual"] <= 1e-5
+
+
+def test_site_selection_by_pattern():
+    mha = nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16, 0.0, batch_first=True), 3)
+    x = torch.randn(2, 5, 8)
+    with Tracer(mha, sites="layers.[02].*") as tracer:
+        mha(x).sum().backward()
+        tracer.step()
+    assert tracer.history.sites() == ["layers.0.self_attn", "layers.2.self_attn"]
+
+
+def test_no_site_lists_what_was_searched():
+    model = nn.Linear(4, 2)
+    with pytest.raises(NoSiteError) as err, Tracer(model) as tracer:
+        model(torch.randn(3, 4)).pow(2).sum().backward()
+        tracer.step()
+    text = str(err.value)
+    assert "no traceable site in Linear" in text
+    assert "scaled_dot_product_attention" in text and "cross_entropy" in text
+    assert "mixture_nll" in text
+
+
+def test_pattern_matching_nothing_lists_found_sites():
+    z = torch.randn(4, 3, requires_grad=True)
+    with (
+        pytest.raises(NoSiteError, match=r"not selected by sites=\['attn\*'\]: \['ce'\]"),
+        Tracer(sites="attn*") as tracer,
+    ):
+        F.cross_entropy(z, torch.tensor([0, 1, 2, 0])).backward()
+        tracer.step()
+
+
+def test_without_backward_gradient_metrics_are_missing_not_zero():
+    model = nn.Linear(4, 3)
+    x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
+    with Tracer(model) as tracer:
+        with torch.no_grad():
+            F.cross_entropy(model(x), y)
+        tracer.step()
+        F.cross_entropy(model(x), y)
+        tracer.step()
+    for r in tracer.history:
+        assert r["source"] == "forward"
+        assert r["residual"] is None and r["wrong_top"] is None
+        assert {"residual", "wrong_entropy", "wrong_top"} <= set(r["missing"])
+        assert abs(sum(r["mass"]) - 1) < 1e-6
+
+
+def test_nonfinite_gradients_raise_an_alarm_and_stay_out_of_averages():
+    z = torch.randn(6, 3, requires_grad=True)
+    y = torch.tensor([0, 1, 2, 0, 1, 2])
+    z.register_hook(lambda g: torch.where(torch.arange(6).unsqueeze(1) == 2, torch.nan, g))
+    with warnings.catch_warnings(record=True) as caught, Tracer() as tracer:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            F.cross_entropy(z, y).backward()
+            tracer.step()
+    site = [r for r in tracer.history if r["kind"] == "site"]
+    assert all(r["nonfinite"] == 1 and r["rows"] == 5 for r in site)
+    assert all(r["residual"] <= 1e-6 for r in site)
+    assert [a["step"] for a in tracer.alarms if a["alarm"] == "nonfinite_gradient"] == [0, 1]
+    nonfinite_warnings = [w for w in caught if "non-finite" in str(w.message)]
+    assert len(nonfinite_warnings) == 1
+    assert issubclass(nonfinite_warnings[0].category, CollapseWarning)
+
+
+def test_collapse_alarms_fire_on_a_collapsed_mixture():
+    d = torch.tensor([[0.0, 30.0, 30.0]]).repeat(16, 1).requires_grad_()
+    with pytest.warns(CollapseWarning), Tracer() as tracer:
+        objectives.mixture_nll(d).backward()
+        tracer.step()
+    kinds = {a["alarm"] for a in tracer.alarms}
+    assert {"dominance", "effective_k", "dead_components"} <= kinds
+    assert all(a["site"] == "mixture" and a["step"] == 0 for a in tracer.alarms)
+
+
+def test_step_outside_the_block_is_an_error():
+    tracer = Tracer()
+    with pytest.raises(RuntimeError, match="inside"):
+        tracer.step()
+    with pytest.raises(ValueError, match="every"):
+        Tracer(every=0)
