@@ -11,6 +11,7 @@ import json
 import typer
 
 from implicit_em import identities
+from implicit_em.windtunnel.cli import windtunnel
 
 app = typer.Typer(
     name="implicit-em",
@@ -53,6 +54,9 @@ def verify(
         )
     if not all(r.passed for r in results):
         raise typer.Exit(code=1)
+
+
+app.command("windtunnel")(windtunnel)
 
 
 def main() -> None:
