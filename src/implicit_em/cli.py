@@ -11,6 +11,7 @@ import json
 import typer
 
 from implicit_em import identities
+from implicit_em.trace.demo import trace_demo
 from implicit_em.windtunnel.cli import windtunnel
 
 app = typer.Typer(
@@ -57,6 +58,9 @@ def verify(
 
 
 app.command("windtunnel")(windtunnel)
+
+
+app.command("trace-demo")(trace_demo)
 
 
 def main() -> None:
