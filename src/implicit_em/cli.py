@@ -11,6 +11,7 @@ import json
 import typer
 
 from implicit_em import identities
+from implicit_em.mixture.cli import fit_command
 from implicit_em.trace.demo import trace_demo
 from implicit_em.windtunnel.cli import windtunnel
 
@@ -58,6 +59,7 @@ def verify(
 
 
 app.command("windtunnel")(windtunnel)
+app.command("fit")(fit_command)
 
 
 app.command("trace-demo")(trace_demo)
