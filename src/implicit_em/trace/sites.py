@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.overrides import TorchFunctionMode
 
 from implicit_em import objectives
@@ -317,6 +318,7 @@ class SiteCapture:
         self._hooks = [
             nn.modules.module.register_module_forward_pre_hook(self._enter_module),
             nn.modules.module.register_module_forward_hook(self._exit_module, always_call=True),
+            register_optimizer_step_pre_hook(self._optimizer_step),
         ]
         self._mode = _Mode(self)
         self._mode.__enter__()
@@ -329,6 +331,10 @@ class SiteCapture:
         for h in self._hooks:
             h.remove()
         self._hooks = []
+
+    def _optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """The step's forward and backward are over: the optimizer runs unobserved."""
+        self.disarm()
 
     def take(self) -> _Pass:
         """Hand over the captured pass and start a new one (gradient hooks are removed)."""

@@ -153,7 +153,7 @@ class Tracer:
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         try:
-            if exc_type is None and self.capture.armed and self.capture.current.calls:
+            if exc_type is None and self.capture.current.calls:
                 self._measure()
             else:
                 self.capture.take()
@@ -196,7 +196,9 @@ class Tracer:
         with untraced():
             stats = [call.stats() for call in calls]
         if self.probe is not None:
+            self.capture.arm()
             probed = {c.name: c for c in self._run_probe()}
+            self.capture.disarm()
             with untraced():
                 self._probe_into(calls, stats, probed)
         with untraced():
