@@ -76,7 +76,7 @@ def test_presets_and_validation() -> None:
     paper = preset("bijection", "paper")
     assert paper.task_params == {"n_symbols": 20}
     assert (paper.n_layer, paper.n_embd, paper.steps) == (6, 192, 100_000)
-    assert preset("hmm").targets == "posterior" and preset("bijection").targets == "sample"
+    assert preset("hmm").targets == "posterior" == preset("bijection").targets
     assert preset("bijection", "quick", steps=7).steps == 7
     with pytest.raises(ValueError):
         preset("bijection", "huge")
@@ -179,12 +179,15 @@ def test_killed_cli_run_resumes_to_the_uninterrupted_result(tmp_path: Path, sig:
     assert 0 < stopped_at < 300
     resumed = subprocess.run(_cli(run_dirs), env=env, capture_output=True, check=True)
     assert b"bits MAE" in resumed.stdout
-    straight = subprocess.run(_cli(tmp_path / "straight"), env=env, capture_output=True, check=True)
-    assert b"bits MAE" in straight.stdout
-    (other,) = (tmp_path / "straight").iterdir()
-    assert other.name == directory.name
     a = json.loads((directory / "result.json").read_text())
-    b = json.loads((other / "result.json").read_text())
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the CLI runs
+    try:
+        config = preset("dice", "quick", steps=300, batch_size=2, ckpt_every=5)
+        b = run(config, tmp_path / "straight", progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    assert a["config"] == b["config"]
     assert a["sessions"] == 2 and b["sessions"] == 1
     assert _comparable(a) == _comparable(b)
 
@@ -227,3 +230,29 @@ def test_compare_table_ratio() -> None:
     rows = compare_table(results).splitlines()
     assert rows[2].split()[-2:] == ["50.0", "100.0"]
     assert rows[3].split()[-2:] == ["1.0", "1.0"]
+
+
+def test_tracing_records_two_timescales_without_changing_training(tmp_path: Path) -> None:
+    config = replace(TINY, task="bijection", task_params={"n_symbols": 4}, steps=12)
+    plain = run(config, tmp_path / "plain", progress=False)
+    for budget in (0.0, None):  # interrupted after the first step, then resumed to the end
+        traced = run(
+            config, tmp_path / "traced", progress=False, time_budget_s=budget, trace_every=3
+        )
+    assert _comparable({k: v for k, v in traced.items() if k != "trace"}) == _comparable(plain)
+    lines = (tmp_path / "traced" / traced["trace"]["file"]).read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert {r["site"] for r in records} == {"blocks.0.attn"}
+    assert all(r["type"] == "attention" for r in records)
+    # Session 1 measured step 1; session 2 measured steps 2, 5, 8, 11 (every 3 from its start).
+    assert [r["global_step"] for r in records] == [1, 2, 5, 8, 11]
+    assert records[0]["attention_drift"] is None and records[1]["attention_drift"] is None
+    assert all(r["attention_drift"] >= 0 and r["value_drift"] >= 0 for r in records[2:])
+    summary = traced["trace"]["summary"]["blocks.0.attn"]
+    ratio = summary["value_drift"] / summary["attention_drift"]
+    assert summary["value_over_attention"] == pytest.approx(ratio)
+
+
+def test_tracing_needs_the_transformer(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="transformer"):
+        run(replace(TINY, model="mlp"), tmp_path, progress=False, trace_every=2)

@@ -17,7 +17,6 @@ from typing import Any
 import torch
 import typer
 
-from implicit_em.windtunnel.figures import plot_positions, plot_training
 from implicit_em.windtunnel.train import RunConfig, preset, run
 
 __all__ = ["compare_table", "run_dir", "windtunnel"]
@@ -73,27 +72,47 @@ def compare_table(results: dict[tuple[str, str], dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _trace_lines(summary: dict[str, dict[str, float | None]]) -> str:
+    def fmt(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:.3g}"
+
+    return "".join(
+        f"\n  {site}: attention drift {fmt(m['attention_drift'])}, value drift "
+        f"{fmt(m['value_drift'])}, value/attention {fmt(m['value_over_attention'])}"
+        for site, m in summary.items()
+    )
+
+
 def _summary(result: dict[str, Any], path: Path) -> str:
     c = result["config"]
-    return (
+    line = (
         f"{c['task']} {c['model']}/{c['objective']} ({c['targets']} targets): "
         f"bits MAE {result['bits_mae']:.5f}, KL {result['kl_bits']:.5f} bits, "
         f"{result['n_parameters']:,} parameters, {result['steps']} steps, "
         f"{result['wall_time_s']:.0f} s -> {path}"
     )
+    return line + (_trace_lines(result["trace"]["summary"]) if "trace" in result else "")
 
 
-def _train(config: RunConfig, directory: Path, device: str, budget: float | None) -> dict[str, Any]:
-    result = run(config, directory, device=device, time_budget_s=budget)
+def _train(
+    config: RunConfig, directory: Path, device: str, budget: float | None, trace_every: int | None
+) -> dict[str, Any]:
+    traced = trace_every if config.model == "transformer" else None
+    result = run(config, directory, device=device, time_budget_s=budget, trace_every=traced)
     if result["status"] != "complete":
         typer.echo(
             f"stopped at step {result['steps']}/{config.steps}; checkpoint in {directory}. "
             "Rerun the same command to resume."
         )
         raise typer.Exit(code=130)
+    from implicit_em.windtunnel.figures import plot_drift, plot_positions, plot_training
+
     label = f"{config.model}/{config.objective}"
     plot_positions([result], [label], directory / "positions.png")
     plot_training([result], [label], directory / "training.png")
+    if "trace" in result:
+        lines = (directory / result["trace"]["file"]).read_text().splitlines()
+        plot_drift([json.loads(line) for line in lines], directory / "drift.png")
     return result
 
 
@@ -106,7 +125,7 @@ def windtunnel(
         Objective.ce, help="ce: softmax cross-entropy; sigmoid: independent BCE."
     ),
     targets: Targets = typer.Option(
-        None, help="Train on sampled answers or on the exact posterior (default: per task)."
+        None, help="Train on the exact posterior (soft) or on sampled answers (hard)."
     ),
     steps: int = typer.Option(None, help="Training steps (default: per scale)."),
     seed: int = typer.Option(0, help="Seed of initialization and data."),
@@ -126,15 +145,21 @@ def windtunnel(
     eager: bool = typer.Option(
         False, "--eager", help="Eager attention (keeps alpha) instead of SDPA."
     ),
-    threads: int = typer.Option(None, help="torch CPU threads (default: torch's)."),
+    threads: int = typer.Option(
+        1,
+        help="torch CPU threads (these models are too small to gain from more; shared cores lose).",
+    ),
     ckpt_every: int = typer.Option(None, help="Checkpoint period in steps (default: per scale)."),
+    trace: bool = typer.Option(
+        False, "--trace", help="Trace attention drift vs value drift (transformer runs)."
+    ),
+    trace_every: int = typer.Option(100, help="Steps between trace measurements."),
     time_budget: float = typer.Option(
         None, help="Stop (checkpointed, resumable) after this many seconds."
     ),
 ) -> None:
     """Train on a Bayesian wind-tunnel task and report the error in bits against the exact posterior."""
-    if threads is not None:
-        torch.set_num_threads(threads)
+    torch.set_num_threads(threads)
     scale_name = "quick" if quick else scale.value
     overrides: dict[str, Any] = {"seed": seed, "sdpa": not eager}
     for key, value in (
@@ -151,7 +176,7 @@ def windtunnel(
     if not compare:
         config = replace(base, model=model.value, objective=objective.value)
         directory = run_dir(out, config, scale_name)
-        result = _train(config, directory, device, time_budget)
+        result = _train(config, directory, device, time_budget, trace_every if trace else None)
         typer.echo(_summary(result, directory / "result.json"))
         return
     results: dict[tuple[str, str], dict[str, Any]] = {}
@@ -159,8 +184,12 @@ def windtunnel(
         for o in ("ce", "sigmoid"):
             config = replace(base, model=m, objective=o)
             directory = run_dir(out, config, scale_name)
-            results[(m, o)] = _train(config, directory, device, time_budget)
+            results[(m, o)] = _train(
+                config, directory, device, time_budget, trace_every if trace else None
+            )
             typer.echo(_summary(results[(m, o)], directory / "result.json"))
+    from implicit_em.windtunnel.figures import plot_positions, plot_training
+
     labels = [f"{m}/{o}" for m, o in results]
     figure_dir = out / f"{base.task}-compare-{scale_name}-s{seed}"
     plot_positions(list(results.values()), labels, figure_dir / "positions.png")

@@ -1,4 +1,5 @@
-"""Figures of wind-tunnel results (matplotlib, Agg backend): error per position, training curves.
+"""Figures of wind-tunnel results (matplotlib, Agg backend): error per position, training curves,
+and the two-timescale drift of a traced run.
 
 Both functions take result dictionaries as written by :func:`implicit_em.windtunnel.train.run`
 and a label for each, draw one line per result on a log scale, and save a PNG.
@@ -14,7 +15,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-__all__ = ["plot_positions", "plot_training"]
+__all__ = ["plot_drift", "plot_positions", "plot_training"]
 
 _FLOOR = 1e-6  # log-scale floor for exact zeros
 
@@ -76,3 +77,20 @@ def _save(fig: plt.Figure, path: str | Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def plot_drift(records: list[dict[str, Any]], path: str | Path) -> Path:
+    """Two timescales: attention drift and value drift of each traced layer against step."""
+    from implicit_em.windtunnel.tracing import drift_series
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for site, series in drift_series(records).items():
+        for key, style in (("attention_drift", "-"), ("value_drift", "--")):
+            steps, values = series[key]
+            ax.plot(steps, [max(v, _FLOOR) for v in values], style, label=f"{site} {key}")
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_title("attention drift (TV of alpha) vs value drift (relative change of v)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return _save(fig, path)

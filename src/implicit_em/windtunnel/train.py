@@ -28,7 +28,7 @@ import os
 import signal
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ from implicit_em.windtunnel.models import (
     matched_mlp,
 )
 from implicit_em.windtunnel.tasks import Batch, Task, make_task
+from implicit_em.windtunnel.tracing import AttentionTrace, summarize_trace
 
 __all__ = [
     "RunConfig",
@@ -60,6 +61,8 @@ __all__ = [
 
 CHECKPOINT = "checkpoint.pt"
 RESULT = "result.json"
+TRACE = "trace.jsonl"
+_PROBE_SIZE = 64
 _EVAL_SEED_OFFSET = 1_000_003
 
 
@@ -71,7 +74,7 @@ class RunConfig:
     task_params: dict[str, int] = field(default_factory=lambda: {"n_symbols": 10})
     model: str = "transformer"
     objective: str = "ce"
-    targets: str = "sample"
+    targets: str = "posterior"
     n_layer: int = 3
     n_head: int = 4
     n_embd: int = 64
@@ -110,8 +113,8 @@ _TASK_SIZES: dict[str, dict[str, dict[str, int]]] = {
         "paper": {"n_symbols": 20},
     },
     "hmm": {
-        "quick": {"n_states": 5, "n_observations": 5, "length": 12},
-        "default": {"n_states": 5, "n_observations": 5, "length": 12},
+        "quick": {"n_states": 3, "n_observations": 3, "length": 12},
+        "default": {"n_states": 3, "n_observations": 3, "length": 12},
         "paper": {"n_states": 5, "n_observations": 5, "length": 16},
     },
     "dice": {
@@ -122,8 +125,12 @@ _TASK_SIZES: dict[str, dict[str, dict[str, int]]] = {
 }
 
 _SCALES: dict[str, dict[str, Any]] = {
-    "quick": dict(n_layer=2, n_embd=64, steps=1500, batch_size=64, warmup=100, eval_every=250),
-    "default": dict(n_layer=3, n_embd=64, steps=12_000, batch_size=64, warmup=300),
+    "quick": dict(
+        n_layer=2, steps=1000, batch_size=64, lr=2e-3, warmup=100, eval_every=250, ckpt_every=250
+    ),
+    "default": dict(
+        n_layer=3, steps=3000, batch_size=128, lr=2e-3, warmup=200, eval_every=250, ckpt_every=250
+    ),
     "paper": dict(
         n_layer=6,
         n_head=6,
@@ -138,25 +145,18 @@ _SCALES: dict[str, dict[str, Any]] = {
     ),
 }
 
-_TASK_TARGETS = {"bijection": "sample", "hmm": "posterior", "dice": "sample"}
-
 
 def preset(task: str, scale: str = "default", **overrides: Any) -> RunConfig:
     """The configuration of ``task`` at ``scale`` (``quick`` | ``default`` | ``paper``).
 
-    Bijection and dice train on sampled answers, HMM on the exact filtering posterior (soft
-    targets); ``overrides`` replace any field.
+    Every task trains on the exact posterior as a soft target by default (``targets="sample"``
+    trains on drawn answers instead); ``overrides`` replace any field.
     """
     if task not in _TASK_SIZES:
         raise ValueError(f"unknown task {task!r}; choose from {sorted(_TASK_SIZES)}")
     if scale not in _SCALES:
         raise ValueError(f"unknown scale {scale!r}; choose from {sorted(_SCALES)}")
-    base = RunConfig(
-        task=task,
-        task_params=dict(_TASK_SIZES[task][scale]),
-        targets=_TASK_TARGETS[task],
-        **_SCALES[scale],
-    )
+    base = RunConfig(task=task, task_params=dict(_TASK_SIZES[task][scale]), **_SCALES[scale])
     return replace(base, **overrides)
 
 
@@ -281,6 +281,7 @@ def run(
     device: str = "cpu",
     progress: bool = True,
     time_budget_s: float | None = None,
+    trace_every: int | None = None,
 ) -> dict[str, Any]:
     """Train (or resume, or reload) ``config`` in ``out_dir`` and return its result.
 
@@ -289,7 +290,14 @@ def run(
     ``steps`` done, ``wall_time_s`` (training time summed over sessions), held-out ``bits_mae``
     and ``kl_bits`` with their ``per_position`` curves, and the training ``history``. A complete
     result already present for the same configuration is returned without training.
+
+    ``trace_every`` (transformer only) traces the attention sites every that many steps with
+    :class:`~implicit_em.windtunnel.tracing.AttentionTrace`: the records go to
+    ``out_dir/trace.jsonl`` and their two-timescale summary to the result's ``trace``. Tracing
+    does not change training.
     """
+    if trace_every is not None and config.model != "transformer":
+        raise ValueError("tracing reads attention sites: it needs --model transformer")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cfg = asdict(config)
@@ -318,6 +326,7 @@ def run(
     }
     step, elapsed, sessions = 0, 0.0, 0
     running, count = 0.0, 0
+    trace_records: list[dict[str, Any]] = []
     state = _load_matching(out / CHECKPOINT, cfg)
     if state is not None:
         model.load_state_dict(state["model"])
@@ -325,6 +334,7 @@ def run(
         data.set_state(state["data_rng"])
         history, step, elapsed = state["history"], state["step"], state["elapsed"]
         sessions, (running, count) = state["sessions"], state["running"]
+        trace_records = state["trace"]
     sessions += 1
 
     def checkpoint() -> None:
@@ -339,6 +349,7 @@ def run(
                 "elapsed": elapsed,
                 "sessions": sessions,
                 "running": (running, count),
+                "trace": trace_records,
             },
             out / CHECKPOINT,
         )
@@ -351,7 +362,13 @@ def run(
         disable=not progress,
         desc=f"{config.model}/{config.objective}",
     )
-    with _graceful_stop() as stop:
+    tracer = (
+        AttentionTrace(model, test.tokens[:_PROBE_SIZE], trace_every, trace_records, step)
+        if trace_every is not None
+        else None
+    )
+    quiet = AttentionTrace.quiet if tracer is not None else nullcontext
+    with _graceful_stop() as stop, tracer or nullcontext():
         while step < config.steps:
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(config, step)
@@ -361,6 +378,8 @@ def run(
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
             optimizer.step()
+            if tracer is not None:
+                tracer.step()
             step += 1
             running, count = running + loss.item(), count + 1
             bar.update(1)
@@ -368,7 +387,8 @@ def run(
                 history["step"].append(step)
                 history["loss"].append(running / count)
                 running, count = 0.0, 0
-                ev = evaluate(model, test, config.objective)
+                with quiet():
+                    ev = evaluate(model, test, config.objective)
                 history["eval_step"].append(step)
                 history["eval_bits_mae"].append(ev["bits_mae"])
                 history["eval_kl"].append(ev["kl_bits"])
@@ -409,5 +429,12 @@ def run(
         **final,
         "history": history,
     }
+    if trace_every is not None:
+        (out / TRACE).write_text("".join(json.dumps(r) + "\n" for r in trace_records))
+        result["trace"] = {
+            "every": trace_every,
+            "file": TRACE,
+            "summary": summarize_trace(trace_records),
+        }
     _write_json(result, result_path)
     return result
