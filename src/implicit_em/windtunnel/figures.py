@@ -84,10 +84,11 @@ def plot_drift(records: list[dict[str, Any]], path: str | Path) -> Path:
     from implicit_em.windtunnel.tracing import drift_series
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for site, series in drift_series(records).items():
+    for i, (site, series) in enumerate(drift_series(records).items()):
         for key, style in (("attention_drift", "-"), ("value_drift", "--")):
             steps, values = series[key]
-            ax.plot(steps, [max(v, _FLOOR) for v in values], style, label=f"{site} {key}")
+            values = [max(v, _FLOOR) for v in values]
+            ax.plot(steps, values, style, color=f"C{i}", label=f"{site} {key}")
     ax.set_yscale("log")
     ax.set_xlabel("step")
     ax.set_title("attention drift (TV of alpha) vs value drift (relative change of v)")
