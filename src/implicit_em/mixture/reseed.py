@@ -30,9 +30,11 @@ class WorstSamples:
 
     def add(self, x: Tensor, log_p: Tensor) -> None:
         """Merge a chunk's samples ``x[B, D]`` with log-likelihoods ``log_p[B]``."""
-        values = torch.cat([self.values, log_p.detach().to(self.values.dtype)])
-        points = torch.cat([self.points, x.detach().to(self.points.dtype)])
-        order = torch.argsort(values)[: self.values.shape[0]]
+        capacity = self.values.shape[0]
+        lowest = torch.topk(log_p.detach(), min(capacity, log_p.shape[0]), largest=False).indices
+        values = torch.cat([self.values, log_p.detach()[lowest].to(self.values.dtype)])
+        points = torch.cat([self.points, x.detach()[lowest].to(self.points.dtype)])
+        order = torch.argsort(values, stable=True)[:capacity]
         self.values, self.points = values[order], points[order]
 
     def gathered(self) -> tuple[Tensor, Tensor]:

@@ -1,0 +1,240 @@
+"""GaussianMixture (em) against scikit-learn: same data, same start, same number of passes.
+
+Every configuration runs in its own subprocess, so its peak RSS is its own. Printed per row: fit
+time, the ratio scikit-learn time / our time (measured in the same run), the difference of the
+final mean log-likelihood per sample, and the peak RSS above the loaded data. pomegranate is
+added side by side when it is installed. A last row streams N = 10M, D = 16, K = 64 (diag,
+float32) from a re-iterable generator of batches, so that the data never sit in memory.
+
+    python benchmarks/mixture_vs_sklearn.py            # the issue's sizes (several minutes)
+    python benchmarks/mixture_vs_sklearn.py --quick    # a small smoke version
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import resource
+import subprocess
+import sys
+import time
+import warnings
+
+import numpy as np
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _start(x: np.ndarray, k: int, covariance_type: str, seed: int) -> dict:
+    """Common start: K random rows as means, uniform weights, the data's variances."""
+    rng = np.random.default_rng(seed)
+    means = x[rng.choice(len(x), k, replace=False)]
+    var = x[:100_000].var(axis=0)
+    precisions = {
+        "diag": np.tile(1 / var, (k, 1)),
+        "spherical": np.full(k, 1 / var.mean()),
+        "full": np.tile(np.diag(1 / var), (k, 1, 1)),
+        "tied": np.diag(1 / var),
+    }[covariance_type]
+    return {"weights_init": np.full(k, 1 / k), "means_init": means, "precisions_init": precisions}
+
+
+def _data(n: int, d: int, k: int, seed: int) -> np.ndarray:
+    from sklearn.datasets import make_blobs
+
+    x, _ = make_blobs(n_samples=n, n_features=d, centers=k, cluster_std=2.0, random_state=seed)
+    return x
+
+
+class BlobStream:
+    """A re-iterable stream of blob batches, regenerated identically on every pass."""
+
+    def __init__(self, n: int, d: int, k: int, batch: int, seed: int) -> None:
+        self.n, self.d, self.batch, self.seed = n, d, batch, seed
+        self.centers = np.random.default_rng(seed).uniform(-10, 10, (k, d)).astype(np.float32)
+
+    def __iter__(self):
+        for i, start in enumerate(range(0, self.n, self.batch)):
+            rng = np.random.default_rng((self.seed, i))
+            rows = min(self.batch, self.n - start)
+            labels = rng.integers(0, len(self.centers), rows)
+            noise = rng.standard_normal((rows, self.d), dtype=np.float32)
+            yield self.centers[labels] + 2.0 * noise
+
+
+def run_one(spec: dict) -> dict:
+    """Fit one configuration in this process and report time, log-likelihood and memory."""
+    import torch
+
+    torch.set_num_threads(spec["threads"])
+    warnings.simplefilter("ignore")
+    n, d, k, cov = spec["n"], spec["d"], spec["k"], spec["covariance_type"]
+    if spec["library"] == "stream":
+        from implicit_em.mixture import GaussianMixture
+
+        stream = BlobStream(n, d, k, spec["batch_size"], seed=0)
+        first = next(iter(stream))
+        base = _rss_mb()
+        gm = GaussianMixture(
+            k,
+            covariance_type=cov,
+            max_iter=spec["iters"],
+            tol=0.0,
+            dtype="float32",
+            **_start(first, k, cov, seed=0),
+        )
+        t = time.perf_counter()
+        gm.fit(stream)
+        seconds = time.perf_counter() - t
+        return {
+            "seconds": seconds,
+            "log_likelihood": gm.lower_bound_,
+            "peak_mb": _peak_mb(),
+            "peak_above_data_mb": _peak_mb() - base,
+        }
+    x = _data(n, d, k, seed=0)
+    start = _start(x, k, cov, seed=1)
+    base = _rss_mb()
+    kwargs = {"covariance_type": cov, "max_iter": spec["iters"], "tol": 0.0, **start}
+    t = time.perf_counter()
+    if spec["library"] == "sklearn":
+        from sklearn.mixture import GaussianMixture as SkGaussianMixture
+
+        gm = SkGaussianMixture(k, **kwargs).fit(x)
+        ll = gm.lower_bound_
+    elif spec["library"] == "pomegranate":
+        ll = _pomegranate(x, start, spec)
+    else:
+        from implicit_em.mixture import GaussianMixture
+
+        gm = GaussianMixture(k, dtype=spec["dtype"], batch_size=spec["batch_size"], **kwargs)
+        gm.fit(x if spec["dtype"] == "float64" else x.astype(np.float32))
+        ll = gm.lower_bound_
+    seconds = time.perf_counter() - t
+    return {
+        "seconds": seconds,
+        "log_likelihood": ll,
+        "peak_mb": _peak_mb(),
+        "peak_above_data_mb": _peak_mb() - base,
+    }
+
+
+def _pomegranate(x: np.ndarray, start: dict, spec: dict) -> float:
+    import torch
+    from pomegranate.distributions import Normal
+    from pomegranate.gmm import GeneralMixtureModel
+
+    cov = {"diag": "diag", "full": "full"}[spec["covariance_type"]]
+    means = torch.as_tensor(start["means_init"], dtype=torch.float32)
+    dists = [Normal(means=m, covs=None, covariance_type=cov) for m in means]
+    gm = GeneralMixtureModel(dists, max_iter=spec["iters"], tol=0.0, init="first-k")
+    xt = torch.as_tensor(x, dtype=torch.float32)
+    gm.fit(xt)
+    return float(gm.log_probability(xt).mean())
+
+
+def _spawn(spec: dict) -> dict:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if out.returncode != 0:
+        return {"error": out.stderr.strip().splitlines()[-1] if out.stderr else "failed"}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, a smoke run")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(run_one(json.loads(args.child))))
+        return
+    if args.quick:
+        sizes = [(20_000, 8, 4, "diag", 10), (20_000, 8, 4, "full", 10)]
+        stream = (200_000, 16, 8, 10_000, 2)
+    else:
+        sizes = [
+            (200_000, 32, 16, "diag", 10),
+            (200_000, 32, 16, "full", 10),
+            (1_000_000, 64, 64, "diag", 5),
+        ]
+        stream = (10_000_000, 16, 64, 65_536, 2)
+    ours = [("float64", None), ("float64", 32_768), ("float32", 32_768)]
+    libraries = ["sklearn"] + (["pomegranate"] if importlib.util.find_spec("pomegranate") else [])
+    header = (
+        f"{'N':>9} {'D':>3} {'K':>3} {'cov':<5} {'fitter':<26} {'seconds':>8} "
+        f"{'sklearn/x':>9} {'dLL/sample':>11} {'peak RSS MB':>11} {'above data':>10}"
+    )
+    print(header)
+    print("-" * len(header))
+    for n, d, k, cov, iters in sizes:
+        base = {
+            "n": n,
+            "d": d,
+            "k": k,
+            "covariance_type": cov,
+            "iters": iters,
+            "threads": args.threads,
+            "dtype": "float64",
+            "batch_size": None,
+        }
+        reference = _spawn({**base, "library": "sklearn"})
+        rows = [("sklearn (float64)", reference)]
+        rows += [
+            (f"pomegranate ({lib})", _spawn({**base, "library": lib})) for lib in libraries[1:]
+        ]
+        for dtype, batch in ours:
+            label = f"implicit-em em {dtype} b={batch or 'all'}"
+            rows.append(
+                (label, _spawn({**base, "library": "ours", "dtype": dtype, "batch_size": batch}))
+            )
+        for label, r in rows:
+            if "error" in r:
+                print(f"{n:>9} {d:>3} {k:>3} {cov:<5} {label:<26} error: {r['error']}")
+                continue
+            ratio = reference["seconds"] / r["seconds"]
+            dll = r["log_likelihood"] - reference["log_likelihood"]
+            print(
+                f"{n:>9} {d:>3} {k:>3} {cov:<5} {label:<26} {r['seconds']:>8.2f} "
+                f"{ratio:>8.2f}x {dll:>11.2e} {r['peak_mb']:>11.0f} "
+                f"{r['peak_above_data_mb']:>10.0f}"
+            )
+    n, d, k, batch, iters = stream
+    r = _spawn(
+        {
+            "n": n,
+            "d": d,
+            "k": k,
+            "covariance_type": "diag",
+            "iters": iters,
+            "threads": args.threads,
+            "batch_size": batch,
+            "library": "stream",
+        }
+    )
+    print(f"\nstreaming N={n:,} D={d} K={k} diag float32, batches of {batch:,}, {iters} passes:")
+    if "error" in r:
+        print(f"  error: {r['error']}")
+    else:
+        print(
+            f"  {r['seconds']:.1f} s ({r['seconds'] / iters:.1f} s per pass), "
+            f"mean log-likelihood {r['log_likelihood']:.4f}, peak RSS {r['peak_mb']:.0f} MB "
+            f"({'under' if r['peak_mb'] < 1536 else 'OVER'} the 1.5 GB target)"
+        )
+
+
+if __name__ == "__main__":
+    main()
