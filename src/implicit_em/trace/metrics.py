@@ -41,9 +41,25 @@ Stats = dict[str, Tensor]
 
 
 def entropy(p: Tensor, dim: int = -1) -> Tensor:
-    r""":math:`H(p) = -\sum_j p_j \log p_j` along ``dim`` in nats, with :math:`0 \log 0 = 0`."""
-    logp = torch.where(p > 0, p, torch.ones_like(p)).log()
-    return -(p * logp).sum(dim=dim)
+    r""":math:`H(p) = -\sum_j p_j \log p_j` along ``dim`` in nats, with :math:`0 \log 0 = 0`.
+
+    Entries :math:`p_j \le 0` (round-off in responsibilities read from gradients) contribute 0;
+    the logarithm is taken of :math:`\max(p_j, \text{tiny})`, which changes nothing
+    representable (:math:`|p \log p| < 10^{-36}` below the smallest normal float).
+    """
+    logp = p.clamp_min(torch.finfo(p.dtype).tiny).log()
+    return -(p.clamp_min(0) * logp).sum(dim=dim)
+
+
+def _nonfinite_count(x: Tensor) -> Tensor:
+    r"""The number of NaN or infinite entries of ``x`` (:math:`x \cdot 0` is NaN exactly there)."""
+    return torch.isnan(x * 0).sum()
+
+
+def _zero_nonfinite_rows(x: Tensor) -> Tensor:
+    """``x`` with every row (last axis) holding a NaN or infinity set to zero."""
+    finite_rows = (x * 0).sum(-1, keepdim=True) == 0
+    return torch.where(finite_rows, x, 0.0)
 
 
 def read_responsibilities(
@@ -149,30 +165,27 @@ def attention_stats(
     :math:`\sum(\alpha\odot(a-\bar a))^2`, ``value_sq`` = :math:`\sum_j\lVert\sum_i\alpha_{ij}g_i\rVert^2`,
     ``nonfinite`` gradient entries; maxima: ``value_residual_max``, ``grad_v_max``.
     """
-    heads = alpha.shape[1]
+    head_entropy = entropy(alpha).sum((0, 2)).double()
     stats: Stats = {
         "rows": torch.tensor(float(alpha.numel() // alpha.shape[-1]), dtype=torch.float64),
-        "entropy": entropy(alpha).sum().double(),
-        "head_entropy": entropy(alpha).transpose(0, 1).reshape(heads, -1).sum(-1).double(),
+        "entropy": head_entropy.sum(),
+        "head_entropy": head_entropy,
     }
     used = alpha if used is None else used
     a = grad_alpha
     if a is None and g is not None and v is not None:
         a = g @ v.transpose(-2, -1)
     if a is not None:
-        finite = torch.isfinite(a).all(-1, keepdim=True)
-        a_safe = torch.where(finite, a, torch.zeros_like(a))
+        a_safe = _zero_nonfinite_rows(a)
         abar = (alpha * a_safe).sum(-1, keepdim=True)
-        advantage = torch.where(alpha > 0, a_safe - abar, torch.zeros_like(a_safe))
-        stats["routing_sq"] = ((alpha * advantage) ** 2).sum().double()
-        stats["nonfinite"] = (~torch.isfinite(a)).sum().double()
+        stats["routing_sq"] = (alpha * (a_safe - abar)).pow(2).sum().double()
+        stats["nonfinite"] = _nonfinite_count(a).double()
         stats["n_grad"] = torch.ones((), dtype=torch.float64)
     if g is not None:
-        finite_g = torch.isfinite(g)
-        g_safe = torch.where(finite_g, g, torch.zeros_like(g))
+        g_safe = torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)
         value_update = used.transpose(-2, -1) @ g_safe
-        stats["value_sq"] = (value_update**2).sum().double()
-        stats["nonfinite"] = stats.get("nonfinite", 0) + (~finite_g).sum().double()
+        stats["value_sq"] = value_update.pow(2).sum().double()
+        stats["nonfinite"] = stats.get("nonfinite", 0) + _nonfinite_count(g).double()
         if grad_v is not None:
             stats["value_residual_max"] = (value_update - grad_v).abs().amax().double()
             stats["grad_v_max"] = grad_v.abs().amax().double()

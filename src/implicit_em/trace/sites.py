@@ -45,7 +45,16 @@ from implicit_em.trace.metrics import (
     responsibility_stats,
 )
 
-__all__ = ["SEARCHED", "AttentionCall", "ResponsibilityCall", "SiteCapture", "untraced"]
+__all__ = [
+    "SEARCHED",
+    "AttentionCall",
+    "CapturedPass",
+    "Plan",
+    "ResponsibilityCall",
+    "SiteCapture",
+    "SiteKey",
+    "untraced",
+]
 
 SEARCHED = (
     "torch.nn.functional.cross_entropy",
@@ -57,8 +66,28 @@ SEARCHED = (
     "implicit_em.objectives.cross_entropy",
 )
 
-_CE_SIGNATURE = inspect.signature(F.cross_entropy)
-_NLL_SIGNATURE = inspect.signature(F.nll_loss)
+
+class _Binder:
+    """Binds call arguments to parameter names with defaults filled in: what
+    ``inspect.Signature.bind(...).apply_defaults()`` gives for a call that already succeeded,
+    at a fraction of its cost."""
+
+    def __init__(self, fn: Callable) -> None:
+        params = inspect.signature(fn).parameters
+        self.names = list(params)
+        self.defaults = {
+            n: p.default for n, p in params.items() if p.default is not inspect.Parameter.empty
+        }
+
+    def __call__(self, args: Sequence, kwargs: dict) -> dict[str, Any]:
+        bound = dict(self.defaults)
+        bound.update(zip(self.names, args, strict=False))
+        bound.update(kwargs)
+        return bound
+
+
+_CE_SIGNATURE = _Binder(F.cross_entropy)
+_NLL_SIGNATURE = _Binder(F.nll_loss)
 _SDPA_PARAMS = (
     "query",
     "key",
@@ -69,7 +98,7 @@ _SDPA_PARAMS = (
     "scale",
     "enable_gqa",
 )
-_MHA_SIGNATURE = inspect.signature(F.multi_head_attention_forward)
+_MHA_SIGNATURE = _Binder(F.multi_head_attention_forward)
 
 
 def untraced() -> torch._C.DisableTorchFunction:
@@ -177,11 +206,14 @@ class AttentionCall:
     grad_v: Tensor | None = None
 
     def weights(self) -> Tensor:
-        """The weights on the traced rows, recomputed once from ``q`` and ``k`` if needed."""
+        r"""The weights on the traced rows, recomputed once from ``q`` and ``k`` if needed:
+        :math:`\alpha = \operatorname{softmax}(s)` of the scores (rows that a mask excludes
+        entirely are zeros; without a mask no row can be excluded)."""
         if self.alpha is None:
             with torch.no_grad():
                 s = attention_scores(self.q, self.k, self.mask, self.is_causal, self.scale)
-                self.alpha = responsibilities(-s)
+                masked = self.mask is not None or self.is_causal
+                self.alpha = responsibilities(-s) if masked else torch.softmax(s, dim=-1)
             self.q = self.k = self.mask = None
         return self.alpha
 
@@ -247,18 +279,72 @@ class _Mode(TorchFunctionMode):
         return handler(func, args, kwargs)
 
 
+SiteKey = tuple[str | None, str, int]
+"""Where a site is in a pass: (innermost module path or None, kind suffix, occurrence)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where a discovery pass found sites, for narrow capture on later measured steps.
+
+    Attributes:
+        names: every site found, by :data:`SiteKey`, with its discovery name.
+        selected: the keys of the sites selected by the patterns.
+        scopes: module paths in which any site was found (followed to attribute sites).
+        active: module paths in which a selected site was found (the mode is on inside them).
+        tail: a selected site outside every module, after the model's forward pass (the mode
+            is on from the end of the model's forward pass until the optimizer step).
+    """
+
+    names: dict[SiteKey, str]
+    selected: frozenset[SiteKey]
+    scopes: frozenset[str]
+    active: frozenset[str]
+    tail: bool
+
+
 @dataclass
-class _Pass:
+class CapturedPass:
     """What one forward pass (training step or probe) captured."""
 
     calls: list[Call] = field(default_factory=list)
     counts: Counter = field(default_factory=Counter)
+    keys: Counter = field(default_factory=Counter)
+    found: dict[SiteKey, str] = field(default_factory=dict)
+    early: set[SiteKey] = field(default_factory=set)
     skipped: set[str] = field(default_factory=set)
     handles: list[Any] = field(default_factory=list)
+    selected: set[SiteKey] = field(default_factory=set)
+    plan: Plan | None = None
+    unplanned: bool = False
+
+    def to_plan(self) -> Plan | None:
+        """The plan of a discovery pass; None when a selected site lies outside every module
+        before the model ran (or without a model), where only a full discovery sees it."""
+        top = {k for k in self.selected if k[0] is None}
+        if top & self.early:
+            return None
+        return Plan(
+            names=dict(self.found),
+            selected=frozenset(self.selected),
+            scopes=frozenset(k[0] for k in self.found if k[0] is not None),
+            active=frozenset(k[0] for k in self.selected if k[0] is not None),
+            tail=bool(top),
+        )
+
+    def matches_plan(self) -> bool:
+        """A narrow pass found exactly the planned selected sites and nothing unplanned."""
+        return self.plan is not None and not self.unplanned and self.selected == self.plan.selected
 
 
 class SiteCapture:
     """Discovers and captures sites while armed (measured steps only: no cost otherwise).
+
+    A *discovery* pass (``arm()``) follows every module through global forward hooks and keeps
+    the mode on for the whole step; it yields a :class:`Plan`. A *narrow* pass
+    (``arm(plan)``) hooks only the planned scope modules, turns the mode on only inside the
+    modules that hold selected sites (and after the model's forward pass for sites outside
+    it), and names each site by its key in the plan, so the names are discovery's.
 
     Args:
         model: the model whose module paths name the sites (None: names are the bare site kinds).
@@ -270,9 +356,11 @@ class SiteCapture:
         self, model: nn.Module | None, patterns: Sequence[str] | None, max_rows: int
     ) -> None:
         root = getattr(model, "module", model) if _is_wrapper(model) else model
-        self.names: dict[int, str] = (
-            {} if root is None else {id(m): n for n, m in root.named_modules()}
+        self.root = root
+        self.modules: dict[str, nn.Module] = (
+            {} if root is None else {n: m for n, m in root.named_modules()}
         )
+        self.names: dict[int, str] = {id(m): n for n, m in self.modules.items()}
         self.patterns = None if patterns is None else list(patterns)
         self.max_rows = max_rows
         self.stack: list[str] = []
@@ -280,8 +368,13 @@ class SiteCapture:
         self.tracked: dict[int, tuple[weakref.ref, AttentionCall]] = {}
         self.logsm: dict[int, tuple[weakref.ref, Tensor, int]] = {}
         self.seen: set[str] = set()
-        self.current = _Pass()
+        self.current = CapturedPass()
+        self._selection: dict[str, bool] = {}
         self._mode: _Mode | None = None
+        self._mode_on = False
+        self._depth = 0
+        self._tail = False
+        self._model_ran = False
         self._hooks: list[Any] = []
         self.handlers: dict[Any, Callable[[Any, Sequence, dict], Any]] = {
             F.cross_entropy: self._cross_entropy,
@@ -312,39 +405,62 @@ class SiteCapture:
     def armed(self) -> bool:
         return self._mode is not None
 
-    def arm(self) -> None:
+    def arm(self, plan: Plan | None = None) -> None:
+        """Arm a discovery pass (``plan=None``) or a narrow pass following ``plan``."""
         if self.armed:
             return
-        self._hooks = [
-            nn.modules.module.register_module_forward_pre_hook(self._enter_module),
-            nn.modules.module.register_module_forward_hook(self._exit_module, always_call=True),
-            register_optimizer_step_pre_hook(self._optimizer_step),
-        ]
+        self.current.plan = plan
         self._mode = _Mode(self)
-        self._mode.__enter__()
+        self._hooks = [register_optimizer_step_pre_hook(self._optimizer_step)]
+        if plan is None:
+            self._hooks += [
+                nn.modules.module.register_module_forward_pre_hook(self._enter_module),
+                nn.modules.module.register_module_forward_hook(self._exit_module, always_call=True),
+            ]
+            self._switch(True)
+            return
+        for path in plan.scopes:
+            module = self.modules[path]
+            self._hooks += [
+                module.register_forward_pre_hook(self._enter_scope),
+                module.register_forward_hook(self._exit_scope, always_call=True),
+            ]
+        if plan.tail and self.root is not None:
+            self._hooks.append(self.root.register_forward_hook(self._start_tail, always_call=True))
 
     def disarm(self) -> None:
         if not self.armed:
             return
-        self._mode.__exit__(None, None, None)
+        self._switch(False)
         self._mode = None
+        self._depth = 0
+        self._tail = False
         for h in self._hooks:
             h.remove()
         self._hooks = []
+
+    def _switch(self, on: bool) -> None:
+        """Enter or leave the mode (it is on top of the mode stack while this capture runs)."""
+        if on and not self._mode_on:
+            self._mode.__enter__()
+        elif not on and self._mode_on:
+            self._mode.__exit__(None, None, None)
+        self._mode_on = on
 
     def _optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """The step's forward and backward are over: the optimizer runs unobserved."""
         self.disarm()
 
-    def take(self) -> _Pass:
+    def take(self) -> CapturedPass:
         """Hand over the captured pass and start a new one (gradient hooks are removed)."""
-        done, self.current = self.current, _Pass()
+        done, self.current = self.current, CapturedPass()
         for h in done.handles:
             h.remove()
         self.stack.clear()
         self.origins.clear()
         self.tracked.clear()
         self.logsm.clear()
+        self._model_ran = False
         return done
 
     # -- naming ---------------------------------------------------------------------------------
@@ -360,8 +476,31 @@ class SiteCapture:
             return
         if self.stack and self.stack[-1] == name:
             self.stack.pop()
+        if module is self.root:
+            self._model_ran = True
         if isinstance(output, Tensor) and name:
             self.origins[id(output)] = (weakref.ref(output), name)
+
+    def _enter_scope(self, module: nn.Module, args: Any) -> None:
+        """Narrow pass: a planned scope module starts (the mode is on inside active scopes)."""
+        name = self.names[id(module)]
+        self.stack.append(name)
+        if name in self.current.plan.active:
+            self._depth += 1
+            self._switch(True)
+
+    def _exit_scope(self, module: nn.Module, args: Any, output: Any) -> None:
+        name = self.names[id(module)]
+        if self.stack and self.stack[-1] == name:
+            self.stack.pop()
+        if name in self.current.plan.active:
+            self._depth -= 1
+            self._switch(self._depth > 0 or self._tail)
+
+    def _start_tail(self, module: nn.Module, args: Any, output: Any) -> None:
+        """Narrow pass: the model's forward is over; sites outside it (the loss) follow."""
+        self._tail = True
+        self._switch(True)
 
     def _origin(self, t: Any) -> str | None:
         if not isinstance(t, Tensor):
@@ -380,20 +519,49 @@ class SiteCapture:
         return out
 
     def _name(self, suffix: str, source: Any = None) -> str | None:
-        """The unique name of a new site, or None when the patterns do not select it."""
+        """The unique name of a new site, or None when the patterns do not select it.
+
+        A discovery pass names it by the module that produced ``source`` (else the innermost
+        module); a narrow pass looks its key up in the plan (None when the key is unplanned).
+        """
+        p = self.current
+        scope = self.stack[-1] if self.stack else None
+        p.keys[(scope, suffix)] += 1
+        key = (scope, suffix, p.keys[(scope, suffix)])
+        if p.plan is None:
+            name = self._discovered_name(suffix, source)
+            if scope is None and not self._model_ran:
+                p.early.add(key)
+        else:
+            name = p.plan.names.get(key)
+            if name is None:
+                p.unplanned = True
+                return None
+        p.found[key] = name
+        self.seen.add(name)
+        if not self._selected(name):
+            p.skipped.add(name)
+            return None
+        p.selected.add(key)
+        return name
+
+    def _discovered_name(self, suffix: str, source: Any) -> str:
         origin = self._origin(source)
         path = origin if origin is not None else (self.stack[-1] if self.stack else "")
         base = f"{path}.{suffix}" if path and suffix else (path or suffix or "attention")
         self.current.counts[base] += 1
         count = self.current.counts[base]
-        name = base if count == 1 else f"{base}#{count}"
-        self.seen.add(name)
-        if self.patterns is not None and not any(
-            fnmatch.fnmatchcase(name, p) for p in self.patterns
-        ):
-            self.current.skipped.add(name)
-            return None
-        return name
+        return base if count == 1 else f"{base}#{count}"
+
+    def _selected(self, name: str) -> bool:
+        """Whether the patterns select ``name`` (cached per name)."""
+        chosen = self._selection.get(name)
+        if chosen is None:
+            chosen = self.patterns is None or any(
+                fnmatch.fnmatchcase(name, p) for p in self.patterns
+            )
+            self._selection[name] = chosen
+        return chosen
 
     def _hook(self, t: Tensor, fn: Callable[[Tensor], None]) -> None:
         if not (isinstance(t, Tensor) and t.requires_grad):
@@ -472,9 +640,7 @@ class SiteCapture:
 
     def _cross_entropy(self, func: Any, args: Sequence, kwargs: dict) -> Any:
         out = func(*args, **kwargs)
-        b = _CE_SIGNATURE.bind(*args, **kwargs)
-        b.apply_defaults()
-        p = b.arguments
+        p = _CE_SIGNATURE(args, kwargs)
         reduction = _reduction(p)
         self._add_classification(
             "ce",
@@ -501,9 +667,7 @@ class SiteCapture:
 
     def _nll_loss(self, func: Any, args: Sequence, kwargs: dict) -> Any:
         out = func(*args, **kwargs)
-        b = _NLL_SIGNATURE.bind(*args, **kwargs)
-        b.apply_defaults()
-        p = b.arguments
+        p = _NLL_SIGNATURE(args, kwargs)
         entry = self.logsm.get(id(p["input"]))
         if entry is None or entry[0]() is not p["input"]:
             return out
@@ -645,7 +809,6 @@ class SiteCapture:
             reconstruct=torch.matmul,
             rows=rows,
         )
-        call.weights()
         self.current.calls.append(call)
         self._hook(out, lambda g, c=call: setattr(c, "g", _heads(g.detach()[: c.rows])))
         self._hook(p["value"], lambda g, c=call: setattr(c, "grad_v", _heads(g.detach()[: c.rows])))
@@ -653,9 +816,7 @@ class SiteCapture:
 
     def _mha(self, func: Any, args: Sequence, kwargs: dict) -> Any:
         out = func(*args, **kwargs)
-        b = _MHA_SIGNATURE.bind(*args, **kwargs)
-        b.apply_defaults()
-        p = b.arguments
+        p = _MHA_SIGNATURE(args, kwargs)
         unsupported = p["bias_k"] is not None or p["add_zero_attn"] or p["static_k"] is not None
         if p["query"].dim() != 3 or unsupported:
             return out
@@ -663,7 +824,6 @@ class SiteCapture:
         if name is None:
             return out
         call = _mha_call(name, p, out[0], self.max_rows)
-        call.weights()
         self.current.calls.append(call)
         self._hook(out[0], call.on_output_grad)
         return out
@@ -681,48 +841,21 @@ def _mha_call(name: str, p: dict, y: Tensor, rows: int) -> AttentionCall:
     :math:`g = (\partial L/\partial y) W_o`.
     """
     heads = p["num_heads"]
-    query, key, value = (p[n].detach()[:, :rows] for n in ("query", "key", "value"))
+    query = p["query"].detach()[:, :rows]
     e = query.shape[-1]
-    if p["use_separate_proj_weight"]:
-        ws = [p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"]]
-    else:
-        ws = list(p["in_proj_weight"].chunk(3))
-    bias = p["in_proj_bias"]
-    bs = [None] * 3 if bias is None else list(bias.chunk(3))
     n = query.shape[1]
 
     def split(x: Tensor) -> Tensor:
         return x.reshape(x.shape[0], n, heads, -1).permute(1, 2, 0, 3)
 
     with torch.no_grad():
-        q, k, v = (
-            split(F.linear(x, w.detach(), _detach(bb)))
-            for x, w, bb in zip((query, key, value), ws, bs, strict=True)
-        )
-        lq, lk = q.shape[-2], k.shape[-2]
-        additive = torch.zeros(n, heads, lq, lk, dtype=q.dtype)
-        attn_mask = p["attn_mask"]
-        if attn_mask is not None:
-            m = attn_mask.detach()
-            m = m.reshape(-1, heads, lq, lk)[:n] if m.dim() == 3 else m
-            additive = additive + (
-                torch.zeros_like(m, dtype=q.dtype).masked_fill(m, -math.inf)
-                if m.dtype == torch.bool
-                else m
-            )
-        kpm = p["key_padding_mask"]
-        if kpm is not None:
-            m = kpm.detach()[:rows].reshape(n, 1, 1, lk)
-            additive = additive + (
-                torch.zeros_like(m, dtype=q.dtype).masked_fill(m, -math.inf)
-                if m.dtype == torch.bool
-                else m
-            )
+        q, k, v = (split(x) for x in _mha_projections(p, query, rows))
+        mask = _mha_mask(p, heads, rows, q.shape[-2], k.shape[-2], q.dtype)
         w_out = p["out_proj_weight"].detach().clone()
         b_out = None if p["out_proj_bias"] is None else p["out_proj_bias"].detach().clone()
 
     def reconstruct(alpha: Tensor, values: Tensor) -> Tensor:
-        o = (alpha @ values).permute(2, 0, 1, 3).reshape(lq, n, e)
+        o = (alpha @ values).permute(2, 0, 1, 3).reshape(alpha.shape[-2], n, e)
         return F.linear(o, w_out.float(), None if b_out is None else b_out.float())
 
     def to_heads(grad: Tensor) -> Tensor:
@@ -732,7 +865,7 @@ def _mha_call(name: str, p: dict, y: Tensor, rows: int) -> AttentionCall:
         name,
         q=q,
         k=k,
-        mask=additive,
+        mask=mask,
         scale=1.0 / math.sqrt(q.shape[-1]),
         v=v,
         output=y.detach()[:, :rows],
@@ -740,6 +873,46 @@ def _mha_call(name: str, p: dict, y: Tensor, rows: int) -> AttentionCall:
         to_heads=to_heads,
         rows=rows,
     )
+
+
+def _mha_projections(p: dict, query: Tensor, rows: int) -> tuple[Tensor, Tensor, Tensor]:
+    r"""The in-projections :math:`q = xW_q^\top + b_q`, :math:`k`, :math:`v` on the first ``rows``
+    batch rows (one packed projection for self-attention, as the module itself computes it)."""
+    bias = _detach(p["in_proj_bias"])
+    if not p["use_separate_proj_weight"] and p["query"] is p["key"] is p["value"]:
+        return F.linear(query, p["in_proj_weight"].detach(), bias).chunk(3, dim=-1)
+    if p["use_separate_proj_weight"]:
+        ws = [p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"]]
+    else:
+        ws = list(p["in_proj_weight"].chunk(3))
+    bs = [None] * 3 if bias is None else list(bias.chunk(3))
+    xs = (query, p["key"].detach()[:, :rows], p["value"].detach()[:, :rows])
+    return tuple(F.linear(x, w.detach(), b) for x, w, b in zip(xs, ws, bs, strict=True))
+
+
+def _mha_mask(
+    p: dict, heads: int, rows: int, lq: int, lk: int, dtype: torch.dtype
+) -> Tensor | None:
+    """The additive mask ``[N, H, Lq, Lk]`` of ``attn_mask`` and ``key_padding_mask`` (boolean
+    True = masked out, or additive floats) on the traced rows; None when there is neither."""
+    parts = []
+    if p["attn_mask"] is not None:
+        m = p["attn_mask"].detach()
+        parts.append(m.reshape(-1, heads, lq, lk)[:rows] if m.dim() == 3 else m)
+    if p["key_padding_mask"] is not None:
+        m = p["key_padding_mask"].detach()[:rows]
+        parts.append(m.reshape(m.shape[0], 1, 1, lk))
+    if not parts:
+        return None
+    n = min(rows, p["query"].shape[1])
+    additive = torch.zeros(n, heads, lq, lk, dtype=dtype)
+    for m in parts:
+        additive = additive + (
+            torch.zeros_like(m, dtype=dtype).masked_fill(m, -math.inf)
+            if m.dtype == torch.bool
+            else m
+        )
+    return additive
 
 
 def _reduction(p: dict) -> str:

@@ -40,6 +40,8 @@ from implicit_em.trace.sinks import History, MemorySink, Record, Sink, make_sink
 from implicit_em.trace.sites import (
     SEARCHED,
     AttentionCall,
+    CapturedPass,
+    Plan,
     ResponsibilityCall,
     SiteCapture,
     untraced,
@@ -101,6 +103,10 @@ class Tracer:
         max_rows: batch rows of each attention site used for its metrics.
         max_components: per-component mass is recorded for sites with at most this many.
         thresholds: collapse alarm thresholds.
+        rediscover: run a full site discovery every ``rediscover`` measurements (1: always);
+            the measurements between follow the last discovery's plan narrowly (see
+            :class:`~implicit_em.trace.sites.SiteCapture`), and a narrow pass that finds a
+            different set of sites triggers a discovery at the next measurement.
     """
 
     def __init__(
@@ -113,9 +119,12 @@ class Tracer:
         max_rows: int = 4,
         max_components: int = 256,
         thresholds: Thresholds = Thresholds(),
+        rediscover: int = 100,
     ) -> None:
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be a positive integer, got {every!r}")
+        if not isinstance(rediscover, int) or rediscover < 1:
+            raise ValueError(f"rediscover must be a positive integer, got {rediscover!r}")
         if max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {max_rows}")
         if probe is not None and model is None and not callable(probe):
@@ -125,12 +134,15 @@ class Tracer:
         self.probe = probe
         self.max_components = max_components
         self.thresholds = thresholds
+        self.rediscover = rediscover
         self.patterns = [sites] if isinstance(sites, str) else sites
         self._sink_specs = list(sinks)
         self.sinks: list[Sink] = []
         self.capture = SiteCapture(model, self.patterns, max_rows)
         self.step_index = 0
         self.measurements = 0
+        self._plan: Plan | None = None
+        self._narrow_passes = 0
         self._active = False
         self._memory = MemorySink()
         self._previous: dict[str, dict[str, Tensor | None]] = {}
@@ -148,7 +160,7 @@ class Tracer:
             elif writer:
                 self.sinks.append(make_sink(spec))
         self._active = True
-        self.capture.arm()
+        self._arm()
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
@@ -179,15 +191,30 @@ class Tracer:
         if self.step_index % self.every == 0:
             self._measure()
         self.step_index += 1
+        self.capture.disarm()
         if self.step_index % self.every == 0:
-            self.capture.arm()
+            self._arm()
+
+    def _arm(self) -> None:
+        """Arm the next measured step: narrow along the plan, or a full discovery."""
+        narrow = self._plan is not None and self._narrow_passes < self.rediscover - 1
+        self.capture.arm(self._plan if narrow else None)
+
+    def _follow(self, done: CapturedPass) -> None:
+        """Keep, renew or drop the plan after a training pass."""
+        if done.plan is None:
+            self._plan = done.to_plan()
+            self._narrow_passes = 0
+        elif done.matches_plan():
+            self._narrow_passes += 1
         else:
-            self.capture.disarm()
+            self._plan = None
 
     # -- measurement ------------------------------------------------------------------------------
 
     def _measure(self) -> None:
         done = self.capture.take()
+        self._follow(done)
         if not done.calls:
             if self.measurements == 0:
                 raise NoSiteError(self._no_site_message(done.skipped))

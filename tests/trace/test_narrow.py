@@ -1,0 +1,147 @@
+"""Narrow capture: after one discovery, measured steps follow the plan with the same results."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from implicit_em.trace import Tracer
+
+from .conftest import assert_same_parameters, train
+
+
+def _encoder() -> nn.Module:
+    layer = nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True)
+    return nn.Sequential(nn.TransformerEncoder(layer, 2), nn.Flatten(), nn.Linear(16 * 6, 3))
+
+
+XS, YS = torch.randn(8, 6, 16), torch.randint(0, 3, (8,))
+
+
+def _step(m: nn.Module) -> torch.Tensor:
+    return F.cross_entropy(m(XS), YS)
+
+
+def _sites(tracer: Tracer) -> list[dict]:
+    return [r for r in tracer.history if r["kind"] == "site"]
+
+
+def test_narrow_passes_equal_a_discovery_on_every_step():
+    narrow_model, narrow = train(_encoder, _step, 5, {"every": 1})
+    full_model, full = train(_encoder, _step, 5, {"every": 1, "rediscover": 1})
+    assert_same_parameters(narrow_model, full_model)
+    assert narrow._plan is not None and narrow._narrow_passes == 4
+    a, b = _sites(narrow), _sites(full)
+    assert [(r["step"], r["site"]) for r in a] == [(r["step"], r["site"]) for r in b]
+    for ra, rb in zip(a, b, strict=True):
+        assert ra.keys() == rb.keys()
+        for key, value in ra.items():
+            if isinstance(value, float):
+                torch.testing.assert_close(value, rb[key], rtol=1e-6, atol=1e-9)
+            else:
+                assert value == rb[key], key
+
+
+def test_narrow_pass_names_sites_outside_the_model_by_their_producer():
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3))
+    x, y = torch.randn(16, 4), torch.randint(0, 3, (16,))
+    with Tracer(model) as tracer:
+        for _ in range(3):
+            F.cross_entropy(model(x).view(16, 3), y).backward()
+            tracer.step()
+    assert [r["site"] for r in _sites(tracer)] == ["2.ce"] * 3
+    assert tracer._narrow_passes == 2
+
+
+class _Growing(nn.Module):
+    """A classifier that adds an attention layer to its forward pass from a given step on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.head = nn.Linear(8, 3)
+        self.use_attention = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.use_attention:
+            x = self.attn(x, x, x, need_weights=False)[0]
+        return self.head(x.mean(1))
+
+
+def test_a_site_in_a_new_module_is_picked_up_by_the_periodic_rediscovery():
+    torch.manual_seed(0)
+    model = _Growing()
+    x, y = torch.randn(4, 5, 8), torch.randint(0, 3, (4,))
+    with Tracer(model, rediscover=3) as tracer:
+        for step in range(5):
+            model.use_attention = step >= 1
+            F.cross_entropy(model(x), y).backward()
+            tracer.step()
+    # Steps 1 and 2 follow the plan of step 0, which has no scope inside `attn`; step 3
+    # rediscovers.
+    assert [(r["step"], r["site"]) for r in _sites(tracer)] == [
+        (0, "head.ce"),
+        (1, "head.ce"),
+        (2, "head.ce"),
+        (3, "attn"),
+        (3, "head.ce"),
+        (4, "attn"),
+        (4, "head.ce"),
+    ]
+
+
+def test_an_unplanned_site_inside_a_planned_scope_triggers_rediscovery():
+    model = nn.Linear(4, 3)
+    x, y = torch.randn(6, 4), torch.randint(0, 3, (6,))
+    with Tracer(model) as tracer:
+        for step in range(4):
+            z = model(x)
+            loss = F.cross_entropy(z, y)
+            if step >= 1:
+                loss = loss + F.cross_entropy(2 * z, y)
+            loss.backward()
+            tracer.step()
+    # Step 1 follows the plan of step 0: its second loss is unplanned (left out) and step 2
+    # rediscovers it.
+    assert [(r["step"], r["site"]) for r in _sites(tracer)] == [
+        (0, "ce"),
+        (1, "ce"),
+        (2, "ce"),
+        (2, "ce#2"),
+        (3, "ce"),
+        (3, "ce#2"),
+    ]
+
+
+def test_a_site_vanishing_triggers_rediscovery():
+    torch.manual_seed(0)
+    model = _Growing()
+    model.use_attention = True
+    x, y = torch.randn(4, 5, 8), torch.randint(0, 3, (4,))
+    with Tracer(model) as tracer:
+        for step in range(4):
+            model.use_attention = step < 2
+            F.cross_entropy(model(x), y).backward()
+            tracer.step()
+    assert [(r["step"], r["site"]) for r in _sites(tracer)] == [
+        (0, "attn"),
+        (0, "head.ce"),
+        (1, "attn"),
+        (1, "head.ce"),
+        (2, "head.ce"),
+        (3, "head.ce"),
+    ]
+    assert tracer._plan is not None and tracer._narrow_passes == 0
+
+
+def test_a_loss_before_the_model_keeps_full_discovery():
+    model = nn.Linear(4, 3)
+    z = torch.randn(6, 3, requires_grad=True)
+    x, y = torch.randn(6, 4), torch.randint(0, 3, (6,))
+    with Tracer(model) as tracer:
+        for _ in range(3):
+            (F.cross_entropy(z, y) + F.cross_entropy(model(x), y)).backward()
+            tracer.step()
+    assert [r["site"] for r in _sites(tracer)] == ["ce", "ce#2"] * 3
+    assert tracer._plan is None
