@@ -88,9 +88,14 @@ def _check_positive(var: Tensor) -> None:
 
 
 def _quadratic(y: Tensor, m: Tensor, scale: Tensor) -> Tensor:
-    r""":math:`\tfrac12\sum_d s_{jd}(y_d - m_{jd})^2` as three matmuls, ``[B, K]``, clipped at 0."""
-    d = (y * y) @ scale.T - 2.0 * (y @ (m * scale).T) + (m * m * scale).sum(dim=1)
-    return 0.5 * d.clamp_min(0.0)
+    r""":math:`\tfrac12\sum_d s_{jd}(y_d - m_{jd})^2`, ``[B, K]``, clipped at 0.
+
+    One matmul: :math:`[y^2, y]\,[\tfrac12 s, -s\odot m]^\top + \tfrac12\sum_d s\,m^2`.
+    """
+    features = torch.cat([y * y, y], dim=1)
+    weights = torch.cat([0.5 * scale, -(m * scale)], dim=1)
+    offset = 0.5 * (m * m * scale).sum(dim=1)
+    return torch.addmm(offset, features, weights.T).clamp_min_(0.0)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 r"""Re-seeding of emptied components.
 
-A component is *empty* after a step when its mass :math:`N_j = \sum_t r_{tj}` falls below
-:math:`10^3\,\varepsilon_{\text{dtype}}\,N` (it explains essentially no sample, and its
-covariance estimate is only ``reg_covar``). It is then re-seeded at the worst-explained sample of
+A component is *empty* after a step when its mass :math:`N_j = \sum_t r_{tj}` falls below a
+thousandth of one sample (it explains no sample, and its covariance estimate is only
+``reg_covar``). It is then re-seeded at the worst-explained sample of
 the pass (the lowest :math:`\log p(x_t)`, a different sample for each empty component), with the
 mass-weighted average covariance of the live components and a weight of one sample,
 :math:`1/N`, after which the weights are renormalized. For ``tied`` only the mean and weight
@@ -48,7 +48,7 @@ def reseed_empty(
     mixture: Mixture, masses: Tensor, candidates: WorstSamples, total: Tensor
 ) -> tuple[Mixture, int]:
     """Re-seed the empty components of ``mixture``; return it and how many were re-seeded."""
-    empty = empty_components(masses, total)
+    empty = empty_components(masses)
     n_empty = int(empty.sum())
     values, points = candidates.gathered()
     available = torch.isfinite(values)

@@ -76,14 +76,14 @@ def e_step(stats: Statistics, x: Tensor, mixture: Mixture, shift: Tensor, ref: T
     return log_p
 
 
-def empty_components(masses: Tensor, total: Tensor) -> Tensor:
-    r"""Components whose mass :math:`N_j` is below :math:`10^3\,\varepsilon\,N`, ``[K]`` bool.
+def empty_components(masses: Tensor) -> Tensor:
+    r"""Components whose mass :math:`N_j` is below a thousandth of one sample, ``[K]`` bool.
 
     Their statistics carry no information (and :math:`S_j/N_j - \delta_j\delta_j^\top` would
     be pure cancellation), so the M-step gives them ``reg_covar`` alone and
     :mod:`~implicit_em.mixture.reseed` moves them.
     """
-    return masses < 1e3 * torch.finfo(masses.dtype).eps * total
+    return masses < 1e-3
 
 
 def m_step(stats: Statistics, mixture: Mixture, shift: Tensor, ref: Tensor, reg: float) -> Mixture:
@@ -92,7 +92,7 @@ def m_step(stats: Statistics, mixture: Mixture, shift: Tensor, ref: Tensor, reg:
     n = stats["n"] + 10 * torch.finfo(stats["n"].dtype).eps
     means_y = stats["first"] / n[:, None]
     delta, second = means_y - ref, stats["second"]
-    empty = empty_components(stats["n"], stats["count"])
+    empty = empty_components(stats["n"])
     if bool(empty.any()) and model.per_component:
         delta = torch.where(empty[:, None], torch.zeros_like(delta), delta)
         shape = (-1,) + (1,) * (second.dim() - 1)

@@ -165,7 +165,7 @@ class PreconditionedRule(_AutogradRule):
         new_weights = weights + (weights * g_weights - weights * (weights @ g_weights)) / total
         new_means = means + model.mean_step(cov, g_means, n)
         delta = new_means - means
-        empty = empty_components(masses, total)
+        empty = empty_components(masses)
         if bool(empty.any()) and model.per_component:
             delta = torch.where(empty[:, None], torch.zeros_like(delta), delta)
             shape = (-1,) + (1,) * (g_cov.dim() - 1)
