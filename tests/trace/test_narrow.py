@@ -31,7 +31,7 @@ def test_narrow_passes_equal_a_discovery_on_every_step():
     narrow_model, narrow = train(_encoder, _step, 5, {"every": 1})
     full_model, full = train(_encoder, _step, 5, {"every": 1, "rediscover": 1})
     assert_same_parameters(narrow_model, full_model)
-    assert narrow._plan is not None and narrow._narrow_passes == 4
+    assert narrow.discoveries == 2 and full.discoveries == 5
     a, b = _sites(narrow), _sites(full)
     assert [(r["step"], r["site"]) for r in a] == [(r["step"], r["site"]) for r in b]
     for ra, rb in zip(a, b, strict=True):
@@ -51,7 +51,7 @@ def test_narrow_pass_names_sites_outside_the_model_by_their_producer():
             F.cross_entropy(model(x).view(16, 3), y).backward()
             tracer.step()
     assert [r["site"] for r in _sites(tracer)] == ["2.ce"] * 3
-    assert tracer._narrow_passes == 2
+    assert tracer.discoveries == 2
 
 
 class _Growing(nn.Module):
@@ -74,44 +74,42 @@ def test_a_site_in_a_new_module_is_picked_up_by_the_periodic_rediscovery():
     model = _Growing()
     x, y = torch.randn(4, 5, 8), torch.randint(0, 3, (4,))
     with Tracer(model, rediscover=3) as tracer:
-        for step in range(5):
-            model.use_attention = step >= 1
+        for step in range(7):
+            model.use_attention = step >= 3
             F.cross_entropy(model(x), y).backward()
             tracer.step()
-    # Steps 1 and 2 follow the plan of step 0, which has no scope inside `attn`; step 3
-    # rediscovers.
-    assert [(r["step"], r["site"]) for r in _sites(tracer)] == [
-        (0, "head.ce"),
-        (1, "head.ce"),
-        (2, "head.ce"),
-        (3, "attn"),
-        (3, "head.ce"),
-        (4, "attn"),
-        (4, "head.ce"),
+    # Steps 0 and 1 discover and agree; steps 2 and 3 follow their plan, which has no scope
+    # inside `attn`; steps 4 and 5 rediscover, step 6 follows the new plan.
+    sites = [(r["step"], r["site"]) for r in _sites(tracer)]
+    assert sites == [(s, "head.ce") for s in range(4)] + [
+        (s, name) for s in (4, 5, 6) for name in ("attn", "head.ce")
     ]
+    assert tracer.discoveries == 4
 
 
 def test_an_unplanned_site_inside_a_planned_scope_triggers_rediscovery():
     model = nn.Linear(4, 3)
     x, y = torch.randn(6, 4), torch.randint(0, 3, (6,))
     with Tracer(model) as tracer:
-        for step in range(4):
+        for step in range(5):
             z = model(x)
             loss = F.cross_entropy(z, y)
-            if step >= 1:
+            if step >= 2:
                 loss = loss + F.cross_entropy(2 * z, y)
             loss.backward()
             tracer.step()
-    # Step 1 follows the plan of step 0: its second loss is unplanned (left out) and step 2
-    # rediscovers it.
+    # Step 2 follows the plan of steps 0 and 1: its second loss is unplanned (left out), and
+    # steps 3 and 4 rediscover it.
     assert [(r["step"], r["site"]) for r in _sites(tracer)] == [
         (0, "ce"),
         (1, "ce"),
         (2, "ce"),
-        (2, "ce#2"),
         (3, "ce"),
         (3, "ce#2"),
+        (4, "ce"),
+        (4, "ce#2"),
     ]
+    assert tracer.discoveries == 4
 
 
 def test_a_site_vanishing_triggers_rediscovery():
@@ -132,7 +130,7 @@ def test_a_site_vanishing_triggers_rediscovery():
         (2, "head.ce"),
         (3, "head.ce"),
     ]
-    assert tracer._plan is not None and tracer._narrow_passes == 0
+    assert tracer.discoveries == 3
 
 
 def test_a_loss_before_the_model_keeps_full_discovery():
@@ -144,4 +142,4 @@ def test_a_loss_before_the_model_keeps_full_discovery():
             (F.cross_entropy(z, y) + F.cross_entropy(model(x), y)).backward()
             tracer.step()
     assert [r["site"] for r in _sites(tracer)] == ["ce", "ce#2"] * 3
-    assert tracer._plan is None
+    assert tracer.discoveries == 3

@@ -104,9 +104,9 @@ class Tracer:
         max_components: per-component mass is recorded for sites with at most this many.
         thresholds: collapse alarm thresholds.
         rediscover: run a full site discovery every ``rediscover`` measurements (1: always);
-            the measurements between follow the last discovery's plan narrowly (see
-            :class:`~implicit_em.trace.sites.SiteCapture`), and a narrow pass that finds a
-            different set of sites triggers a discovery at the next measurement.
+            once two discoveries in a row agree, the measurements between follow their plan
+            narrowly (see :class:`~implicit_em.trace.sites.SiteCapture`), and a narrow pass
+            that finds a different set of sites triggers a discovery at the next measurement.
     """
 
     def __init__(
@@ -141,7 +141,9 @@ class Tracer:
         self.capture = SiteCapture(model, self.patterns, max_rows)
         self.step_index = 0
         self.measurements = 0
+        self.discoveries = 0
         self._plan: Plan | None = None
+        self._candidate: Plan | None = None
         self._narrow_passes = 0
         self._active = False
         self._memory = MemorySink()
@@ -201,9 +203,14 @@ class Tracer:
         self.capture.arm(self._plan if narrow else None)
 
     def _follow(self, done: CapturedPass) -> None:
-        """Keep, renew or drop the plan after a training pass."""
+        """Keep, renew or drop the plan after a training pass: a plan is followed once two
+        discoveries in a row agree on it, until a narrow pass disagrees with it."""
         if done.plan is None:
-            self._plan = done.to_plan()
+            self.discoveries += 1
+            found = done.to_plan()
+            confirmed = found is not None and found == self._candidate
+            self._plan = found if confirmed else None
+            self._candidate = found
             self._narrow_passes = 0
         elif done.matches_plan():
             self._narrow_passes += 1
