@@ -15,9 +15,10 @@ Objectives, on the supervised positions, with distances ``d = -logits``:
 * ``"sigmoid"``: :func:`implicit_em.objectives.sigmoid_bce` (independent per-answer sigmoids,
   unnormalized; the predictions are normalized only at evaluation).
 
-Targets: ``"sample"`` trains on the answer drawn by the generative process (ordinary next-token
-training, the posterior must be inferred from samples); ``"posterior"`` trains on the exact
-posterior as a soft target.
+Targets: ``"posterior"`` (the default) trains on the exact posterior as a soft target;
+``"sample"`` trains on the answer drawn by the generative process (ordinary next-token training:
+the posterior must be inferred from samples). Both have the posterior as their minimizer, since
+both objectives are proper scoring rules; soft targets remove the sampling noise of the gradient.
 """
 
 from __future__ import annotations
