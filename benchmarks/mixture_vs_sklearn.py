@@ -200,6 +200,9 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=int, default=2, help="threads for every library (BLAS and torch)"
     )
+    parser.add_argument(
+        "--only", choices=["diag", "full"], help="run only this covariance type (no streaming row)"
+    )
     args = parser.parse_args()
     if args.child:
         print(json.dumps(run_one(json.loads(args.child))))
@@ -224,6 +227,8 @@ def main() -> None:
     print(header)
     print("-" * len(header))
     for n, d, k, cov, iters in sizes:
+        if args.only and cov != args.only:
+            continue
         base = {
             "n": n,
             "d": d,
@@ -255,6 +260,8 @@ def main() -> None:
                 f"{ratio:>8.2f}x {dll:>11.2e} {r['peak_mb']:>11.0f} "
                 f"{r['peak_above_data_mb']:>10.0f}"
             )
+    if args.only:
+        return
     n, d, k, batch, iters = stream
     r = _spawn(
         {

@@ -112,9 +112,16 @@ def _full_log_det(prec_chol: Tensor, k: int, d: int) -> Tensor:
 
 
 def _full_energies(y: Tensor, m: Tensor, prec_chol: Tensor) -> Tensor:
-    r""":math:`\tfrac12\lVert (y-m_j)U_j\rVert^2`: one batched matmul ``[K,B,D] @ [K,D,D]``."""
-    z = (y.unsqueeze(0) - m.unsqueeze(1)) @ prec_chol
-    return 0.5 * (z * z).sum(dim=-1).T
+    r""":math:`\tfrac12\lVert (y-m_j)U_j\rVert^2` for all :math:`j` from one matmul.
+
+    :math:`z = y\,[U_1 \cdots U_K] - [m_1U_1 \cdots m_KU_K]`, ``[B, K·D]``: one
+    ``[B, D] @ [D, K·D]`` product instead of K small ones.
+    """
+    k, d = m.shape
+    stacked = prec_chol.permute(1, 0, 2).reshape(d, k * d)
+    offset = (m.unsqueeze(1) @ prec_chol).reshape(k * d)
+    z = torch.addmm(-offset, y, stacked).view(y.shape[0], k, d)
+    return 0.5 * (z * z).sum(dim=-1)
 
 
 def _full_second(y: Tensor, r: Tensor, ref: Tensor) -> Tensor:

@@ -248,22 +248,13 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             sample = self._init_sample(x, rng)
             resp = torch.as_tensor(self._initial_responsibilities(sample, rng), device=device)
             xs = torch.as_tensor(sample, device=device)
-            placeholder = Mixture(
-                model,
-                resp.new_full((k,), 1.0 / k),
-                xs.new_zeros(k, dim),
-                xs.new_zeros(()),
-                xs.new_zeros(()),
-            )
             shift = xs.mean(dim=0)
             y = xs - shift
             n = resp.sum(dim=0) + 10 * torch.finfo(xs.dtype).eps
-            ref = (
-                (resp.T @ y) / n[:, None] if model.centered else torch.zeros_like(placeholder.means)
-            )
-            stats = zero_statistics(placeholder)
-            accumulate(stats, y, resp, ref, placeholder)
-            mixture = m_step(stats, placeholder, shift, ref, self.reg_covar)
+            ref = (resp.T @ y) / n[:, None] if model.centered else xs.new_zeros(k, dim)
+            stats = zero_statistics(model, k, dim, xs)
+            accumulate(stats, y, resp, ref, model)
+            mixture = m_step(stats, model, shift, ref, self.reg_covar)
         else:
             mixture = None
         weights, means, covariances = self._user_parameters(model, k, dim, mixture)

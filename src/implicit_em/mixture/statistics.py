@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from implicit_em.mixture.covariance import CovarianceModel
 from implicit_em.mixture.parameters import Mixture, log_likelihood_and_responsibilities
 
 __all__ = [
@@ -45,33 +46,33 @@ def reference(mixture: Mixture, shift: Tensor) -> Tensor:
     return torch.zeros_like(mixture.means)
 
 
-def zero_statistics(mixture: Mixture) -> Statistics:
-    """Empty sums: ``n [K]``, ``first [K, D]``, ``second`` (type's shape), ``log_likelihood``,
-    ``count``."""
-    like = mixture.means
-    k, d = mixture.n_components, mixture.n_features
+def zero_statistics(model: CovarianceModel, k: int, d: int, like: Tensor) -> Statistics:
+    """Empty sums (``like``'s dtype and device): ``n [K]``, ``first [K, D]``, ``second`` (the
+    type's shape), ``log_likelihood``, ``count``."""
     shapes = {"full": (k, d, d), "tied": (d, d), "diag": (k, d), "spherical": (k,)}
     return {
         "n": like.new_zeros(k),
         "first": like.new_zeros(k, d),
-        "second": like.new_zeros(shapes[mixture.model.name]),
+        "second": like.new_zeros(shapes[model.name]),
         "log_likelihood": like.new_zeros(()),
         "count": like.new_zeros(()),
     }
 
 
-def accumulate(stats: Statistics, y: Tensor, r: Tensor, ref: Tensor, mixture: Mixture) -> None:
+def accumulate(
+    stats: Statistics, y: Tensor, r: Tensor, ref: Tensor, model: CovarianceModel
+) -> None:
     """Add the statistics of one chunk (shifted data ``y``, responsibilities ``r``) in place."""
     stats["n"] += r.sum(dim=0)
     stats["first"] += r.T @ y
-    stats["second"] += mixture.model.second(y, r, ref)
+    stats["second"] += model.second(y, r, ref)
     stats["count"] += y.shape[0]
 
 
 def e_step(stats: Statistics, x: Tensor, mixture: Mixture, shift: Tensor, ref: Tensor) -> Tensor:
     """E-step of a chunk: add its statistics and return its per-sample log-likelihood ``[B]``."""
     log_p, r, y = log_likelihood_and_responsibilities(x, mixture, shift)
-    accumulate(stats, y, r, ref, mixture)
+    accumulate(stats, y, r, ref, mixture.model)
     stats["log_likelihood"] += log_p.sum()
     return log_p
 
@@ -86,9 +87,10 @@ def empty_components(masses: Tensor) -> Tensor:
     return masses < 1e-3
 
 
-def m_step(stats: Statistics, mixture: Mixture, shift: Tensor, ref: Tensor, reg: float) -> Mixture:
+def m_step(
+    stats: Statistics, model: CovarianceModel, shift: Tensor, ref: Tensor, reg: float
+) -> Mixture:
     """The closed-form M-step from summed statistics (``ValueError`` on a singular covariance)."""
-    model = mixture.model
     n = stats["n"] + 10 * torch.finfo(stats["n"].dtype).eps
     means_y = stats["first"] / n[:, None]
     delta, second = means_y - ref, stats["second"]

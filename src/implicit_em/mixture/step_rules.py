@@ -95,13 +95,16 @@ class EMRule(StepRule):
         super().begin(mixture)
         self._shift = mixture.shift
         self._ref = reference(mixture, self._shift)
-        self.sums = zero_statistics(mixture)
+        self.sums = zero_statistics(
+            mixture.model, mixture.n_components, mixture.n_features, mixture.means
+        )
 
     def accumulate(self, x: Tensor) -> Tensor:
         return e_step(self.sums, x, self._current(), self._shift, self._ref)
 
     def step(self) -> tuple[Mixture, Tensor]:
-        mixture = m_step(self.sums, self._current(), self._shift, self._ref, self.reg_covar)
+        model = self._current().model
+        mixture = m_step(self.sums, model, self._shift, self._ref, self.reg_covar)
         return mixture, self.sums["n"]
 
 
