@@ -22,6 +22,8 @@ from sklearn.exceptions import ConvergenceWarning
 from implicit_em.mixture import GaussianMixture
 
 TOLERANCE = 1e-3
+# Learning rates tried in order until the fit does not diverge (the first that works is shown).
+LEARNING_RATES = {"gd": [0.5, 0.2, 0.1], "adam": [0.05, 0.02]}
 
 
 def _start(x: np.ndarray, k: int, covariance_type: str) -> dict:
@@ -74,10 +76,16 @@ def main() -> None:
         )
         print(header)
         for fitter, budget in budgets.items():
-            trace = _trace(x, k, fitter, budget, 1e-10, **common)
-            if trace and trace[-1][0] is None:
-                print(f"{covariance_type:<5} {fitter:<15} failed: {trace[-1][2]}")
+            for lr in LEARNING_RATES.get(fitter, [None]):
+                trace = _trace(x, k, fitter, budget, 1e-10, learning_rate=lr, **common)
+                if trace and trace[-1][0] is None:
+                    print(f"{covariance_type:<5} {fitter:<15} lr={lr}: {trace[-1][2][:70]}...")
+                    continue
+                break
+            else:
                 continue
+            if lr is not None:
+                fitter = f"{fitter} lr={lr}"
             hit = next((row for row in trace if abs(row[2] - target) <= TOLERANCE), None)
             final = trace[-1][2]
             if hit is None:

@@ -224,12 +224,18 @@ class GradientRule(_AutogradRule):
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         leaves = {k: v.detach() for k, v in self._leaves.items()}
-        mixture = Mixture.from_precisions_cholesky(
-            model,
-            torch.softmax(leaves["logits"], dim=0),
-            leaves["means"].clone(),
-            model.raw_precision_cholesky(leaves["raw"]),
-        )
+        try:
+            mixture = Mixture.from_precisions_cholesky(
+                model,
+                torch.softmax(leaves["logits"], dim=0),
+                leaves["means"].clone(),
+                model.raw_precision_cholesky(leaves["raw"]),
+            )
+        except ValueError as err:
+            raise ValueError(
+                f"the {type(self).__name__} step at learning_rate={self.learning_rate} diverged "
+                f"({err}); lower learning_rate"
+            ) from err
         return mixture, masses
 
 
