@@ -31,6 +31,7 @@ def main(out: str) -> None:
         json.dump(tracer.history.records, f)
     if rank == 0:
         torch.save({"state": model.module.state_dict(), "x": x_all, "y": y_all}, f"{out}/final.pt")
+    dist.barrier()
     dist.destroy_process_group()
 
 

@@ -3,9 +3,20 @@
 Statistics are sums (``n``, ``mass``, ``entropy``, ...) and maxima (keys ending in ``_max``),
 so the reduced statistics are those of the global batch: one ``SUM`` and one ``MAX``
 ``all_reduce`` per measurement, over every site at once.
+
+Each reduction returns only once the backend has let go of the tensors it was given. A gloo
+worker thread drops its reference to a finished collective shortly *after* the collective
+returns, and dropping the last C++ reference to a tensor created in Python takes the GIL. If
+that happened while the interpreter finalizes (a tracer's last reduction just before the
+process exits), the worker thread would be killed inside a destructor and the process would
+abort ("terminate called without an active exception"). Waiting for the release here, with the
+GIL free, keeps every collective of the tracer closed before the caller moves on.
 """
 
 from __future__ import annotations
+
+import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -44,6 +55,20 @@ def _unflatten(stats: list[Stats], flat: torch.Tensor, is_max: bool) -> None:
             offset += n
 
 
+def _all_reduce(t: torch.Tensor, op: dist.ReduceOp, timeout: float = 5.0) -> None:
+    """``all_reduce`` of ``t`` in place, returning once the backend has dropped ``t``.
+
+    The backend holds a reference to ``t`` while it works on it (visible as one extra Python
+    reference); the wait sleeps (GIL released) until that reference is gone, at most
+    ``timeout`` seconds.
+    """
+    alone = sys.getrefcount(t)
+    dist.all_reduce(t, op=op)
+    deadline = time.monotonic() + timeout
+    while sys.getrefcount(t) > alone and time.monotonic() < deadline:
+        time.sleep(1e-4)
+
+
 def reduce_stats(stats: list[Stats]) -> list[Stats]:
     """All-reduce the statistics of every site (in place and returned); a no-op on one process.
 
@@ -57,14 +82,14 @@ def reduce_stats(stats: list[Stats]) -> list[Stats]:
     shape = torch.tensor(
         [sums.numel(), maxima.numel(), -sums.numel(), -maxima.numel()], dtype=torch.float64
     )
-    dist.all_reduce(shape, op=dist.ReduceOp.MAX)
+    _all_reduce(shape, dist.ReduceOp.MAX)
     if shape[0] != -shape[2] or shape[1] != -shape[3]:
         raise RuntimeError(
             "ranks captured different sites in this measurement; the tracer needs the same "
             "sites on every rank (as under DistributedDataParallel)"
         )
-    dist.all_reduce(sums, op=dist.ReduceOp.SUM)
-    dist.all_reduce(maxima, op=dist.ReduceOp.MAX)
+    _all_reduce(sums, dist.ReduceOp.SUM)
+    _all_reduce(maxima, dist.ReduceOp.MAX)
     _unflatten(stats, sums, False)
     _unflatten(stats, maxima, True)
     return stats
