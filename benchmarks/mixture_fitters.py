@@ -23,7 +23,7 @@ from implicit_em.mixture import GaussianMixture
 
 TOLERANCE = 1e-3
 # Learning rates tried in order until the fit does not diverge (the first that works is shown).
-LEARNING_RATES = {"gd": [0.5, 0.2, 0.1], "adam": [0.05, 0.02]}
+LEARNING_RATES = {"gd": [0.5, 0.2, 0.1, 0.05, 0.02, 0.01], "adam": [0.05, 0.02]}
 
 
 def _start(x: np.ndarray, k: int, covariance_type: str) -> dict:
@@ -57,6 +57,7 @@ def _trace(x: np.ndarray, k: int, fitter: str, max_iter: int, tol: float, **kwar
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", choices=["diag", "full"], help="one covariance type")
     args = parser.parse_args()
     torch.set_num_threads(2)
     n, d, k = (5_000, 4, 3) if args.quick else (100_000, 8, 5)
@@ -66,7 +67,7 @@ def main() -> None:
     x, _ = make_blobs(n_samples=n, n_features=d, centers=k, cluster_std=1.0, random_state=0)
     print(f"N={n} D={d} K={k}, well-separated blobs; target: EM's final mean log-likelihood")
     header = f"{'cov':<5} {'fitter':<15} {'passes':>7} {'seconds':>8} {'final LL':>11} {'gap':>9}"
-    for covariance_type in ("diag", "full"):
+    for covariance_type in [args.only] if args.only else ["diag", "full"]:
         common = {"covariance_type": covariance_type, **_start(x, k, covariance_type)}
         em_trace = _trace(x, k, "em", 1000, 1e-12, **common)
         target = em_trace[-1][2]
