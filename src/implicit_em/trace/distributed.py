@@ -69,14 +69,15 @@ def _all_reduce(t: torch.Tensor, op: dist.ReduceOp, timeout: float = 5.0) -> Non
         time.sleep(1e-4)
 
 
-def reduce_stats(stats: list[Stats]) -> list[Stats]:
-    """All-reduce the statistics of every site (in place and returned); a no-op on one process.
+def reduce_stats(stats: list[Stats], across_ranks: bool = True) -> list[Stats]:
+    """All-reduce the statistics of every site (returned in float64 on the CPU); a no-op on one
+    process or with ``across_ranks=False``.
 
     Every rank must have captured the same sites with the same shapes (as under DDP); a
     mismatch raises ``RuntimeError`` instead of silently mixing sites.
     """
     stats = [{k: v.double().cpu() for k, v in s.items()} for s in stats]
-    if not is_distributed():
+    if not (across_ranks and is_distributed()):
         return stats
     sums, maxima = _flatten(stats, False), _flatten(stats, True)
     shape = torch.tensor(

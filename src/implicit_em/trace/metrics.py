@@ -27,14 +27,17 @@ from torch import Tensor
 __all__ = [
     "Stats",
     "attention_stats",
+    "attention_stats_steps",
     "churn_stats",
     "drift_stats",
     "entropy",
     "finish_attention",
     "finish_probe",
     "finish_responsibility",
+    "per_step",
     "read_responsibilities",
     "responsibility_stats",
+    "responsibility_stats_steps",
 ]
 
 Stats = dict[str, Tensor]
@@ -52,8 +55,9 @@ def entropy(p: Tensor, dim: int = -1) -> Tensor:
 
 
 def _nonfinite_count(x: Tensor) -> Tensor:
-    r"""The number of NaN or infinite entries of ``x`` (:math:`x \cdot 0` is NaN exactly there)."""
-    return torch.isnan(x * 0).sum()
+    r"""The number of NaN or infinite entries of each step ``x[s]`` (:math:`x \cdot 0` is NaN
+    exactly there)."""
+    return per_step(torch.isnan(x * 0))
 
 
 def _zero_nonfinite_rows(x: Tensor) -> Tensor:
@@ -86,8 +90,21 @@ def responsibility_stats(r: Tensor, valid: Tensor, target: Tensor | None, logits
     ``mass`` = :math:`\sum_i r_i` (per component), ``entropy`` = :math:`\sum_i H(r_i)`, the
     wrong-class spread (with a target: :math:`w_{ij} \propto r_{ij}` over :math:`j \ne y_i`, summing
     :math:`H(w_i)` and :math:`\max_j w_{ij}`), and ``scale`` = :math:`\sum_i \operatorname{std}_j z_{ij}`
-    over finite logits (the distance scale).
+    over finite logits (the distance scale). One measurement of
+    :func:`responsibility_stats_steps`.
     """
+    target = None if target is None else target.unsqueeze(0)
+    stats = responsibility_stats_steps(
+        r.unsqueeze(0), valid.unsqueeze(0), target, logits.unsqueeze(0)
+    )
+    return {key: v[0] for key, v in stats.items()}
+
+
+def responsibility_stats_steps(
+    r: Tensor, valid: Tensor, target: Tensor | None, logits: Tensor
+) -> Stats:
+    r""":func:`responsibility_stats` of ``S`` measurements at once: ``r``, ``target`` and
+    ``logits`` are ``[S, N, K]``, ``valid`` is ``[S, N]``; every statistic has a leading axis ``S``."""
     w = valid.to(r.dtype)
     r = torch.where(valid.unsqueeze(-1), r, torch.zeros_like(r))
     finite = torch.isfinite(logits)
@@ -96,10 +113,10 @@ def responsibility_stats(r: Tensor, valid: Tensor, target: Tensor | None, logits
     mean = z.sum(-1) / count
     var = (torch.where(finite, z - mean.unsqueeze(-1), torch.zeros_like(z)) ** 2).sum(-1) / count
     stats: Stats = {
-        "n": w.sum(),
-        "mass": r.sum(0),
-        "entropy": (entropy(r) * w).sum(),
-        "scale": (var.sqrt().to(r.dtype) * w).sum(),
+        "n": w.sum(-1),
+        "mass": r.sum(-2),
+        "entropy": (entropy(r) * w).sum(-1),
+        "scale": (var.sqrt().to(r.dtype) * w).sum(-1),
     }
     if target is not None:
         right = torch.nn.functional.one_hot(target.argmax(-1), r.shape[-1]).to(torch.bool)
@@ -108,9 +125,9 @@ def responsibility_stats(r: Tensor, valid: Tensor, target: Tensor | None, logits
         has = (total.squeeze(-1) > 0) & valid
         q = wrong / torch.where(total > 0, total, torch.ones_like(total))
         hw = has.to(r.dtype)
-        stats["n_wrong"] = hw.sum()
-        stats["wrong_entropy"] = (entropy(q) * hw).sum()
-        stats["wrong_top"] = (q.amax(-1) * hw).sum()
+        stats["n_wrong"] = hw.sum(-1)
+        stats["wrong_entropy"] = (entropy(q) * hw).sum(-1)
+        stats["wrong_top"] = (q.amax(-1) * hw).sum(-1)
     return stats
 
 
@@ -119,16 +136,17 @@ def finish_responsibility(stats: Stats, dead_fraction: float) -> dict[str, Tenso
     effective number of components :math:`\exp H(p)`, dead components (:math:`p_j <`
     ``dead_fraction``:math:`/K`), dominance :math:`\max_j p_j`, wrong-class entropy and top share,
     distance scale, and the identity residual :math:`\max|r_{\text{grad}} - r_{\text{fwd}}|`.
+    Statistics may carry a leading step axis (as from :func:`responsibility_stats_steps`).
     """
     n = stats["n"].clamp_min(1)
-    p = stats["mass"] / n
+    p = stats["mass"] / n.unsqueeze(-1)
     k = p.shape[-1]
     out = {
         "mass": p,
         "entropy": stats["entropy"] / n,
         "effective_k": entropy(p).exp(),
-        "dead": (p < dead_fraction / k).sum().to(p.dtype),
-        "dominance": p.amax(),
+        "dead": (p < dead_fraction / k).sum(-1).to(p.dtype),
+        "dominance": p.amax(-1),
         "scale": stats["scale"] / n,
         "rows": stats["n"],
     }
@@ -163,44 +181,82 @@ def attention_stats(
 
     Sums: ``rows``, ``entropy`` (and per head ``head_entropy``), ``routing_sq`` =
     :math:`\sum(\alpha\odot(a-\bar a))^2`, ``value_sq`` = :math:`\sum_j\lVert\sum_i\alpha_{ij}g_i\rVert^2`,
-    ``nonfinite`` gradient entries; maxima: ``value_residual_max``, ``grad_v_max``.
+    ``nonfinite`` gradient entries; maxima: ``value_residual_max``, ``grad_v_max``. One
+    measurement of :func:`attention_stats_steps`.
     """
-    head_entropy = entropy(alpha).sum((0, 2)).double()
+
+    def step(t: Tensor | None) -> Tensor | None:
+        return None if t is None else t.unsqueeze(0)
+
+    stats = attention_stats_steps(
+        alpha.unsqueeze(0), step(v), step(g), step(grad_alpha), step(used), step(grad_v)
+    )
+    return {key: value[0] for key, value in stats.items()}
+
+
+def per_step(x: Tensor, op: str = "sum") -> Tensor:
+    """Sum (or max, ``op="amax"``) over every axis but the leading step axis."""
+    flat = x.reshape(x.shape[0], -1)
+    return flat.sum(-1) if op == "sum" else flat.amax(-1)
+
+
+def attention_stats_steps(
+    alpha: Tensor,
+    v: Tensor | None = None,
+    g: Tensor | None = None,
+    grad_alpha: Tensor | None = None,
+    used: Tensor | None = None,
+    grad_v: Tensor | None = None,
+) -> Stats:
+    r""":func:`attention_stats` of ``S`` measurements at once: every input has a leading step
+    axis (``alpha[S, R, H, Lq, Lk]``, ...) and so has every statistic. Weights are
+    non-negative, so their entropy is :math:`\sum_j \operatorname{entr}(\alpha_{ij})` with
+    ``torch.special.entr`` (:math:`-p\log p`, 0 at 0), one pass instead of :func:`entropy`'s five."""
+    s = alpha.shape[0]
+    head_entropy = torch.special.entr(alpha).sum((1, 3, 4)).double()
+    rows = float(alpha[0].numel() // alpha.shape[-1])
     stats: Stats = {
-        "rows": torch.tensor(float(alpha.numel() // alpha.shape[-1]), dtype=torch.float64),
-        "entropy": head_entropy.sum(),
+        "rows": torch.full((s,), rows, dtype=torch.float64),
+        "entropy": head_entropy.sum(-1),
         "head_entropy": head_entropy,
     }
     used = alpha if used is None else used
     a = grad_alpha
     if a is None and g is not None and v is not None:
         a = g @ v.transpose(-2, -1)
+    zero = torch.zeros(s, dtype=torch.float64)
     if a is not None:
-        a_safe = _zero_nonfinite_rows(a)
+        finite = bool(torch.isfinite(a).all())
+        a_safe = a if finite else _zero_nonfinite_rows(a)
         abar = (alpha * a_safe).sum(-1, keepdim=True)
-        stats["routing_sq"] = (alpha * (a_safe - abar)).pow(2).sum().double()
-        stats["nonfinite"] = _nonfinite_count(a).double()
-        stats["n_grad"] = torch.ones((), dtype=torch.float64)
+        routing = alpha * (a_safe - abar)
+        stats["routing_sq"] = per_step(routing * routing).double()
+        stats["nonfinite"] = zero if finite else _nonfinite_count(a).double()
+        stats["n_grad"] = torch.ones(s, dtype=torch.float64)
     if g is not None:
-        g_safe = torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)
+        finite = bool(torch.isfinite(g).all())
+        g_safe = g if finite else torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)
         value_update = used.transpose(-2, -1) @ g_safe
-        stats["value_sq"] = value_update.pow(2).sum().double()
-        stats["nonfinite"] = stats.get("nonfinite", 0) + _nonfinite_count(g).double()
+        stats["value_sq"] = per_step(value_update * value_update).double()
+        if not finite:
+            stats["nonfinite"] = stats.get("nonfinite", zero) + _nonfinite_count(g).double()
+        stats.setdefault("nonfinite", zero)
         if grad_v is not None:
-            stats["value_residual_max"] = (value_update - grad_v).abs().amax().double()
-            stats["grad_v_max"] = grad_v.abs().amax().double()
+            stats["value_residual_max"] = per_step((value_update - grad_v).abs(), "amax").double()
+            stats["grad_v_max"] = per_step(grad_v.abs(), "amax").double()
     return stats
 
 
 def finish_attention(stats: Stats) -> dict[str, Tensor]:
     r"""Metrics from reduced attention statistics: mean entropy (nats, overall and per head),
     routing-gradient and value-update norms :math:`\lVert\alpha\odot(a-\bar a)\rVert_F`,
-    :math:`\lVert\alpha^\top g\rVert_F` and their ratio, and the relative value-update residual."""
+    :math:`\lVert\alpha^\top g\rVert_F` and their ratio, and the relative value-update residual.
+    Statistics may carry a leading step axis (as from :func:`attention_stats_steps`)."""
     rows = stats["rows"].clamp_min(1)
-    heads = stats["head_entropy"].shape[0]
+    heads = stats["head_entropy"].shape[-1]
     out = {
         "entropy": stats["entropy"] / rows,
-        "head_entropy": stats["head_entropy"] * heads / rows,
+        "head_entropy": stats["head_entropy"] * heads / rows.unsqueeze(-1),
         "rows": stats["rows"],
     }
     if "routing_sq" in stats:

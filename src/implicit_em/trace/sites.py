@@ -38,21 +38,18 @@ from torch.overrides import TorchFunctionMode
 from implicit_em import objectives
 from implicit_em.attention import attention_scores
 from implicit_em.core import responsibilities
-from implicit_em.trace.metrics import (
-    Stats,
-    attention_stats,
-    read_responsibilities,
-    responsibility_stats,
-)
 
 __all__ = [
     "SEARCHED",
     "AttentionCall",
     "CapturedPass",
+    "GroupKey",
+    "Inputs",
     "Plan",
     "ResponsibilityCall",
     "SiteCapture",
     "SiteKey",
+    "attention_weights",
     "untraced",
 ]
 
@@ -115,6 +112,27 @@ def _detach(t: Tensor | None) -> Tensor | None:
     return None if t is None else t.detach()
 
 
+Inputs = dict[str, Tensor]
+"""The small detached tensors a site's statistics need, by name (see ``prepare``)."""
+
+GroupKey = tuple
+"""Calls with equal keys have inputs of equal names, shapes and dtypes: they stack."""
+
+
+def _signature(inputs: Inputs) -> tuple:
+    return tuple((n, tuple(t.shape), t.dtype) for n, t in inputs.items())
+
+
+def _compact(call: Any) -> None:
+    """Copy every tensor field of ``call`` that is a view into a larger storage (a slice of a
+    model activation), so that keeping the call keeps only its own rows alive."""
+    for name, value in vars(call).items():
+        if isinstance(value, Tensor) and (
+            value.untyped_storage().nbytes() > value.numel() * value.element_size()
+        ):
+            setattr(call, name, value.clone())
+
+
 @dataclass(eq=False)
 class ResponsibilityCall:
     r"""A classification (cross-entropy) or mixture (LSE) site captured in one forward pass.
@@ -122,7 +140,8 @@ class ResponsibilityCall:
     ``logits`` (``[N, K]``) give the forward responsibilities :math:`\operatorname{softmax}(z)`;
     the gradient of the hooked source (logits, or distances for this package's objectives) and the
     per-row factor :math:`c_i` from the hooked loss output give the responsibilities read from
-    the gradient (see :func:`~implicit_em.trace.metrics.read_responsibilities`).
+    the gradient (see :func:`~implicit_em.trace.metrics.read_responsibilities`). The gradient
+    hooks only keep the gradients; the statistics are computed later, in batches of steps.
     """
 
     name: str
@@ -134,45 +153,38 @@ class ResponsibilityCall:
     layout: Callable[[Tensor], Tensor]
     factor: Callable[[Tensor], Tensor]
     upstream: Tensor | None = None
-    grad_stats: Stats | None = None
+    grad: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        # The logits may be a view of a tensor that training updates in place (a parameter).
+        self.logits = self.logits.clone()
 
     def on_upstream(self, grad: Tensor) -> None:
-        self.upstream = grad.detach()
+        self.upstream = grad.detach().clone()
 
     def on_grad(self, grad: Tensor) -> None:
-        with torch.no_grad():
-            g = self.layout(grad.detach()).to(self.logits.dtype)
-            if self.upstream is None:
-                c = torch.zeros_like(self.weight)
-            else:
-                c = self.factor(self.upstream).to(g.dtype).expand_as(self.weight)
-            finite = torch.isfinite(g).all(-1)
-            valid = (c != 0) & finite & (self.weight > 0)
-            r_grad = read_responsibilities(
-                torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0),
-                torch.where(valid, c, torch.zeros_like(c)),
-                self.target,
-                self.sign,
-            )
-            r_fwd = torch.softmax(self.logits, dim=-1)
-            err = (r_grad - r_fwd).abs().amax(-1)
-            stats = responsibility_stats(r_grad, valid, self.target, self.logits)
-            stats["residual_max"] = torch.where(valid, err, torch.zeros_like(err)).amax()
-            stats["nonfinite"] = (~finite & (c != 0)).sum().to(g.dtype)
-            stats["n_grad"] = valid.sum().to(g.dtype)
-            self.grad_stats = stats
+        self.grad = grad.detach().clone()
 
-    def stats(self) -> Stats:
-        """Statistics read from the gradient, or from the forward softmax when none arrived."""
-        if self.grad_stats is not None:
-            return self.grad_stats
-        with torch.no_grad():
-            valid = self.weight > 0
-            r = torch.softmax(self.logits, dim=-1)
-            stats = responsibility_stats(r, valid, self.target, self.logits)
-            zero = torch.zeros((), dtype=r.dtype)
-            stats.update(residual_max=zero, nonfinite=zero, n_grad=zero)
-            return stats
+    def compact(self) -> None:
+        """Keep only this call's own tensors (see :func:`_compact`)."""
+        _compact(self)
+
+    def prepare(self) -> tuple[GroupKey, Inputs]:
+        """The inputs of the statistics: ``logits``, ``weight``, ``target`` (if any) and, once a
+        gradient arrived, ``grad`` (``[N, K]``) and the row factor ``factor`` :math:`c` (``[N]``,
+        zeros without an upstream gradient)."""
+        x: Inputs = {"logits": self.logits, "weight": self.weight}
+        if self.target is not None:
+            x["target"] = self.target
+        if self.grad is not None:
+            with torch.no_grad():
+                x["grad"] = self.layout(self.grad).to(self.logits.dtype)
+                x["factor"] = (
+                    torch.zeros_like(self.weight)
+                    if self.upstream is None
+                    else self.factor(self.upstream).to(self.logits.dtype).expand_as(self.weight)
+                )
+        return ("responsibility", self.sign, _signature(x)), x
 
     def assignment(self) -> Tensor:
         """The argmax component of each row (for churn on a probe batch)."""
@@ -184,8 +196,10 @@ class AttentionCall:
     r"""An attention site: weights :math:`\alpha` ``[R, H, Lq, Lk]`` on the traced rows.
 
     ``alpha`` is the model's own weight tensor (eager softmax) or is recomputed from ``q``, ``k``
-    and the mask (fused SDPA, ``nn.MultiheadAttention``). ``reconstruct(alpha, v)`` maps weights
-    and values to the captured ``output`` (for the forward residual of recomputed weights).
+    and the mask (fused SDPA, ``nn.MultiheadAttention``). ``reconstruct`` says how weights and
+    values map to the captured ``output`` (for the forward residual of recomputed weights):
+    ``"matmul"`` (:math:`o = \alpha v`) or ``"projection"`` (heads merged, then
+    :math:`y = o W_o^\top + b_o` with ``out_weight``, ``out_bias``).
     """
 
     name: str
@@ -198,7 +212,9 @@ class AttentionCall:
     v: Tensor | None = None
     used: Tensor | None = None
     output: Tensor | None = None
-    reconstruct: Callable[[Tensor, Tensor], Tensor] | None = None
+    reconstruct: str | None = None
+    out_weight: Tensor | None = None
+    out_bias: Tensor | None = None
     to_heads: Callable[[Tensor], Tensor] | None = None
     rows: int = 0
     g: Tensor | None = None
@@ -206,48 +222,57 @@ class AttentionCall:
     grad_v: Tensor | None = None
 
     def weights(self) -> Tensor:
-        r"""The weights on the traced rows, recomputed once from ``q`` and ``k`` if needed:
-        :math:`\alpha = \operatorname{softmax}(s)` of the scores (rows that a mask excludes
-        entirely are zeros; without a mask no row can be excluded)."""
+        r"""The weights on the traced rows, recomputed from ``q`` and ``k`` if needed
+        (:func:`attention_weights`)."""
         if self.alpha is None:
             with torch.no_grad():
-                s = attention_scores(self.q, self.k, self.mask, self.is_causal, self.scale)
-                masked = self.mask is not None or self.is_causal
-                self.alpha = responsibilities(-s) if masked else torch.softmax(s, dim=-1)
-            self.q = self.k = self.mask = None
+                return attention_weights(self.q, self.k, self.mask, self.is_causal, self.scale)
         return self.alpha
 
     def on_output_grad(self, grad: Tensor) -> None:
-        g = grad.detach()[: self.rows] if self.to_heads is None else self.to_heads(grad.detach())
+        g = (
+            grad.detach()[: self.rows].clone()
+            if self.to_heads is None
+            else self.to_heads(grad.detach())
+        )
         self.g = g
 
-    def on_alpha_grad(self, grad: Tensor) -> None:
-        self.grad_alpha = grad.detach()[: self.rows]
-
-    def on_value_grad(self, grad: Tensor) -> None:
-        self.grad_v = grad.detach()[: self.rows]
-
-    def stats(self) -> Stats:
-        with torch.no_grad():
-            alpha = self.weights().float()
-            v = None if self.v is None else self.v.float().expand(*alpha.shape[:-2], -1, -1)
-            g = None if self.g is None or v is None else self.g.float()
-            grad_v = None
-            if self.grad_v is not None and v is not None and self.grad_v.shape == v.shape:
-                grad_v = self.grad_v.float()
-            used = None if self.used is None else self.used.float()
-            grad_alpha = None if self.grad_alpha is None else self.grad_alpha.float()
-            stats = attention_stats(alpha, v, g, grad_alpha, used, grad_v)
-            if self.reconstruct is not None and self.output is not None and v is not None:
-                out = self.output.float()
-                stats["alpha_residual_max"] = (
-                    (self.reconstruct(alpha, v) - out).abs().amax().double()
-                )
-                stats["output_max"] = out.abs().amax().double()
-            return stats
+    def prepare(self) -> tuple[GroupKey, Inputs]:
+        """The inputs of the statistics: the weights (``alpha``, or ``q``, ``k`` and a 4-D
+        ``mask`` to recompute them), ``v``, ``g``, ``grad_alpha``, ``used``, ``grad_v`` and the
+        ``output`` with its projection, as far as they were captured."""
+        x: Inputs = {}
+        if self.alpha is not None:
+            x["alpha"] = self.alpha
+        else:
+            x["q"], x["k"] = self.q, self.k
+            if self.mask is not None:
+                x["mask"] = self.mask.reshape((1,) * (4 - self.mask.dim()) + self.mask.shape)
+        fields = ("v", "g", "grad_alpha", "used", "grad_v", "output", "out_weight", "out_bias")
+        for n in fields:
+            t = getattr(self, n)
+            if t is not None:
+                x[n] = t
+        recon = self.reconstruct if self.output is not None else None
+        return ("attention", self.is_causal, self.scale, recon, _signature(x)), x
 
     def values(self) -> Tensor | None:
         return self.v
+
+    def compact(self) -> None:
+        """Keep only this call's own tensors (see :func:`_compact`)."""
+        _compact(self)
+
+
+def attention_weights(
+    q: Tensor, k: Tensor, mask: Tensor | None, is_causal: bool, scale: float | None
+) -> Tensor:
+    r""":math:`\alpha = \operatorname{softmax}(s)` of the scores ``attention_scores(q, k, ...)``
+    along the last axis (rows that a mask excludes entirely are zeros; without a mask no row can
+    be excluded). Any leading axes are batch axes."""
+    s = attention_scores(q, k, mask, is_causal, scale)
+    masked = mask is not None or is_causal
+    return responsibilities(-s) if masked else torch.softmax(s, dim=-1)
 
 
 Call = ResponsibilityCall | AttentionCall
@@ -739,7 +764,9 @@ class SiteCapture:
         call = AttentionCall(name, alpha=_heads(out.detach()[:rows]), rows=rows)
         self.current.calls.append(call)
         self.tracked[id(out)] = (weakref.ref(out), call)
-        self._hook(out, lambda g, c=call: setattr(c, "grad_alpha", _heads(g.detach()[: c.rows])))
+        self._hook(
+            out, lambda g, c=call: setattr(c, "grad_alpha", _heads(g.detach()[: c.rows].clone()))
+        )
         return out
 
     def _tracked(self, t: Any) -> AttentionCall | None:
@@ -776,8 +803,10 @@ class SiteCapture:
         rows = call.rows
         call.used = _heads(args[0].detach()[:rows])
         call.v = _heads(args[1].detach()[:rows])
-        self._hook(out, lambda g, c=call: setattr(c, "g", _heads(g.detach()[: c.rows])))
-        self._hook(args[1], lambda g, c=call: setattr(c, "grad_v", _heads(g.detach()[: c.rows])))
+        self._hook(out, lambda g, c=call: setattr(c, "g", _heads(g.detach()[: c.rows].clone())))
+        self._hook(
+            args[1], lambda g, c=call: setattr(c, "grad_v", _heads(g.detach()[: c.rows].clone()))
+        )
         return out
 
     def _sdpa(self, func: Any, args: Sequence, kwargs: dict) -> Any:
@@ -806,12 +835,14 @@ class SiteCapture:
             scale=p.get("scale"),
             v=_heads(v),
             output=_heads(out.detach()[:rows]),
-            reconstruct=torch.matmul,
+            reconstruct="matmul",
             rows=rows,
         )
         self.current.calls.append(call)
-        self._hook(out, lambda g, c=call: setattr(c, "g", _heads(g.detach()[: c.rows])))
-        self._hook(p["value"], lambda g, c=call: setattr(c, "grad_v", _heads(g.detach()[: c.rows])))
+        self._hook(out, lambda g, c=call: setattr(c, "g", _heads(g.detach()[: c.rows].clone())))
+        self._hook(
+            p["value"], lambda g, c=call: setattr(c, "grad_v", _heads(g.detach()[: c.rows].clone()))
+        )
         return out
 
     def _mha(self, func: Any, args: Sequence, kwargs: dict) -> Any:
@@ -842,7 +873,6 @@ def _mha_call(name: str, p: dict, y: Tensor, rows: int) -> AttentionCall:
     """
     heads = p["num_heads"]
     query = p["query"].detach()[:, :rows]
-    e = query.shape[-1]
     n = query.shape[1]
 
     def split(x: Tensor) -> Tensor:
@@ -853,10 +883,6 @@ def _mha_call(name: str, p: dict, y: Tensor, rows: int) -> AttentionCall:
         mask = _mha_mask(p, heads, rows, q.shape[-2], k.shape[-2], q.dtype)
         w_out = p["out_proj_weight"].detach().clone()
         b_out = None if p["out_proj_bias"] is None else p["out_proj_bias"].detach().clone()
-
-    def reconstruct(alpha: Tensor, values: Tensor) -> Tensor:
-        o = (alpha @ values).permute(2, 0, 1, 3).reshape(alpha.shape[-2], n, e)
-        return F.linear(o, w_out.float(), None if b_out is None else b_out.float())
 
     def to_heads(grad: Tensor) -> Tensor:
         return split(grad[:, :rows] @ w_out)
@@ -869,7 +895,9 @@ def _mha_call(name: str, p: dict, y: Tensor, rows: int) -> AttentionCall:
         scale=1.0 / math.sqrt(q.shape[-1]),
         v=v,
         output=y.detach()[:, :rows],
-        reconstruct=reconstruct,
+        reconstruct="projection",
+        out_weight=w_out,
+        out_bias=b_out,
         to_heads=to_heads,
         rows=rows,
     )

@@ -10,9 +10,11 @@ r"""The :class:`Tracer`: responsibilities read from gradients during ordinary tr
 
 On a measured step (every ``every``-th, starting with the first) the tracer arms the site capture
 (:mod:`implicit_em.trace.sites`) for the forward and backward pass; at :meth:`Tracer.step` it
-reduces the captured sites to statistics, runs the probe batch, all-reduces under DDP, raises
-collapse alarms and writes one record per site. Between measured steps nothing is armed: no
-hooks, no mode, no host synchronization, only a counter.
+keeps the small detached tensors each captured site needs and runs the probe batch. Every
+``flush_every`` measurements (and on leaving the ``with`` block) it reduces all buffered
+measurements to statistics in batches (:mod:`implicit_em.trace.batch`), all-reduces them under
+DDP, raises collapse alarms and writes one record per site per measured step. Between measured
+steps nothing is armed: no hooks, no mode, no host synchronization, only a counter.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ import logging
 import math
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from implicit_em.trace.batch import Group, group_stats
 from implicit_em.trace.distributed import rank, reduce_stats
 from implicit_em.trace.metrics import (
     Stats,
@@ -87,6 +90,15 @@ class Thresholds:
 ProbeSpec = Tensor | tuple | dict | Callable[[], Any]
 
 
+@dataclass
+class _Measured:
+    """One measured step waiting for the next flush: its sites and their probe statistics."""
+
+    step: int
+    calls: list[ResponsibilityCall | AttentionCall]
+    probe: list[Stats] = field(default_factory=list)
+
+
 class Tracer:
     """Context manager that traces responsibility and attention sites during training.
 
@@ -107,6 +119,10 @@ class Tracer:
             once two discoveries in a row agree, the measurements between follow their plan
             narrowly (see :class:`~implicit_em.trace.sites.SiteCapture`), and a narrow pass
             that finds a different set of sites triggers a discovery at the next measurement.
+        flush_every: measurements buffered before their statistics are computed (in one batched
+            pass per group of equally shaped sites) and written; records reach the sinks in
+            batches of this many measured steps, and on leaving the ``with`` block. Memory is
+            bounded by ``flush_every`` times the captured rows of every site.
     """
 
     def __init__(
@@ -120,11 +136,14 @@ class Tracer:
         max_components: int = 256,
         thresholds: Thresholds = Thresholds(),
         rediscover: int = 100,
+        flush_every: int = 16,
     ) -> None:
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be a positive integer, got {every!r}")
         if not isinstance(rediscover, int) or rediscover < 1:
             raise ValueError(f"rediscover must be a positive integer, got {rediscover!r}")
+        if not isinstance(flush_every, int) or flush_every < 1:
+            raise ValueError(f"flush_every must be a positive integer, got {flush_every!r}")
         if max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {max_rows}")
         if probe is not None and model is None and not callable(probe):
@@ -135,6 +154,7 @@ class Tracer:
         self.max_components = max_components
         self.thresholds = thresholds
         self.rediscover = rediscover
+        self.flush_every = flush_every
         self.patterns = [sites] if isinstance(sites, str) else sites
         self._sink_specs = list(sinks)
         self.sinks: list[Sink] = []
@@ -147,6 +167,7 @@ class Tracer:
         self._narrow_passes = 0
         self._active = False
         self._memory = MemorySink()
+        self._pending: list[_Measured] = []
         self._previous: dict[str, dict[str, Tensor | None]] = {}
         self._first_scale: dict[str, float] = {}
         self._warned: set[tuple[str, str]] = set()
@@ -166,6 +187,12 @@ class Tracer:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        """Measure a last unfinished step, write every buffered measurement and close the sinks.
+
+        After an exception the buffered measurements are still written, but not all-reduced
+        across ranks (another rank may never reach the collective): under DDP rank 0 then
+        writes its own shard's statistics for them.
+        """
         try:
             if exc_type is None and self.capture.current.calls:
                 self._measure()
@@ -174,8 +201,11 @@ class Tracer:
         finally:
             self.capture.disarm()
             self._active = False
-            for sink in self.sinks:
-                sink.close()
+            try:
+                self._flush(across_ranks=exc_type is None)
+            finally:
+                for sink in self.sinks:
+                    sink.close()
 
     @property
     def history(self) -> History:
@@ -220,6 +250,8 @@ class Tracer:
     # -- measurement ------------------------------------------------------------------------------
 
     def _measure(self) -> None:
+        """Keep the sites of the finished measured step (and its probe statistics) for the
+        next flush; flush once ``flush_every`` measurements wait."""
         done = self.capture.take()
         self._follow(done)
         if not done.calls:
@@ -228,20 +260,77 @@ class Tracer:
             return
         calls = done.calls
         with untraced():
-            stats = [call.stats() for call in calls]
+            for call in calls:
+                call.compact()
+        probe: list[Stats] = [{} for _ in calls]
         if self.probe is not None:
             self.capture.arm()
             probed = {c.name: c for c in self._run_probe()}
             self.capture.disarm()
             with untraced():
-                self._probe_into(calls, stats, probed)
+                self._probe_into(calls, probe, probed)
+        self._pending.append(_Measured(self.step_index, calls, probe))
+        self.measurements += 1
+        if len(self._pending) >= self.flush_every:
+            self._flush()
+
+    def _flush(self, across_ranks: bool = True) -> None:
+        """Compute, reduce and write every buffered measurement, in step order."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        calls = [c for m in pending for c in m.calls]
+        probes = [p for m in pending for p in m.probe]
         with untraced():
-            stats = reduce_stats(stats)
-            records = [self._record(call, s) for call, s in zip(calls, stats, strict=True)]
-            alarms = [a for r in records for a in self._alarms(r)]
-            self.measurements += 1
-            for sink in self.sinks:
-                sink.write(records + alarms)
+            groups = group_stats(calls)
+            for g in groups:
+                _add_probe(g, probes)
+            stats = reduce_stats([g.stats for g in groups], across_ranks)
+            values = self._values(groups, stats, len(calls))
+        out: list[Record] = []
+        i = 0
+        for m in pending:
+            records = []
+            for call in m.calls:
+                records.append(self._record(m.step, call, values[i]))
+                i += 1
+            out += records + [a for r in records for a in self._alarms(r)]
+        for sink in self.sinks:
+            sink.write(out)
+
+    def _values(self, groups: list[Group], stats: list[Stats], n: int) -> list[dict[str, Any]]:
+        """The metrics of every call as Python numbers (one ``tolist`` for all of them).
+
+        Keys starting with ``_`` are the statistics that decide which metrics are missing."""
+        layouts, parts = [], []
+        for g, s in zip(groups, stats, strict=True):
+            if g.kind == "responsibility":
+                metrics = finish_responsibility(s, self.thresholds.dead_fraction)
+            else:
+                metrics = finish_attention(s)
+            if self.probe is not None:
+                metrics |= finish_probe(s)
+            for flag in ("n_grad", "churn_n", "drift_rows", "value_prev_sq"):
+                if flag in s:
+                    metrics["_" + flag] = s[flag]
+            rows = len(g.index)
+            cols = [t.reshape(rows, -1).double() for t in metrics.values()]
+            widths = [
+                (key, c.shape[1], t.dim() > 1)
+                for (key, t), c in zip(metrics.items(), cols, strict=True)
+            ]
+            layouts.append(widths)
+            parts.append(torch.cat(cols, 1).reshape(-1))
+        flat = torch.cat(parts).tolist()
+        values: list[dict[str, Any]] = [{} for _ in range(n)]
+        offset = 0
+        for g, widths in zip(groups, layouts, strict=True):
+            for i in g.index:
+                row = values[i]
+                for key, width, vector in widths:
+                    row[key] = flat[offset : offset + width] if vector else flat[offset]
+                    offset += width
+        return values
 
     def _no_site_message(self, skipped: set[str]) -> str:
         where = "the traced code" if self.model is None else type(self.model).__name__
@@ -281,7 +370,8 @@ class Tracer:
         return self.capture.take().calls
 
     def _probe_into(self, calls: list, stats: list[Stats], probed: dict[str, Any]) -> None:
-        """Add churn / drift statistics of the probe batch to the matching training sites."""
+        """Churn / drift statistics of the probe batch for the matching training sites (into
+        ``stats``, one dict per site)."""
         for call, s in zip(calls, stats, strict=True):
             p = probed.get(call.name)
             prev = self._previous.get(call.name)
@@ -317,27 +407,22 @@ class Tracer:
                 else:
                     s.update(zero)
 
-    def _record(self, call: ResponsibilityCall | AttentionCall, s: Stats) -> Record:
+    def _record(self, step: int, call: ResponsibilityCall | AttentionCall, v: dict) -> Record:
+        """The record of one site at one step from its metrics ``v`` (Python numbers)."""
         if isinstance(call, ResponsibilityCall):
             kind = call.kind
-            metrics = finish_responsibility(s, self.thresholds.dead_fraction)
-            has_grad = bool(s["n_grad"] > 0)
+            has_grad = v["_n_grad"] > 0
         else:
             kind = "attention"
-            metrics = finish_attention(s)
-            has_grad = bool(s.get("n_grad", torch.zeros(())) > 0)
+            has_grad = v.get("_n_grad", 0.0) > 0
         if self.probe is not None:
-            probe = finish_probe(s)
-            if "churn_n" in s and not s["churn_n"] > 0:
-                probe["churn"] = None
-            if "drift_rows" in s and not s["drift_rows"] > 0:
-                probe["attention_drift"] = None
-            if "value_prev_sq" in s and not s["value_prev_sq"] > 0:
-                probe["value_drift"] = None
-            metrics |= probe
-        record: Record = {"kind": "site", "step": self.step_index, "site": call.name, "type": kind}
-        for key, value in metrics.items():
-            record[key] = _plain(value)
+            for metric, flag in _PROBE_FLAGS:
+                if metric in v and not v[flag] > 0:
+                    v[metric] = None
+        record: Record = {"kind": "site", "step": step, "site": call.name, "type": kind}
+        for key, value in v.items():
+            if not key.startswith("_") and key != "n_grad":
+                record[key] = value
         if kind == "attention":
             for key in ("alpha_residual", "nonfinite", *_GRADIENT_METRICS[kind]):
                 record.setdefault(key, None)
@@ -354,8 +439,6 @@ class Tracer:
         ]
         for m in missing:
             record[m] = None
-        for m in ("n_grad",):
-            record.pop(m, None)
         record["missing"] = sorted(set(missing))
         return record
 
@@ -435,7 +518,16 @@ class Tracer:
         return alarms
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, Tensor):
-        return value.item() if value.dim() == 0 else value.tolist()
-    return value
+_PROBE_FLAGS = (
+    ("churn", "_churn_n"),
+    ("attention_drift", "_drift_rows"),
+    ("value_drift", "_value_prev_sq"),
+)
+"""Probe metrics and the statistic that must be positive for them to exist."""
+
+
+def _add_probe(group: Group, probes: list[Stats]) -> None:
+    """Stack the probe statistics of the group's calls into its statistics (leading axis S)."""
+    members = [probes[i] for i in group.index]
+    for key in members[0]:
+        group.stats[key] = torch.stack([p[key].double() for p in members])

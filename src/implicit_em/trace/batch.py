@@ -1,0 +1,143 @@
+r"""Statistics of many captured site calls at once: capture per step, compute in batches.
+
+The tracer keeps, per measured step and site, only the small detached tensors the statistics
+need (:meth:`~implicit_em.trace.sites.ResponsibilityCall.prepare`,
+:meth:`~implicit_em.trace.sites.AttentionCall.prepare`). At a flush, calls whose inputs have
+equal names, shapes and dtypes (the same site over several steps, and sites of equal shape such
+as all the attention layers of a model) are stacked along a new leading axis ``S`` and reduced
+by one batched pass; every statistic then carries that leading axis. Tiny tensor operations
+cost microseconds each on a CPU, so the cost of tracing is their count: a batched pass costs
+about what one call's pass costs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from implicit_em.trace.metrics import (
+    Stats,
+    attention_stats_steps,
+    per_step,
+    read_responsibilities,
+    responsibility_stats_steps,
+)
+from implicit_em.trace.sites import AttentionCall, Inputs, ResponsibilityCall, attention_weights
+
+__all__ = ["Group", "group_stats"]
+
+
+@dataclass
+class Group:
+    """Calls reduced together: ``index[s]`` is the position (in the flushed list of calls) of
+    the call whose statistics are ``stats[key][s]``."""
+
+    kind: str
+    index: list[int]
+    stats: Stats
+
+
+def group_stats(calls: Sequence[ResponsibilityCall | AttentionCall]) -> list[Group]:
+    """The statistics of every call, computed with one batched pass per group of stackable
+    calls (in the order in which each group first appears)."""
+    groups: dict[tuple, tuple[list[int], list[Inputs]]] = {}
+    for i, call in enumerate(calls):
+        key, inputs = call.prepare()
+        index, stacked = groups.setdefault(key, ([], []))
+        index.append(i)
+        stacked.append(inputs)
+    out = []
+    with torch.no_grad():
+        for key, (index, inputs) in groups.items():
+            x = {name: torch.stack([d[name] for d in inputs]) for name in inputs[0]}
+            if key[0] == "responsibility":
+                out.append(Group("responsibility", index, responsibility_steps(x, key[1])))
+            else:
+                out.append(Group("attention", index, attention_steps(x, *key[1:4])))
+    return out
+
+
+def responsibility_steps(x: Inputs, sign: float) -> Stats:
+    r"""Statistics of ``S`` stacked classification / mixture calls.
+
+    With a gradient: rows are valid where :math:`c_i \ne 0`, the gradient row is finite and the
+    row weight is positive; :math:`r = t + \text{sign}\cdot\nabla/c`
+    (:func:`~implicit_em.trace.metrics.read_responsibilities`), the identity residual is
+    :math:`\max_i\max_j|r_{ij} - \operatorname{softmax}(z_i)_j|` over valid rows. Without one
+    (no backward): the forward softmax over the rows of positive weight, residual 0.
+    """
+    logits, weight, target = x["logits"], x["weight"], x.get("target")
+    if "grad" not in x:
+        r = torch.softmax(logits, dim=-1)
+        stats = responsibility_stats_steps(r, weight > 0, target, logits)
+        zero = torch.zeros(logits.shape[0], dtype=r.dtype)
+        stats.update(residual_max=zero, nonfinite=zero, n_grad=zero)
+        return stats
+    g, c = x["grad"], x["factor"]
+    finite = torch.isfinite(g).all(-1)
+    valid = (c != 0) & finite & (weight > 0)
+    r_grad = read_responsibilities(
+        torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0),
+        torch.where(valid, c, torch.zeros_like(c)),
+        target,
+        sign,
+    )
+    err = (r_grad - torch.softmax(logits, dim=-1)).abs().amax(-1)
+    stats = responsibility_stats_steps(r_grad, valid, target, logits)
+    stats["residual_max"] = torch.where(valid, err, torch.zeros_like(err)).amax(-1)
+    stats["nonfinite"] = (~finite & (c != 0)).sum(-1).to(g.dtype)
+    stats["n_grad"] = valid.sum(-1).to(g.dtype)
+    return stats
+
+
+def attention_steps(
+    x: Inputs, is_causal: bool, scale: float | None, reconstruct: str | None
+) -> Stats:
+    r"""Statistics of ``S`` stacked attention calls (in float32): the weights (recomputed from
+    ``q``, ``k`` when not captured), :func:`~implicit_em.trace.metrics.attention_stats_steps`,
+    and for recomputed weights the forward residual :math:`\max|\hat y - y|` of the output
+    rebuilt from :math:`\alpha` and :math:`v` with its maximum :math:`\max|y|`."""
+    if "alpha" in x:
+        alpha = x["alpha"].float()
+    else:
+        alpha = attention_weights(x["q"], x["k"], x.get("mask"), is_causal, scale).float()
+    v = x.get("v")
+    v = None if v is None else v.float().expand(*alpha.shape[:-2], -1, -1)
+    g = None if v is None or "g" not in x else x["g"].float()
+    grad_v = x.get("grad_v")
+    grad_v = None if grad_v is None or v is None or grad_v.shape != v.shape else grad_v.float()
+    used = x.get("used")
+    grad_alpha = x.get("grad_alpha")
+    stats = attention_stats_steps(
+        alpha,
+        v,
+        g,
+        None if grad_alpha is None else grad_alpha.float(),
+        None if used is None else used.float(),
+        grad_v,
+    )
+    if reconstruct is not None and v is not None:
+        out = x["output"].float()
+        rebuilt = _rebuild(alpha @ v, reconstruct, x)
+        stats["alpha_residual_max"] = per_step((rebuilt - out).abs(), "amax").double()
+        stats["output_max"] = per_step(out.abs(), "amax").double()
+    return stats
+
+
+def _rebuild(o: Tensor, reconstruct: str, x: Inputs) -> Tensor:
+    r"""The attention output from the per-head outputs ``o = alpha @ v`` (``[S, N, H, Lq, Ev]``):
+    ``o`` itself (``"matmul"``), or the heads merged to ``[S, Lq, N, H·Ev]`` and projected,
+    :math:`y = o W_o^\top + b_o` (``"projection"``, ``nn.MultiheadAttention``)."""
+    if reconstruct == "matmul":
+        return o
+    s, n, _, lq, _ = o.shape
+    merged = o.permute(0, 3, 1, 2, 4).reshape(s, lq * n, -1)
+    w = x["out_weight"].float()
+    if "out_bias" in x:
+        y = torch.baddbmm(x["out_bias"].float().unsqueeze(1), merged, w.transpose(1, 2))
+    else:
+        y = torch.bmm(merged, w.transpose(1, 2))
+    return y.reshape(s, lq, n, -1)
