@@ -2,11 +2,13 @@
 
 Overhead: the same model and loop, untraced and traced with ``every=1`` and ``every=10``,
 interleaved in blocks within one process; each block's mean step time (measured and unmeasured
-steps together), then the median over blocks. Memory: peak RSS of fresh processes tracing 100
+steps together), then the median over blocks. Each traced block is a fresh ``Tracer`` (two site
+discoveries, then narrow capture; statistics computed every ``flush_every`` = 16 measurements
+and at the end of the block), so a block should hold several flushes: 100 steps by default. Memory: peak RSS of fresh processes tracing 100
 and 1000 steps (JSONL sink, and the in-memory history). Targets: <= 5% (every=1), <= 1%
 (every=10); memory independent of the number of steps.
 
-    .venv/bin/python benchmarks/trace_overhead.py [--blocks 15] [--steps 20]
+    .venv/bin/python benchmarks/trace_overhead.py [--blocks 10] [--steps 100]
 """
 
 from __future__ import annotations
@@ -103,8 +105,8 @@ def peak_rss(steps: int, sink: str) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--blocks", type=int, default=15)
-    parser.add_argument("--steps", type=int, default=20, help="steps per block (multiple of 10)")
+    parser.add_argument("--blocks", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=100, help="steps per block (multiple of 10)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(1)

@@ -18,7 +18,7 @@ Record = dict[str, Any]
 
 
 class Sink(Protocol):
-    """Receives the records of one measurement at a time."""
+    """Receives records in step order, a batch of measured steps at a time (``flush_every``)."""
 
     def write(self, records: Sequence[Record]) -> None: ...
 
@@ -102,8 +102,8 @@ class MemorySink:
 
 
 class JSONLSink:
-    """Appends one JSON object per record and flushes after each measurement, so a killed run
-    keeps everything it measured."""
+    """Appends one JSON object per record and flushes after each write (a batch of measured
+    steps), so a killed run keeps everything written before it."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)

@@ -2,9 +2,9 @@ r"""Sites: the places in a model where responsibilities can be read, found witho
 
 One uniform abstraction (the TransformerLens hook-point idea) over every kind of site: a *call*
 captured during a measured forward pass, named by the module path that produced it, which
-receives its gradients through ``Tensor.register_hook`` and reduces itself to statistics
-(:mod:`implicit_em.trace.metrics`). Nothing is cached beyond the current step; attention keeps
-only its first ``max_rows`` batch rows.
+receives its gradients through ``Tensor.register_hook`` and keeps the small detached tensors
+its statistics need (``prepare``), reduced later in batches of steps
+(:mod:`implicit_em.trace.batch`). Attention keeps only its first ``max_rows`` batch rows.
 
 Discovery uses PyTorch's own mechanisms: a :class:`~torch.overrides.TorchFunctionMode` sees
 ``F.cross_entropy``, ``F.nll_loss`` of a ``log_softmax``, ``F.scaled_dot_product_attention``
