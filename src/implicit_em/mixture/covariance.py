@@ -18,13 +18,18 @@ A component's energy is :math:`d_j(x) = \tfrac12\lVert (x-\mu_j)^\top U_j\rVert^
 Every type provides three families of functions, gathered in a :class:`CovarianceModel`:
 
 * **EM** (closed form): ``energies`` of shifted data :math:`y = x - s` (batched matmuls, never a
-  Python loop over K), the ``second`` moment statistic of a chunk, and ``estimate``, the M-step
-  from the summed statistics. ``full`` accumulates its scatter about the current means
-  :math:`\sum_t r_{tj}(x_t-\mu_j)(x_t-\mu_j)^\top` (differences first: no cancellation); the
-  others accumulate about the shared shift :math:`s` (the mixture mean), which removes the
-  data's offset (constant features give exactly zero variance) and keeps the statistic one
-  matmul. Either way the statistics are plain sums, so chunks and ranks add, and the variances
-  are clipped at zero before ``reg_covar`` is added: never negative, in float32 too.
+  Python loop over K), which also return the chunk's *features*, ``moments`` (the chunk's sums,
+  built from those features, so the M-step reuses the E-step's work), and ``estimate``, the
+  M-step from the summed statistics. ``full`` accumulates its scatter about the current means
+  from the E-step's whitened residuals :math:`z_{tj} = U_j^\top(x_t-\mu_j)`:
+  :math:`\sum_t r_{tj}(x_t-\mu_j)(x_t-\mu_j)^\top = U_j^{-\top}\big(\sum_t r_{tj}z_{tj}z_{tj}^\top\big)U_j^{-1}`
+  (differences first: no cancellation; one batched matmul; ``unwhiten`` applies the K small
+  triangular factors once per pass). ``diag`` and ``spherical`` read both moments off one
+  matmul :math:`r^\top[y^2, y]` of the features their energies were computed from; ``tied``
+  and they accumulate about the shared shift :math:`s` (the mixture mean), which removes the
+  data's offset (constant features give exactly zero variance). Either way the statistics are
+  plain sums, so chunks and ranks add, and the variances are clipped at zero before
+  ``reg_covar`` is added: never negative, in float32 too.
 * **Natural parameters** (``preconditioned``): ``natural_energies`` is differentiable in the
   covariance itself, and ``mean_step`` / ``covariance_step`` apply Xu & Jordan's preconditioners
   :math:`P_{\mu_j} = \Sigma_j/N_j` and :math:`P_{\Sigma_j} = \tfrac2{N_j}\Sigma_j\otimes\Sigma_j`.
@@ -87,15 +92,41 @@ def _check_positive(var: Tensor) -> None:
         )
 
 
-def _quadratic(y: Tensor, m: Tensor, scale: Tensor) -> Tensor:
-    r""":math:`\tfrac12\sum_d s_{jd}(y_d - m_{jd})^2`, ``[B, K]``, clipped at 0.
+def _square_features(y: Tensor) -> Tensor:
+    """:math:`[y^2, y]`, ``[B, 2D]``: what the diagonal energies and moments are linear in."""
+    features = y.new_empty(y.shape[0], 2 * y.shape[1])
+    torch.mul(y, y, out=features[:, : y.shape[1]])
+    features[:, y.shape[1] :] = y
+    return features
 
-    One matmul: :math:`[y^2, y]\,[\tfrac12 s, -s\odot m]^\top + \tfrac12\sum_d s\,m^2`.
+
+def _quadratic(y: Tensor, m: Tensor, scale: Tensor) -> tuple[Tensor, Tensor]:
+    r""":math:`\tfrac12\sum_d s_{jd}(y_d - m_{jd})^2`, ``[B, K]``, clipped at 0, and :math:`[y^2, y]`.
+
+    One matmul: :math:`[y^2, y]\,[\tfrac12 s, -s\odot m]^\top + \tfrac12\sum_d s\,m^2`. The
+    features :math:`[y^2, y]` are returned for the moments of the same chunk
+    (:func:`_square_moments`), so the M-step reuses them.
     """
-    features = torch.cat([y * y, y], dim=1)
+    features = _square_features(y)
     weights = torch.cat([0.5 * scale, -(m * scale)], dim=1)
     offset = 0.5 * (m * m * scale).sum(dim=1)
-    return torch.addmm(offset, features, weights.T).clamp_min_(0.0)
+    return torch.addmm(offset, features, weights.T).clamp_min_(0.0), features
+
+
+def _square_moments(y: Tensor, features: Tensor, r: Tensor) -> tuple[Tensor, Tensor]:
+    r""":math:`F_j = \sum_t r_{tj}y_t` and :math:`\sum_t r_{tj}y_t^2` from one matmul
+    :math:`r^\top[y^2, y]`, ``([K, D], [K, D])``."""
+    moments = r.T @ features
+    dim = y.shape[1]
+    return moments[:, dim:], moments[:, :dim]
+
+
+def _square_features_about(y: Tensor, ref: Tensor) -> Tensor:
+    return _square_features(y)
+
+
+def _identity_whitening(second: Tensor, prec_chol: Tensor | None) -> Tensor:
+    return second
 
 
 # ---------------------------------------------------------------------------------------------
@@ -111,23 +142,47 @@ def _full_log_det(prec_chol: Tensor, k: int, d: int) -> Tensor:
     return torch.log(torch.diagonal(prec_chol, dim1=-2, dim2=-1)).sum(dim=-1)
 
 
-def _full_energies(y: Tensor, m: Tensor, prec_chol: Tensor) -> Tensor:
-    r""":math:`\tfrac12\lVert (y-m_j)U_j\rVert^2` for all :math:`j` from one matmul.
+def _full_energies(y: Tensor, m: Tensor, prec_chol: Tensor) -> tuple[Tensor, Tensor]:
+    r""":math:`d_j = \tfrac12\lVert z_j\rVert^2` and the whitened residuals
+    :math:`z_j = U_j^\top(y-m_j)`, ``([B, K], [K, D, B])``, from one matmul.
 
-    :math:`z = y\,[U_1 \cdots U_K] - [m_1U_1 \cdots m_KU_K]`, ``[B, K·D]``: one
-    ``[B, D] @ [D, K·D]`` product instead of K small ones.
+    :math:`z = [U_1 \cdots U_K]^\top y^\top - [U_1^\top m_1 \cdots U_K^\top m_K]`, ``[K·D, B]``:
+    one ``[K·D, D] @ [D, B]`` product instead of K small ones, laid out with the rows last so
+    that the energies, the weighting and the M-step's batched matmul
+    (:func:`_full_moments`) all read it contiguously. ``d`` is a transposed view.
     """
     k, d = m.shape
-    stacked = prec_chol.permute(1, 0, 2).reshape(d, k * d)
-    offset = (m.unsqueeze(1) @ prec_chol).reshape(k * d)
-    z = torch.addmm(-offset, y, stacked).view(y.shape[0], k, d)
-    return 0.5 * (z * z).sum(dim=-1)
+    stacked = prec_chol.mT.reshape(k * d, d)
+    offset = (prec_chol.mT @ m.unsqueeze(-1)).reshape(k * d, 1)
+    z = torch.addmm(offset, stacked, y.T, beta=-1).view(k, d, y.shape[0])
+    return 0.5 * (z * z).sum(dim=1).T, z
 
 
-def _full_second(y: Tensor, r: Tensor, ref: Tensor) -> Tensor:
-    r""":math:`\sum_t r_{tj}(y_t-\mathrm{ref}_j)(y_t-\mathrm{ref}_j)^\top`, ``[K, D, D]``."""
-    diff = y.unsqueeze(0) - ref.unsqueeze(1)
-    return (diff * r.T.unsqueeze(-1)).mT @ diff
+def _full_features(y: Tensor, ref: Tensor) -> Tensor:
+    r"""Residuals :math:`y - \mathrm{ref}_j` with no whitening (:math:`U = I`), ``[K, D, B]``."""
+    return y.T.unsqueeze(0) - ref.unsqueeze(-1)
+
+
+def _full_moments(y: Tensor, z: Tensor, r: Tensor) -> tuple[Tensor, Tensor]:
+    r""":math:`F_j = \sum_t r_{tj}y_t` and the whitened scatter
+    :math:`G_j = \sum_t r_{tj}\,z_{tj}z_{tj}^\top`, ``([K, D], [K, D, D])``.
+
+    :math:`G_j` is one batched matmul of :math:`\sqrt{r_{tj}}\,z_{tj}` with itself; the
+    residuals are differences taken before squaring, so there is no cancellation.
+    """
+    weighted = z * r.T.sqrt().unsqueeze(1)
+    return r.T @ y, weighted @ weighted.mT
+
+
+def _full_unwhiten(second: Tensor, prec_chol: Tensor | None) -> Tensor:
+    r"""The scatter in data coordinates, :math:`S_j = U_j^{-\top} G_j U_j^{-1}` (``U`` of the
+    E-step that whitened the residuals; ``None`` for none)."""
+    if prec_chol is None:
+        return second
+    inverse = torch.linalg.solve_triangular(
+        prec_chol, _eye(prec_chol.shape[-1], prec_chol).expand_as(prec_chol), upper=True
+    )
+    return inverse.mT @ second @ inverse
 
 
 def _full_estimate(second: Tensor, n: Tensor, delta: Tensor, n_total: Tensor, reg: float) -> Tensor:
@@ -187,16 +242,20 @@ def _tied_log_det(prec_chol: Tensor, k: int, d: int) -> Tensor:
     return torch.log(torch.diagonal(prec_chol)).sum().expand(k)
 
 
-def _tied_energies(y: Tensor, m: Tensor, prec_chol: Tensor) -> Tensor:
+def _tied_energies(y: Tensor, m: Tensor, prec_chol: Tensor) -> tuple[Tensor, Tensor]:
     yu = y @ prec_chol
     mu = m @ prec_chol
     d = (yu * yu).sum(dim=1, keepdim=True) - 2.0 * (yu @ mu.T) + (mu * mu).sum(dim=1)
-    return 0.5 * d.clamp_min(0.0)
+    return 0.5 * d.clamp_min(0.0), y
 
 
-def _tied_second(y: Tensor, r: Tensor, ref: Tensor) -> Tensor:
-    r""":math:`\sum_t (y_t - s)(y_t - s)^\top` (rows of ``r`` sum to 1), ``[D, D]``."""
-    return y.T @ y
+def _tied_features(y: Tensor, ref: Tensor) -> Tensor:
+    return y
+
+
+def _tied_moments(y: Tensor, features: Tensor, r: Tensor) -> tuple[Tensor, Tensor]:
+    r""":math:`F_j` and :math:`\sum_t (y_t - s)(y_t - s)^\top` (rows of ``r`` sum to 1)."""
+    return r.T @ y, y.T @ y
 
 
 def _tied_estimate(second: Tensor, n: Tensor, delta: Tensor, n_total: Tensor, reg: float) -> Tensor:
@@ -258,12 +317,8 @@ def _diag_log_det(prec_chol: Tensor, k: int, d: int) -> Tensor:
     return torch.log(prec_chol).sum(dim=1)
 
 
-def _diag_energies(y: Tensor, m: Tensor, prec_chol: Tensor) -> Tensor:
+def _diag_energies(y: Tensor, m: Tensor, prec_chol: Tensor) -> tuple[Tensor, Tensor]:
     return _quadratic(y, m, prec_chol * prec_chol)
-
-
-def _diag_second(y: Tensor, r: Tensor, ref: Tensor) -> Tensor:
-    return r.T @ (y * y)
 
 
 def _diag_estimate(second: Tensor, n: Tensor, delta: Tensor, n_total: Tensor, reg: float) -> Tensor:
@@ -307,13 +362,14 @@ def _spherical_log_det(prec_chol: Tensor, k: int, d: int) -> Tensor:
     return d * torch.log(prec_chol)
 
 
-def _spherical_energies(y: Tensor, m: Tensor, prec_chol: Tensor) -> Tensor:
+def _spherical_energies(y: Tensor, m: Tensor, prec_chol: Tensor) -> tuple[Tensor, Tensor]:
     scale = (prec_chol * prec_chol).unsqueeze(1).expand_as(m)
     return _quadratic(y, m, scale)
 
 
-def _spherical_second(y: Tensor, r: Tensor, ref: Tensor) -> Tensor:
-    return r.T @ (y * y).sum(dim=1)
+def _spherical_moments(y: Tensor, features: Tensor, r: Tensor) -> tuple[Tensor, Tensor]:
+    first, second = _square_moments(y, features, r)
+    return first, second.sum(dim=1)
 
 
 def _spherical_estimate(
@@ -368,8 +424,15 @@ class CovarianceModel:
         precision_cholesky: covariance -> :math:`U` (``ValueError`` if not positive definite).
         from_precision: precision -> covariance.
         log_det: ``(U, K, D) -> [K]``, :math:`\log|\det U_j|`.
-        energies: ``(y, m, U) -> [B, K]``, :math:`d_j` for shifted data ``y`` and means ``m``.
-        second: ``(y, r, ref) -> statistic``, the chunk's second-moment sum.
+        energies: ``(y, m, U) -> (d [B, K], features)``, :math:`d_j` for shifted data ``y``
+            and means ``m``, and the chunk's features the moments are built from (whitened
+            residuals for ``full``, :math:`[y^2, y]` for ``diag``/``spherical``, ``y`` for tied).
+        features: ``(y, ref) -> features``, the same features without an E-step (no whitening;
+            used for the initial M-step).
+        moments: ``(y, features, r) -> (first, second)``, the chunk's sums :math:`F_j` and
+            second moment (``full``: in the whitened coordinates of its features).
+        unwhiten: ``(second, U or None) -> second``, the summed second moment in data
+            coordinates (``full``: :math:`U_j^{-\top}G_jU_j^{-1}`; the identity otherwise).
         estimate: ``(second, N_j, delta, N, reg) -> covariance``, the M-step, with ``delta``
             the new means minus the reference of ``second``.
         noise: ``(covariance, labels, z) -> [n, D]``, :math:`L_j z` with :math:`L_jL_j^\top=\Sigma_j`.
@@ -391,8 +454,10 @@ class CovarianceModel:
     precision_cholesky: Callable[[Tensor], Tensor]
     from_precision: Callable[[Tensor], Tensor]
     log_det: Callable[[Tensor, int, int], Tensor]
-    energies: Callable[[Tensor, Tensor, Tensor], Tensor]
-    second: Callable[[Tensor, Tensor, Tensor], Tensor]
+    energies: Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
+    features: Callable[[Tensor, Tensor], Tensor]
+    moments: Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
+    unwhiten: Callable[[Tensor, Tensor | None], Tensor]
     estimate: Callable[[Tensor, Tensor, Tensor, Tensor, float], Tensor]
     noise: Callable[[Tensor, Tensor, Tensor], Tensor]
     natural_energies: Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
@@ -414,7 +479,9 @@ COVARIANCE_TYPES: dict[str, CovarianceModel] = {
         from_precision=torch.linalg.inv,
         log_det=_full_log_det,
         energies=_full_energies,
-        second=_full_second,
+        features=_full_features,
+        moments=_full_moments,
+        unwhiten=_full_unwhiten,
         estimate=_full_estimate,
         noise=_full_noise,
         natural_energies=_full_natural,
@@ -434,7 +501,9 @@ COVARIANCE_TYPES: dict[str, CovarianceModel] = {
         from_precision=torch.linalg.inv,
         log_det=_tied_log_det,
         energies=_tied_energies,
-        second=_tied_second,
+        features=_tied_features,
+        moments=_tied_moments,
+        unwhiten=_identity_whitening,
         estimate=_tied_estimate,
         noise=_tied_noise,
         natural_energies=_tied_natural,
@@ -454,7 +523,9 @@ COVARIANCE_TYPES: dict[str, CovarianceModel] = {
         from_precision=torch.reciprocal,
         log_det=_diag_log_det,
         energies=_diag_energies,
-        second=_diag_second,
+        features=_square_features_about,
+        moments=_square_moments,
+        unwhiten=_identity_whitening,
         estimate=_diag_estimate,
         noise=_diag_noise,
         natural_energies=_diag_natural,
@@ -474,7 +545,9 @@ COVARIANCE_TYPES: dict[str, CovarianceModel] = {
         from_precision=torch.reciprocal,
         log_det=_spherical_log_det,
         energies=_spherical_energies,
-        second=_spherical_second,
+        features=_square_features_about,
+        moments=_spherical_moments,
+        unwhiten=_identity_whitening,
         estimate=_spherical_estimate,
         noise=_spherical_noise,
         natural_energies=_spherical_natural,

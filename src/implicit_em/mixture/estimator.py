@@ -253,7 +253,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             n = resp.sum(dim=0) + 10 * torch.finfo(xs.dtype).eps
             ref = (resp.T @ y) / n[:, None] if model.centered else xs.new_zeros(k, dim)
             stats = zero_statistics(model, k, dim, xs)
-            accumulate(stats, y, resp, ref, model)
+            accumulate(stats, y, model.features(y, ref), resp, model)
             mixture = m_step(stats, model, shift, ref, self.reg_covar)
         else:
             mixture = None
@@ -487,7 +487,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         with torch.no_grad():
             parts = []
             for chunk in self._chunks(X):
-                log_p, r, _ = log_likelihood_and_responsibilities(chunk, mixture, shift)
+                log_p, r, _, _ = log_likelihood_and_responsibilities(chunk, mixture, shift)
                 parts.append(quantity(log_p, r))
         return to_output(torch.cat(parts), X)
 

@@ -13,8 +13,11 @@ M-step reads only the totals:
 .. math::  \mu_j' = s + F_j/N_j, \quad \delta_j = \mu_j' - c_j, \quad
            \Sigma_j' = S_j/N_j - \delta_j\delta_j^\top + \lambda I, \quad \pi_j' = N_j / \sum_k N_k.
 
-Memory is :math:`O(B\,K + K\,D^2)` for a chunk of ``B`` rows (``full`` also holds the
-``[K, B, D]`` differences), never :math:`O(N\,K)`. :math:`N_j` gets
+For ``full``, :math:`S_j` is summed in the whitened coordinates of the E-step's residuals
+:math:`z_{tj} = U_j^\top(x_t-\mu_j)` and brought back once per pass,
+:math:`S_j = U_j^{-\top}\big(\sum_t r_{tj}z_{tj}z_{tj}^\top\big)U_j^{-1}`. Memory is
+:math:`O(B\,K + K\,D^2)` for a chunk of ``B`` rows (``full`` also holds the ``[B, K, D]``
+residuals), never :math:`O(N\,K)`. :math:`N_j` gets
 :math:`10\,\varepsilon_{\text{dtype}}` added, as in scikit-learn, so that an empty component
 divides by a positive number.
 """
@@ -60,19 +63,21 @@ def zero_statistics(model: CovarianceModel, k: int, d: int, like: Tensor) -> Sta
 
 
 def accumulate(
-    stats: Statistics, y: Tensor, r: Tensor, ref: Tensor, model: CovarianceModel
+    stats: Statistics, y: Tensor, features: Tensor, r: Tensor, model: CovarianceModel
 ) -> None:
-    """Add the statistics of one chunk (shifted data ``y``, responsibilities ``r``) in place."""
+    """Add the statistics of one chunk (shifted data ``y``, the type's ``features`` of ``y``,
+    responsibilities ``r``) in place."""
+    first, second = model.moments(y, features, r)
     stats["n"] += r.sum(dim=0)
-    stats["first"] += r.T @ y
-    stats["second"] += model.second(y, r, ref)
+    stats["first"] += first
+    stats["second"] += second
     stats["count"] += y.shape[0]
 
 
-def e_step(stats: Statistics, x: Tensor, mixture: Mixture, shift: Tensor, ref: Tensor) -> Tensor:
+def e_step(stats: Statistics, x: Tensor, mixture: Mixture, shift: Tensor) -> Tensor:
     """E-step of a chunk: add its statistics and return its per-sample log-likelihood ``[B]``."""
-    log_p, r, y = log_likelihood_and_responsibilities(x, mixture, shift)
-    accumulate(stats, y, r, ref, mixture.model)
+    log_p, r, y, features = log_likelihood_and_responsibilities(x, mixture, shift)
+    accumulate(stats, y, features, r, mixture.model)
     stats["log_likelihood"] += log_p.sum()
     return log_p
 
@@ -88,12 +93,21 @@ def empty_components(masses: Tensor) -> Tensor:
 
 
 def m_step(
-    stats: Statistics, model: CovarianceModel, shift: Tensor, ref: Tensor, reg: float
+    stats: Statistics,
+    model: CovarianceModel,
+    shift: Tensor,
+    ref: Tensor,
+    reg: float,
+    whitening: Tensor | None = None,
 ) -> Mixture:
-    """The closed-form M-step from summed statistics (``ValueError`` on a singular covariance)."""
+    """The closed-form M-step from summed statistics (``ValueError`` on a singular covariance).
+
+    ``whitening`` is the precision Cholesky factor :math:`U` the E-step whitened ``full``
+    residuals with (``None`` when the features were not whitened).
+    """
     n = stats["n"] + 10 * torch.finfo(stats["n"].dtype).eps
     means_y = stats["first"] / n[:, None]
-    delta, second = means_y - ref, stats["second"]
+    delta, second = means_y - ref, model.unwhiten(stats["second"], whitening)
     empty = empty_components(stats["n"])
     if bool(empty.any()) and model.per_component:
         delta = torch.where(empty[:, None], torch.zeros_like(delta), delta)

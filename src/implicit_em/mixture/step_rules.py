@@ -100,11 +100,18 @@ class EMRule(StepRule):
         )
 
     def accumulate(self, x: Tensor) -> Tensor:
-        return e_step(self.sums, x, self._current(), self._shift, self._ref)
+        return e_step(self.sums, x, self._current(), self._shift)
 
     def step(self) -> tuple[Mixture, Tensor]:
-        model = self._current().model
-        mixture = m_step(self.sums, model, self._shift, self._ref, self.reg_covar)
+        current = self._current()
+        mixture = m_step(
+            self.sums,
+            current.model,
+            self._shift,
+            self._ref,
+            self.reg_covar,
+            current.precisions_cholesky,
+        )
         return mixture, self.sums["n"]
 
 
