@@ -12,7 +12,7 @@ from sklearn.mixture import GaussianMixture as SkGaussianMixture
 
 from implicit_em.mixture import GaussianMixture
 from implicit_em.mixture.covariance import covariance_model
-from implicit_em.mixture.parameters import Mixture
+from implicit_em.mixture.parameters import Mixture, normalize
 from implicit_em.mixture.step_rules import make_step_rule
 
 TYPES = ["full", "tied", "diag", "spherical"]
@@ -131,3 +131,16 @@ def test_gradient_fitters_reach_em_log_likelihood(separated, fitter, covariance_
         ).fit(separated)
     assert gm.n_iter_ > 20
     assert abs(gm.score(separated) - em.score(separated)) <= 1e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_normalize_is_log_sum_exp_and_softmax_without_subnormals(dtype):
+    logits = torch.tensor([[0.0, -1.0, -500.0, -2000.0], [3.0, 3.0, -90.0, -1e30]], dtype=dtype)
+    log_p, r = normalize(logits.clone())
+    tiny = torch.finfo(dtype).tiny
+    torch.testing.assert_close(log_p, torch.logsumexp(logits, dim=1))
+    torch.testing.assert_close(
+        r, torch.softmax(logits, dim=1), atol=tiny**0.5 * 2, rtol=8 * torch.finfo(dtype).eps
+    )
+    assert bool((r >= tiny).all())
+    torch.testing.assert_close(r.sum(dim=1), torch.ones(2, dtype=dtype))

@@ -125,6 +125,18 @@ def _square_features_about(y: Tensor, ref: Tensor) -> Tensor:
     return _square_features(y)
 
 
+def _residual_width(k: int, d: int) -> int:
+    return k * d
+
+
+def _data_width(k: int, d: int) -> int:
+    return d
+
+
+def _square_width(k: int, d: int) -> int:
+    return 2 * d
+
+
 def _identity_whitening(second: Tensor, prec_chol: Tensor | None) -> Tensor:
     return second
 
@@ -431,6 +443,7 @@ class CovarianceModel:
             used for the initial M-step).
         moments: ``(y, features, r) -> (first, second)``, the chunk's sums :math:`F_j` and
             second moment (``full``: in the whitened coordinates of its features).
+        row_width: ``(K, D) -> int``, the features' numbers per row (sizes default chunks).
         unwhiten: ``(second, U or None) -> second``, the summed second moment in data
             coordinates (``full``: :math:`U_j^{-\top}G_jU_j^{-1}`; the identity otherwise).
         estimate: ``(second, N_j, delta, N, reg) -> covariance``, the M-step, with ``delta``
@@ -458,6 +471,7 @@ class CovarianceModel:
     features: Callable[[Tensor, Tensor], Tensor]
     moments: Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
     unwhiten: Callable[[Tensor, Tensor | None], Tensor]
+    row_width: Callable[[int, int], int]
     estimate: Callable[[Tensor, Tensor, Tensor, Tensor, float], Tensor]
     noise: Callable[[Tensor, Tensor, Tensor], Tensor]
     natural_energies: Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
@@ -482,6 +496,7 @@ COVARIANCE_TYPES: dict[str, CovarianceModel] = {
         features=_full_features,
         moments=_full_moments,
         unwhiten=_full_unwhiten,
+        row_width=_residual_width,
         estimate=_full_estimate,
         noise=_full_noise,
         natural_energies=_full_natural,
@@ -504,6 +519,7 @@ COVARIANCE_TYPES: dict[str, CovarianceModel] = {
         features=_tied_features,
         moments=_tied_moments,
         unwhiten=_identity_whitening,
+        row_width=_data_width,
         estimate=_tied_estimate,
         noise=_tied_noise,
         natural_energies=_tied_natural,
@@ -526,6 +542,7 @@ COVARIANCE_TYPES: dict[str, CovarianceModel] = {
         features=_square_features_about,
         moments=_square_moments,
         unwhiten=_identity_whitening,
+        row_width=_square_width,
         estimate=_diag_estimate,
         noise=_diag_noise,
         natural_energies=_diag_natural,
@@ -548,6 +565,7 @@ COVARIANCE_TYPES: dict[str, CovarianceModel] = {
         features=_square_features_about,
         moments=_spherical_moments,
         unwhiten=_identity_whitening,
+        row_width=_square_width,
         estimate=_spherical_estimate,
         noise=_spherical_noise,
         natural_energies=_spherical_natural,

@@ -51,6 +51,22 @@ Callback = Callable[[int, float], None]
 _INIT_PARAMS = ("kmeans", "k-means++", "random", "random_from_data")
 _INIT_SAMPLES = 100_000
 _DTYPES = {"float64": torch.float64, "float32": torch.float32}
+_CHUNK_NUMBERS = 2**20
+_CHUNK_ROWS = (1024, 8192)
+
+
+def default_chunk_rows(covariance_type: str, n_components: int, n_features: int) -> int:
+    r"""Rows per internal chunk when ``batch_size`` is None.
+
+    A chunk holds :math:`B\,(w + K)` numbers (``w`` the type's features per row: :math:`KD`
+    whitened residuals for ``full``, :math:`[y^2, y]` for ``diag``); about :math:`2^{20}` of
+    them (4 MiB in float32) keep its E-step and M-step in cache, clipped to 1,024..8,192 rows
+    (measured on a 2-core EPYC: full (32, 16) is fastest at 1-2k rows, diag at 4-8k; the
+    whole 200k rows at once was 2-3 times slower).
+    """
+    width = covariance_model(covariance_type).row_width(n_components, n_features)
+    rows = _CHUNK_NUMBERS // (width + n_components)
+    return min(max(rows, _CHUNK_ROWS[0]), _CHUNK_ROWS[1])
 
 
 def _positive_int(v: Any) -> bool:
@@ -117,7 +133,10 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     warm_start : bool, default=False
         Continue from the previous fit (a single initialization).
     batch_size : int or None, default=None
-        Rows per chunk of the streamed E-step (None: all rows at once).
+        Rows per chunk of the streamed E-step. None means the whole data per pass (exact EM),
+        streamed internally in cache-sized chunks (:func:`default_chunk_rows`, 1,024 to 8,192
+        rows); an integer sets the chunk. EM is exact either way: a pass sums every chunk's
+        statistics before its one step.
     learning_rate : float or None, default=None
         Step size of ``gd`` (default 0.5) and ``adam`` (default 0.05); unused otherwise.
     device : str, default="cpu"
@@ -210,7 +229,15 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         return validate_data(self, x, reset=reset, dtype=[np.float64, np.float32])
 
     def _chunks(self, x: Any) -> Iterator[Tensor]:
-        return as_batches(x, self.batch_size, self._torch_dtype, self._device)
+        """``x`` in chunks of ``batch_size`` rows, or of :func:`default_chunk_rows` if None.
+
+        Either way a pass visits every row once before its step: ``batch_size=None`` is exact
+        whole-data EM, streamed through the cache.
+        """
+        rows = self.batch_size or default_chunk_rows(
+            self.covariance_type, self.n_components, x.shape[1]
+        )
+        return as_batches(x, rows, self._torch_dtype, self._device)
 
     # -----------------------------------------------------------------------------------------
     # Initialization
