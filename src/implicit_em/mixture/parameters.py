@@ -126,6 +126,7 @@ def log_likelihood_and_responsibilities(
     k, dim = mixture.n_components, mixture.n_features
     energy, features = model.energies(y, m, mixture.precisions_cholesky)
     log_det = model.log_det(mixture.precisions_cholesky, k, dim)
-    logits = energy.neg_().add_(torch.log(mixture.weights) + log_det)
+    bias = torch.log(mixture.weights) + log_det
+    logits = torch.sub(bias.expand_as(energy), energy, out=energy)
     log_norm, r = normalize(logits)
     return log_norm - 0.5 * dim * math.log(2.0 * math.pi), r, y, features

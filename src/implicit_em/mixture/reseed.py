@@ -22,20 +22,44 @@ __all__ = ["WorstSamples", "reseed_empty"]
 
 
 class WorstSamples:
-    """The ``capacity`` samples with the lowest log-likelihood seen in a pass."""
+    """The ``capacity`` samples with the lowest log-likelihood seen in a pass.
+
+    Each chunk contributes its own ``capacity`` lowest (one ``topk``); the candidates are merged
+    only every ``_MERGE_EVERY`` chunks and when read, so a pass pays two small ops per chunk.
+    """
+
+    _MERGE_EVERY = 64
 
     def __init__(self, capacity: int, n_features: int, like: Tensor) -> None:
-        self.values = like.new_full((capacity,), float("inf"))
-        self.points = like.new_zeros(capacity, n_features)
+        self.capacity = capacity
+        self._values = [like.new_full((capacity,), float("inf"))]
+        self._points = [like.new_zeros(capacity, n_features)]
 
     def add(self, x: Tensor, log_p: Tensor) -> None:
-        """Merge a chunk's samples ``x[B, D]`` with log-likelihoods ``log_p[B]``."""
-        capacity = self.values.shape[0]
-        lowest = torch.topk(log_p.detach(), min(capacity, log_p.shape[0]), largest=False).indices
-        values = torch.cat([self.values, log_p.detach()[lowest].to(self.values.dtype)])
-        points = torch.cat([self.points, x.detach()[lowest].to(self.points.dtype)])
-        order = torch.argsort(values, stable=True)[:capacity]
-        self.values, self.points = values[order], points[order]
+        """Take a chunk's samples ``x[B, D]`` with log-likelihoods ``log_p[B]``."""
+        k = min(self.capacity, log_p.shape[0])
+        values, lowest = torch.topk(log_p.detach(), k, largest=False, sorted=False)
+        self._values.append(values.to(self._values[0].dtype))
+        self._points.append(x.detach()[lowest].to(self._points[0].dtype))
+        if len(self._values) > self._MERGE_EVERY:
+            self._merge()
+
+    def _merge(self) -> None:
+        values, points = torch.cat(self._values), torch.cat(self._points)
+        order = torch.argsort(values, stable=True)[: self.capacity]
+        self._values, self._points = [values[order]], [points[order]]
+
+    @property
+    def values(self) -> Tensor:
+        """The lowest log-likelihoods, ascending, ``[capacity]`` (``inf`` where unfilled)."""
+        self._merge()
+        return self._values[0]
+
+    @property
+    def points(self) -> Tensor:
+        """Their samples, ``[capacity, D]``."""
+        self._merge()
+        return self._points[0]
 
     def gathered(self) -> tuple[Tensor, Tensor]:
         """Every rank's candidates, worst first."""
