@@ -34,6 +34,14 @@ def rank() -> int:
     return dist.get_rank() if is_distributed() else 0
 
 
+def _collective_device() -> torch.device:
+    """Where collectives run: the current CUDA device under NCCL (CPU tensors are refused
+    there), else the CPU."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def _flatten(stats: list[Stats], is_max: bool) -> torch.Tensor:
     parts = [
         v.reshape(-1).double().cpu()
@@ -64,6 +72,8 @@ def _all_reduce(t: torch.Tensor, op: dist.ReduceOp, timeout: float = 5.0) -> Non
     """
     alone = sys.getrefcount(t)
     dist.all_reduce(t, op=op)
+    if dist.get_backend() != "gloo":
+        return  # NCCL holds its references until the GPU work completes: no teardown race.
     deadline = time.monotonic() + timeout
     while sys.getrefcount(t) > alone and time.monotonic() < deadline:
         time.sleep(1e-4)
@@ -79,9 +89,12 @@ def reduce_stats(stats: list[Stats], across_ranks: bool = True) -> list[Stats]:
     stats = [{k: v.double().cpu() for k, v in s.items()} for s in stats]
     if not (across_ranks and is_distributed()):
         return stats
-    sums, maxima = _flatten(stats, False), _flatten(stats, True)
+    device = _collective_device()
+    sums, maxima = _flatten(stats, False).to(device), _flatten(stats, True).to(device)
     shape = torch.tensor(
-        [sums.numel(), maxima.numel(), -sums.numel(), -maxima.numel()], dtype=torch.float64
+        [sums.numel(), maxima.numel(), -sums.numel(), -maxima.numel()],
+        dtype=torch.float64,
+        device=device,
     )
     _all_reduce(shape, dist.ReduceOp.MAX)
     if shape[0] != -shape[2] or shape[1] != -shape[3]:
@@ -91,6 +104,6 @@ def reduce_stats(stats: list[Stats], across_ranks: bool = True) -> list[Stats]:
         )
     _all_reduce(sums, dist.ReduceOp.SUM)
     _all_reduce(maxima, dist.ReduceOp.MAX)
-    _unflatten(stats, sums, False)
-    _unflatten(stats, maxima, True)
+    _unflatten(stats, sums.cpu(), False)
+    _unflatten(stats, maxima.cpu(), True)
     return stats
