@@ -36,7 +36,8 @@ class AttentionTrace:
     def __init__(
         self, model: nn.Module, probe: Tensor, every: int, records: list[dict[str, Any]], start: int
     ) -> None:
-        self.tracer = Tracer(model, sites=SITES, every=every, probe=probe)
+        # flush_every=1: each measurement's record exists before the next checkpoint is written.
+        self.tracer = Tracer(model, sites=SITES, every=every, probe=probe, flush_every=1)
         self.records = records
         self.start = start
         self._taken = 0
@@ -52,10 +53,15 @@ class AttentionTrace:
         tb: TracebackType | None,
     ) -> None:
         self.tracer.__exit__(exc_type, exc, tb)
+        self._collect()
 
     def step(self) -> None:
         """End of a training step: measure if due and keep the new records."""
         self.tracer.step()
+        self._collect()
+
+    def _collect(self) -> None:
+        """Keep the attention records the tracer has written since the last call."""
         history = self.tracer.history
         for record in list(history)[self._taken :]:
             if record.get("type") == "attention":
