@@ -1,7 +1,8 @@
 """The ``implicit-em`` command.
 
 Each subcommand lives beside the code it drives and is registered here, so this module stays a
-table of contents: ``verify`` (the executable identities).
+table of contents: ``verify`` (the executable identities), ``fit`` (Gaussian mixtures),
+``trace-demo`` (the tracer on digits) and ``windtunnel`` (the Bayesian wind tunnel).
 """
 
 from __future__ import annotations
