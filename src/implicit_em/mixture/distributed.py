@@ -47,15 +47,6 @@ def broadcast_mixture(mixture: Mixture) -> Mixture:
     return replace(mixture, **tensors)
 
 
-def broadcast_rows(rows: Tensor) -> Tensor:
-    """Rank 0's ``rows`` (same shape on every rank) on every rank."""
-    if not is_distributed():
-        return rows
-    rows = rows.contiguous().clone()
-    dist.broadcast(rows, src=0)
-    return rows
-
-
 def all_gather_rows(rows: Tensor) -> Tensor:
     """Concatenate every rank's ``rows`` (the same shape on every rank) along axis 0."""
     if not is_distributed():
