@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -19,7 +16,9 @@ HELPER = Path(__file__).with_name("distributed_fit.py")
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("fitter", "covariance_type"), [("em", "full"), ("adam", "diag")])
-def test_torchrun_two_processes_equal_single_process(tmp_path, blobs, fitter, covariance_type):
+def test_torchrun_two_processes_equal_single_process(
+    tmp_path, blobs, fitter, covariance_type, torchrun
+):
     rows = np.random.default_rng(0).choice(len(blobs), 4, replace=False)
     start = GaussianMixture(4, covariance_type=covariance_type, max_iter=0).fit(blobs)
     data = tmp_path / "data.npz"
@@ -27,20 +26,7 @@ def test_torchrun_two_processes_equal_single_process(tmp_path, blobs, fitter, co
         data, x=blobs, weights=np.full(4, 0.25), means=blobs[rows], precisions=start.precisions_
     )
     out = tmp_path / "out.npz"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node=2",
-        "--standalone",
-        str(HELPER),
-        str(data),
-        str(out),
-        fitter,
-        covariance_type,
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+    proc = torchrun(HELPER, data, out, fitter, covariance_type, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = np.load(out)
     single = GaussianMixture(

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,19 +14,9 @@ from implicit_em.trace import Tracer
 
 
 @pytest.mark.slow
-def test_two_process_gloo_run_matches_the_global_batch(tmp_path):
+def test_two_process_gloo_run_matches_the_global_batch(tmp_path, torchrun):
     worker = Path(__file__).with_name("ddp_worker.py")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node=2",
-        "--standalone",
-        str(worker),
-        str(tmp_path),
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=90, env=env)
+    done = torchrun(worker, tmp_path, timeout=90)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "rank0.jsonl").exists() and not (tmp_path / "rank1.jsonl").exists()
     h0 = json.loads((tmp_path / "history0.json").read_text())
