@@ -47,6 +47,7 @@ import torch
 from torch import Tensor
 
 from implicit_em.distances import diagonal_mahalanobis, full_mahalanobis, whitening_factor
+from implicit_em.mixture.workspace import Workspace
 
 __all__ = ["COVARIANCE_TYPES", "CovarianceModel", "covariance_model"]
 
@@ -92,22 +93,23 @@ def _check_positive(var: Tensor) -> None:
         )
 
 
-def _square_features(y: Tensor) -> Tensor:
+def _square_features(y: Tensor, workspace: Workspace | None = None) -> Tensor:
     """:math:`[y^2, y]`, ``[B, 2D]``: what the diagonal energies and moments are linear in."""
-    features = y.new_empty(y.shape[0], 2 * y.shape[1])
+    shape = (y.shape[0], 2 * y.shape[1])
+    features = y.new_empty(shape) if workspace is None else workspace.take("features", shape, y)
     torch.mul(y, y, out=features[:, : y.shape[1]])
     features[:, y.shape[1] :] = y
     return features
 
 
-def _quadratic(y: Tensor, m: Tensor, scale: Tensor) -> tuple[Tensor, Tensor]:
+def _quadratic(y: Tensor, m: Tensor, scale: Tensor, workspace: Workspace) -> tuple[Tensor, Tensor]:
     r""":math:`\tfrac12\sum_d s_{jd}(y_d - m_{jd})^2`, ``[B, K]``, clipped at 0, and :math:`[y^2, y]`.
 
     One matmul: :math:`[y^2, y]\,[\tfrac12 s, -s\odot m]^\top + \tfrac12\sum_d s\,m^2`. The
     features :math:`[y^2, y]` are returned for the moments of the same chunk
     (:func:`_square_moments`), so the M-step reuses them.
     """
-    features = _square_features(y)
+    features = _square_features(y, workspace)
     weights = torch.cat([0.5 * scale, -(m * scale)], dim=1)
     offset = 0.5 * (m * m * scale).sum(dim=1)
     return torch.addmm(offset, features, weights.T).clamp_min_(0.0), features
@@ -154,20 +156,27 @@ def _full_log_det(prec_chol: Tensor, k: int, d: int) -> Tensor:
     return torch.log(torch.diagonal(prec_chol, dim1=-2, dim2=-1)).sum(dim=-1)
 
 
-def _full_energies(y: Tensor, m: Tensor, prec_chol: Tensor) -> tuple[Tensor, Tensor]:
+def _full_energies(
+    y: Tensor, m: Tensor, prec_chol: Tensor, workspace: Workspace
+) -> tuple[Tensor, Tensor]:
     r""":math:`d_j = \tfrac12\lVert z_j\rVert^2` and the whitened residuals
     :math:`z_j = U_j^\top(y-m_j)`, ``([B, K], [K, D, B])``, from one matmul.
 
     :math:`z = [U_1 \cdots U_K]^\top y^\top - [U_1^\top m_1 \cdots U_K^\top m_K]`, ``[K·D, B]``:
     one ``[K·D, D] @ [D, B]`` product instead of K small ones, laid out with the rows last so
     that the energies, the weighting and the M-step's batched matmul
-    (:func:`_full_moments`) all read it contiguously. ``d`` is a transposed view.
+    (:func:`_full_moments`) all read it contiguously. ``z`` and its squares are written into
+    ``workspace``; ``d`` is a transposed view.
     """
     k, d = m.shape
+    b = y.shape[0]
     stacked = prec_chol.mT.reshape(k * d, d)
     offset = (prec_chol.mT @ m.unsqueeze(-1)).reshape(k * d, 1)
-    z = torch.addmm(offset, stacked, y.T, beta=-1).view(k, d, y.shape[0])
-    return 0.5 * (z * z).sum(dim=1).T, z
+    z = workspace.take("residuals", (k * d, b), y)
+    torch.addmm(offset, stacked, y.T, beta=-1, out=z)
+    z = z.view(k, d, b)
+    squares = torch.mul(z, z, out=workspace.take("squares", (k, d, b), y))
+    return squares.sum(dim=1).T.mul_(0.5), z
 
 
 def _full_features(y: Tensor, ref: Tensor) -> Tensor:
@@ -180,9 +189,10 @@ def _full_moments(y: Tensor, z: Tensor, r: Tensor) -> tuple[Tensor, Tensor]:
     :math:`G_j = \sum_t r_{tj}\,z_{tj}z_{tj}^\top`, ``([K, D], [K, D, D])``.
 
     :math:`G_j` is one batched matmul of :math:`\sqrt{r_{tj}}\,z_{tj}` with itself; the
-    residuals are differences taken before squaring, so there is no cancellation.
+    residuals are differences taken before squaring, so there is no cancellation. ``z`` is
+    weighted in place (it is the chunk's scratch).
     """
-    weighted = z * r.T.sqrt().unsqueeze(1)
+    weighted = z.mul_(r.T.sqrt().unsqueeze(1))
     return r.T @ y, weighted @ weighted.mT
 
 
@@ -254,7 +264,9 @@ def _tied_log_det(prec_chol: Tensor, k: int, d: int) -> Tensor:
     return torch.log(torch.diagonal(prec_chol)).sum().expand(k)
 
 
-def _tied_energies(y: Tensor, m: Tensor, prec_chol: Tensor) -> tuple[Tensor, Tensor]:
+def _tied_energies(
+    y: Tensor, m: Tensor, prec_chol: Tensor, workspace: Workspace
+) -> tuple[Tensor, Tensor]:
     yu = y @ prec_chol
     mu = m @ prec_chol
     d = (yu * yu).sum(dim=1, keepdim=True) - 2.0 * (yu @ mu.T) + (mu * mu).sum(dim=1)
@@ -329,8 +341,10 @@ def _diag_log_det(prec_chol: Tensor, k: int, d: int) -> Tensor:
     return torch.log(prec_chol).sum(dim=1)
 
 
-def _diag_energies(y: Tensor, m: Tensor, prec_chol: Tensor) -> tuple[Tensor, Tensor]:
-    return _quadratic(y, m, prec_chol * prec_chol)
+def _diag_energies(
+    y: Tensor, m: Tensor, prec_chol: Tensor, workspace: Workspace
+) -> tuple[Tensor, Tensor]:
+    return _quadratic(y, m, prec_chol * prec_chol, workspace)
 
 
 def _diag_estimate(second: Tensor, n: Tensor, delta: Tensor, n_total: Tensor, reg: float) -> Tensor:
@@ -374,9 +388,11 @@ def _spherical_log_det(prec_chol: Tensor, k: int, d: int) -> Tensor:
     return d * torch.log(prec_chol)
 
 
-def _spherical_energies(y: Tensor, m: Tensor, prec_chol: Tensor) -> tuple[Tensor, Tensor]:
+def _spherical_energies(
+    y: Tensor, m: Tensor, prec_chol: Tensor, workspace: Workspace
+) -> tuple[Tensor, Tensor]:
     scale = (prec_chol * prec_chol).unsqueeze(1).expand_as(m)
-    return _quadratic(y, m, scale)
+    return _quadratic(y, m, scale, workspace)
 
 
 def _spherical_moments(y: Tensor, features: Tensor, r: Tensor) -> tuple[Tensor, Tensor]:
@@ -436,13 +452,15 @@ class CovarianceModel:
         precision_cholesky: covariance -> :math:`U` (``ValueError`` if not positive definite).
         from_precision: precision -> covariance.
         log_det: ``(U, K, D) -> [K]``, :math:`\log|\det U_j|`.
-        energies: ``(y, m, U) -> (d [B, K], features)``, :math:`d_j` for shifted data ``y``
-            and means ``m``, and the chunk's features the moments are built from (whitened
-            residuals for ``full``, :math:`[y^2, y]` for ``diag``/``spherical``, ``y`` for tied).
+        energies: ``(y, m, U, workspace) -> (d [B, K], features)``, :math:`d_j` for shifted
+            data ``y`` and means ``m``, and the chunk's features the moments are built from
+            (whitened residuals for ``full``, :math:`[y^2, y]` for ``diag``/``spherical``,
+            ``y`` for tied), written into the :class:`~implicit_em.mixture.workspace.Workspace`.
         features: ``(y, ref) -> features``, the same features without an E-step (no whitening;
             used for the initial M-step).
         moments: ``(y, features, r) -> (first, second)``, the chunk's sums :math:`F_j` and
-            second moment (``full``: in the whitened coordinates of its features).
+            second moment (``full``: in the whitened coordinates of its features, which it
+            overwrites).
         row_width: ``(K, D) -> int``, the features' numbers per row (sizes default chunks).
         unwhiten: ``(second, U or None) -> second``, the summed second moment in data
             coordinates (``full``: :math:`U_j^{-\top}G_jU_j^{-1}`; the identity otherwise).
@@ -467,7 +485,7 @@ class CovarianceModel:
     precision_cholesky: Callable[[Tensor], Tensor]
     from_precision: Callable[[Tensor], Tensor]
     log_det: Callable[[Tensor, int, int], Tensor]
-    energies: Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
+    energies: Callable[[Tensor, Tensor, Tensor, Workspace], tuple[Tensor, Tensor]]
     features: Callable[[Tensor, Tensor], Tensor]
     moments: Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
     unwhiten: Callable[[Tensor, Tensor | None], Tensor]

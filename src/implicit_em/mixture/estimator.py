@@ -43,6 +43,7 @@ from implicit_em.mixture.parameters import Mixture, log_likelihood_and_responsib
 from implicit_em.mixture.reseed import WorstSamples, reseed_empty
 from implicit_em.mixture.statistics import accumulate, m_step, zero_statistics
 from implicit_em.mixture.step_rules import FITTERS, StepRule, make_step_rule
+from implicit_em.mixture.workspace import Workspace
 
 __all__ = ["GaussianMixture"]
 
@@ -511,10 +512,13 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         X = self._check_x(X, reset=False)
         mixture = self._mixture
         shift = mixture.shift
+        workspace = Workspace()
         with torch.no_grad():
             parts = []
             for chunk in self._chunks(X):
-                log_p, r, _, _ = log_likelihood_and_responsibilities(chunk, mixture, shift)
+                log_p, r, _, _ = log_likelihood_and_responsibilities(
+                    chunk, mixture, shift, workspace
+                )
                 parts.append(quantity(log_p, r))
         return to_output(torch.cat(parts), X)
 

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from implicit_em.mixture.covariance import CovarianceModel
+from implicit_em.mixture.workspace import Workspace
 
 __all__ = ["Mixture", "log_likelihood_and_responsibilities", "normalize"]
 
@@ -112,19 +113,21 @@ def normalize(logits: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def log_likelihood_and_responsibilities(
-    x: Tensor, mixture: Mixture, shift: Tensor
+    x: Tensor, mixture: Mixture, shift: Tensor, workspace: Workspace | None = None
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     r"""The E-step of one chunk ``x[B, D]``.
 
     Returns ``(log p(x_t) [B], r [B, K], y [B, D], features)`` where ``y = x - shift`` are the
     shifted data the statistics are accumulated from and ``features`` what the covariance type's
-    energies were computed from (reused by its ``moments``).
+    energies were computed from (reused by its ``moments``). ``features`` live in ``workspace``
+    (a fresh one if None): pass the same workspace for every chunk of a pass.
     """
     y = x - shift
     m = mixture.means - shift
     model = mixture.model
     k, dim = mixture.n_components, mixture.n_features
-    energy, features = model.energies(y, m, mixture.precisions_cholesky)
+    workspace = Workspace() if workspace is None else workspace
+    energy, features = model.energies(y, m, mixture.precisions_cholesky, workspace)
     log_det = model.log_det(mixture.precisions_cholesky, k, dim)
     bias = torch.log(mixture.weights) + log_det
     logits = torch.sub(bias.expand_as(energy), energy, out=energy)

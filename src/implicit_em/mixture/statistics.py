@@ -29,6 +29,7 @@ from torch import Tensor
 
 from implicit_em.mixture.covariance import CovarianceModel
 from implicit_em.mixture.parameters import Mixture, log_likelihood_and_responsibilities
+from implicit_em.mixture.workspace import Workspace
 
 __all__ = [
     "Statistics",
@@ -74,9 +75,18 @@ def accumulate(
     stats["count"] += y.shape[0]
 
 
-def e_step(stats: Statistics, x: Tensor, mixture: Mixture, shift: Tensor) -> Tensor:
-    """E-step of a chunk: add its statistics and return its per-sample log-likelihood ``[B]``."""
-    log_p, r, y, features = log_likelihood_and_responsibilities(x, mixture, shift)
+def e_step(
+    stats: Statistics,
+    x: Tensor,
+    mixture: Mixture,
+    shift: Tensor,
+    workspace: Workspace | None = None,
+) -> Tensor:
+    """E-step of a chunk: add its statistics and return its per-sample log-likelihood ``[B]``.
+
+    ``workspace`` holds the chunk's intermediates (pass the same one for every chunk).
+    """
+    log_p, r, y, features = log_likelihood_and_responsibilities(x, mixture, shift, workspace)
     accumulate(stats, y, features, r, mixture.model)
     stats["log_likelihood"] += log_p.sum()
     return log_p

@@ -43,6 +43,7 @@ from implicit_em.mixture.statistics import (
     reference,
     zero_statistics,
 )
+from implicit_em.mixture.workspace import Workspace
 from implicit_em.objectives import mixture_nll
 
 __all__ = [
@@ -91,6 +92,10 @@ class StepRule(ABC):
 class EMRule(StepRule):
     """Classical EM: E-step statistics per chunk, closed-form M-step per pass."""
 
+    def __init__(self, reg_covar: float) -> None:
+        super().__init__(reg_covar)
+        self._workspace = Workspace()
+
     def begin(self, mixture: Mixture) -> None:
         super().begin(mixture)
         self._shift = mixture.shift
@@ -100,7 +105,7 @@ class EMRule(StepRule):
         )
 
     def accumulate(self, x: Tensor) -> Tensor:
-        return e_step(self.sums, x, self._current(), self._shift)
+        return e_step(self.sums, x, self._current(), self._shift, self._workspace)
 
     def step(self) -> tuple[Mixture, Tensor]:
         current = self._current()
