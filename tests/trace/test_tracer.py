@@ -199,3 +199,34 @@ def test_step_outside_the_block_is_an_error():
         tracer.step()
     with pytest.raises(ValueError, match="every"):
         Tracer(every=0)
+
+
+def test_paused_code_is_not_captured_and_the_measured_step_resumes():
+    torch.manual_seed(0)
+    model = _distance_classifier()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    with Tracer(model, every=1) as tracer:
+        for i in range(4):
+            scores = -model(X[:64])
+            with tracer.paused():
+                F.cross_entropy(-model(X[100:200]), Y[100:200])
+            loss = F.cross_entropy(scores, Y[:64])
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            if i == 1:
+                with tracer.paused():
+                    F.cross_entropy(-model(X[:10]), Y[:10]).backward()
+                    opt.zero_grad()
+            tracer.step()
+    records = [r for r in tracer.history if r["kind"] == "site"]
+    assert [r["step"] for r in records] == [0, 1, 2, 3]
+    assert all(r["rows"] == 64 and r["source"] == "gradient" for r in records)
+    assert all(r["residual"] <= 1e-5 for r in records)
+    assert tracer.discoveries == 2
+
+
+def test_paused_outside_the_block_is_an_error():
+    tracer = Tracer(_distance_classifier())
+    with pytest.raises(RuntimeError, match="inside"), tracer.paused():
+        pass

@@ -464,6 +464,24 @@ class SiteCapture:
             h.remove()
         self._hooks = []
 
+    def suspend(self) -> tuple[Plan | None, bool] | None:
+        """Disarm for a while; returns what :meth:`resume` needs (None if not armed)."""
+        if not self.armed:
+            return None
+        state = (self.current.plan, self._tail)
+        self.disarm()
+        return state
+
+    def resume(self, state: tuple[Plan | None, bool] | None) -> None:
+        """Re-arm as :meth:`suspend` left it: the same pass, plan and loss-tail state."""
+        if state is None:
+            return
+        plan, tail = state
+        self.arm(plan)
+        if tail:
+            self._tail = True
+            self._switch(True)
+
     def _switch(self, on: bool) -> None:
         """Enter or leave the mode (it is on top of the mode stack while this capture runs)."""
         if on and not self._mode_on:

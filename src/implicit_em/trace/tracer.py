@@ -19,10 +19,11 @@ steps nothing is armed: no hooks, no mode, no host synchronization, only a count
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -226,6 +227,25 @@ class Tracer:
         self.capture.disarm()
         if self.step_index % self.every == 0:
             self._arm()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[Tracer]:
+        """Run code untraced inside the ``with Tracer(...)`` block (an evaluation pass, a
+        baseline step): nothing in it is captured, and a measured step in progress keeps what
+        it captured before and resumes capturing after.
+
+        .. code-block:: python
+
+            with tracer.paused():
+                val_loss = F.cross_entropy(model(x_val), y_val)
+        """
+        if not self._active:
+            raise RuntimeError("Tracer.paused() must be used inside the `with Tracer(...)` block")
+        state = self.capture.suspend()
+        try:
+            yield self
+        finally:
+            self.capture.resume(state)
 
     def _arm(self) -> None:
         """Arm the next measured step: narrow along the plan, or a full discovery."""
