@@ -1,23 +1,26 @@
 """Training-step overhead and memory of the tracer on a small transformer (CPU).
 
-Overhead: the same model and loop, untraced and traced with ``every=1`` and ``every=10``,
-interleaved in blocks within one process; the median over blocks of each block's mean step time
-(measured and unmeasured steps together). A tracer's first two measurements are full site
-discoveries (then it captures narrowly along the plan it found), a one-off cost that a real run
-pays once, not per block. So each traced block first runs ``2 * every`` warm-up steps, timed
-apart and reported as the one-off discovery cost, then times ``--steps`` steady-state steps,
-including the final flush on leaving the ``with`` block (statistics are computed every
-``flush_every`` = 16 measurements), and its periodic rediscovery when it falls inside the block.
+Overhead: one model and one loop, traced with ``every=1`` and then with ``every=10``. Inside
+each ``with Tracer(...)`` block, short traced blocks alternate with untraced blocks of the same
+length run under ``tracer.paused()`` (the same loop, nothing captured), in ABBA order. This
+machine's speed drifts by several percent within a second, so blocks are short (16 steps for
+``every=1``, one flush each; one 10-step cycle for ``every=10``, a flush every 16th) and many.
+The overhead is (summed traced time) / (summed untraced time) - 1, which counts measured steps,
+unmeasured steps and flushes in their true proportions, with its standard error over pairs;
+the median of the per-pair ratios is printed beside it. The tracer's first two measurements
+are full site discoveries (then it captures narrowly along the plan it found), a one-off cost
+timed apart; periodic rediscovery (every ``rediscover`` = 100 measurements) falls inside.
 Memory: peak RSS of fresh processes tracing 100 and 1000 steps (JSONL sink, and the in-memory
 history). Targets: <= 5% (every=1), <= 1% (every=10); memory independent of the number of steps.
 
-    .venv/bin/python benchmarks/trace_overhead.py [--blocks 10] [--steps 100]
+    .venv/bin/python benchmarks/trace_overhead.py [--pairs 60] [--pairs-10 200] [--max-rows R]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -64,56 +67,57 @@ def _step(model, opt, ids, y, tracer: Tracer | None) -> None:
 
 
 def block(model, opt, ids, y, steps: int, every: int | None, sinks=("memory",)) -> float:
-    """Mean seconds per step over ``steps`` steps (traced with ``every`` unless None).
-
-    A traced block returns its steady-state time: see :func:`traced_block`.
-    """
-    if every is not None:
-        return traced_block(model, opt, ids, y, steps, every, sinks)[0]
+    """Mean seconds per step of ``steps`` steps in a fresh tracer (untraced if ``every`` is None)."""
     start = time.perf_counter()
-    for _ in range(steps):
-        _step(model, opt, ids, y, None)
+    if every is None:
+        for _ in range(steps):
+            _step(model, opt, ids, y, None)
+    else:
+        with Tracer(model, every=every, sinks=list(sinks)) as tracer:
+            for _ in range(steps):
+                _step(model, opt, ids, y, tracer)
     return (time.perf_counter() - start) / steps
 
 
-def traced_block(
-    model, opt, ids, y, steps: int, every: int, sinks=("memory",)
-) -> tuple[float, float]:
-    """(steady-state seconds per step, seconds of the ``2 * every`` discovery warm-up steps).
+def _timed(model, opt, ids, y, steps: int, tracer: Tracer | None) -> float:
+    start = time.perf_counter()
+    for _ in range(steps):
+        _step(model, opt, ids, y, tracer)
+    return time.perf_counter() - start
 
-    The steady-state time covers ``steps`` steps after the warm-up and the final flush.
-    """
-    warmup = 2 * every
-    with Tracer(model, every=every, sinks=list(sinks)) as tracer:
+
+def overhead(
+    model, opt, ids, y, every: int, pairs: int, tracer_kwargs: dict | None = None
+) -> dict[str, float]:
+    """Overhead of ``every`` over ``pairs`` ABBA pairs of traced / paused blocks: summed-time
+    ratio with its standard error, median pair ratio, untraced and traced ms per step, and the
+    one-off discovery cost (ms beyond untraced steps)."""
+    with Tracer(model, every=every, **(tracer_kwargs or {})) as tracer:
+        steps = tracer.flush_every if every == 1 else every
         start = time.perf_counter()
-        for _ in range(warmup):
+        for _ in range(2 * every):
             _step(model, opt, ids, y, tracer)
         warm = time.perf_counter() - start
-        start = time.perf_counter()
-        for _ in range(steps):
-            _step(model, opt, ids, y, tracer)
-    return (time.perf_counter() - start) / steps, warm
-
-
-def overhead(blocks: int, steps: int) -> tuple[dict[str, float], dict[str, float]]:
-    """Median step seconds per configuration, and the median one-off discovery cost (seconds)."""
-    model, opt, ids, y = make()
-    for every in (None, 1, 10):
-        block(model, opt, ids, y, 20, every)
-    times: dict[str, list[float]] = {"plain": [], "every=1": [], "every=10": []}
-    warmups: dict[str, list[float]] = {"every=1": [], "every=10": []}
-    for _ in range(blocks):
-        for every in (1, 10):
-            times["plain"].append(block(model, opt, ids, y, steps, None))
-            steady, warm = traced_block(model, opt, ids, y, steps, every)
-            times[f"every={every}"].append(steady)
-            warmups[f"every={every}"].append(warm)
-    median = {k: statistics.median(v) for k, v in times.items()}
-    discovery = {
-        k: statistics.median(v) - 2 * int(k.split("=")[1]) * median["plain"]
-        for k, v in warmups.items()
+        traced, plain = [], []
+        for i in range(pairs):
+            for is_traced in (True, False) if i % 2 == 0 else (False, True):
+                if is_traced:
+                    traced.append(_timed(model, opt, ids, y, steps, tracer))
+                else:
+                    with tracer.paused():
+                        plain.append(_timed(model, opt, ids, y, steps, None))
+    diffs = [t - p for t, p in zip(traced, plain, strict=True)]
+    step = sum(plain) / (pairs * steps)
+    return {
+        "summed_pct": 100 * sum(diffs) / sum(plain),
+        "stderr_pct": 100 * statistics.stdev(diffs) * math.sqrt(pairs) / sum(plain),
+        "median_pct": 100
+        * (statistics.median([t / p for t, p in zip(traced, plain, strict=True)]) - 1),
+        "plain_ms": 1e3 * step,
+        "traced_ms": 1e3 * sum(traced) / (pairs * steps),
+        "block_steps": steps,
+        "discovery_ms": 1e3 * (warm - 2 * every * step),
     }
-    return median, discovery
 
 
 def peak_rss(steps: int, sink: str) -> float:
@@ -135,36 +139,50 @@ def peak_rss(steps: int, sink: str) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--blocks", type=int, default=10)
-    parser.add_argument("--steps", type=int, default=100, help="steps per block (multiple of 10)")
+    parser.add_argument("--pairs", type=int, default=60, help="block pairs for every=1")
+    parser.add_argument("--pairs-10", type=int, default=200, help="block pairs for every=10")
+    parser.add_argument(
+        "--max-rows", type=int, default=None, help="attention rows traced (the tracer's default)"
+    )
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-RSS runs")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    med, discovery = overhead(args.blocks, args.steps)
-    rss = {f"{s} steps, {k}": peak_rss(s, k) for k in ("jsonl", "memory") for s in (100, 1000)}
+    model, opt, ids, y = make()
+    block(model, opt, ids, y, 30, None)
+    kwargs = {} if args.max_rows is None else {"max_rows": args.max_rows}
     result = {
-        "step_ms": {k: 1e3 * v for k, v in med.items()},
-        "overhead_pct": {k: 100 * (med[k] / med["plain"] - 1) for k in ("every=1", "every=10")},
-        "discovery_ms": {k: 1e3 * v for k, v in discovery.items()},
-        "peak_rss_mib": rss,
+        "every=1": overhead(model, opt, ids, y, 1, args.pairs, kwargs),
+        "every=10": overhead(model, opt, ids, y, 10, args.pairs_10, kwargs),
     }
+    rss = (
+        {}
+        if args.no_memory
+        else {f"{s} steps, {k}": peak_rss(s, k) for k in ("jsonl", "memory") for s in (100, 1000)}
+    )
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json.dumps({**result, "peak_rss_mib": rss}, indent=2))
         return
     print(
-        f"small transformer: {LAYERS} layers, width {WIDTH}, {HEADS} heads, seq {SEQ}, batch {BATCH}; "
-        f"1 thread; {args.blocks} interleaved blocks x {args.steps} steps"
+        f"small transformer: {LAYERS} layers, width {WIDTH}, {HEADS} heads, seq {SEQ}, "
+        f"batch {BATCH}; 1 thread; max_rows {Tracer(model, **kwargs).capture.max_rows}; "
+        "ABBA pairs of traced / paused blocks"
     )
-    print(f"{'config':<10} {'median ms/step':>15} {'overhead':>9} {'target':>7}")
-    print(f"{'plain':<10} {result['step_ms']['plain']:>15.2f} {'':>9} {'':>7}")
-    for k, target in (("every=1", 5.0), ("every=10", 1.0)):
+    print(
+        f"{'config':<9} {'pairs':>5} {'block':>5} {'untraced ms':>11} {'traced ms':>9} "
+        f"{'overhead':>15} {'median':>7} {'target':>6} {'discovery ms':>12}"
+    )
+    for (k, r), pairs, target in zip(
+        result.items(), (args.pairs, args.pairs_10), (5.0, 1.0), strict=True
+    ):
+        spread = f"{r['summed_pct']:.2f}% ± {r['stderr_pct']:.2f}"
         print(
-            f"{k:<10} {result['step_ms'][k]:>15.2f} {result['overhead_pct'][k]:>8.2f}% {target:>6.0f}%"
+            f"{k:<9} {pairs:>5} {r['block_steps']:>5} {r['plain_ms']:>11.2f} "
+            f"{r['traced_ms']:>9.2f} {spread:>15} {r['median_pct']:>6.2f}% "
+            f"{target:>5.0f}% {r['discovery_ms']:>12.1f}"
         )
-    print("one-off cost of the first two measurements (site discovery), beyond plain steps:")
-    for k, v in result["discovery_ms"].items():
-        print(f"  {k:<10} {v:8.1f} ms")
-    print("peak RSS (MiB, fresh process, traced every=1):")
+    if rss:
+        print("peak RSS (MiB, fresh process, traced every=1):")
     for k, v in rss.items():
         print(f"  {k:<22} {v:8.1f}")
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from implicit_em.trace.metrics import (
     attention_stats,
+    attention_stats_steps,
     entropy,
     finish_attention,
     finish_responsibility,
@@ -87,3 +88,20 @@ def test_attention_norms_match_autograd(seed, lq, lk):
     assert math.isclose(float(m["value_norm"]), float(gv.norm()), rel_tol=1e-9, abs_tol=1e-12)
     assert float(m["value_residual"]) < 1e-12
     assert 0.0 <= float(m["entropy"]) <= math.log(lk) + 1e-9
+
+
+def test_attention_stats_set_nonfinite_gradients_aside_per_step():
+    gen = torch.Generator().manual_seed(0)
+    s, r, h, length, e = 3, 2, 2, 5, 4
+    alpha = torch.softmax(torch.randn(s, r, h, length, length, generator=gen), dim=-1)
+    v = torch.randn(s, r, h, length, e, generator=gen)
+    g = torch.randn(s, r, h, length, e, generator=gen)
+    clean = attention_stats_steps(alpha, v, g)
+    bad_g = g.clone()
+    bad_g[1, 0, 0, 2, 1] = float("nan")
+    bad = attention_stats_steps(alpha, v, bad_g)
+    assert clean["nonfinite"].tolist() == [0.0, 0.0, 0.0]
+    assert bad["nonfinite"][1] > 0 and bad["nonfinite"][0] == 0 and bad["nonfinite"][2] == 0
+    for key in ("routing_sq", "value_sq", "entropy"):
+        assert torch.isfinite(bad[key]).all()
+        assert torch.allclose(bad[key][[0, 2]], clean[key][[0, 2]])

@@ -40,9 +40,16 @@ class Group:
     stats: Stats
 
 
+_SLICE_WEIGHTS = 2**17
+"""Attention weights per batched pass: the pass's few same-sized intermediates then stay in a
+CPU's L2 cache (about 2x faster per call than one pass over a whole flush; see
+``benchmarks/trace_overhead.py``), and a flush's peak memory stays bounded."""
+
+
 def group_stats(calls: Sequence[ResponsibilityCall | AttentionCall]) -> list[Group]:
     """The statistics of every call, computed with one batched pass per group of stackable
-    calls (in the order in which each group first appears)."""
+    calls (in the order in which each group first appears); attention groups are reduced in
+    slices of about ``_SLICE_WEIGHTS`` attention weights."""
     groups: dict[tuple, tuple[list[int], list[Inputs]]] = {}
     for i, call in enumerate(calls):
         key, inputs = call.prepare()
@@ -52,12 +59,35 @@ def group_stats(calls: Sequence[ResponsibilityCall | AttentionCall]) -> list[Gro
     out = []
     with torch.no_grad():
         for key, (index, inputs) in groups.items():
-            x = {name: torch.stack([d[name] for d in inputs]) for name in inputs[0]}
             if key[0] == "responsibility":
-                out.append(Group("responsibility", index, responsibility_steps(x, key[1])))
-            else:
-                out.append(Group("attention", index, attention_steps(x, *key[1:4])))
+                out.append(
+                    Group("responsibility", index, responsibility_steps(_stack(inputs), key[1]))
+                )
+                continue
+            size = max(1, _SLICE_WEIGHTS // _weights_per_call(inputs[0]))
+            parts = [
+                attention_steps(_stack(inputs[i : i + size]), *key[1:4])
+                for i in range(0, len(inputs), size)
+            ]
+            stats = (
+                parts[0]
+                if len(parts) == 1
+                else {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+            )
+            out.append(Group("attention", index, stats))
     return out
+
+
+def _stack(inputs: Sequence[Inputs]) -> Inputs:
+    """Stack equally named and shaped inputs along a new leading (step) axis."""
+    return {name: torch.stack([d[name] for d in inputs]) for name in inputs[0]}
+
+
+def _weights_per_call(x: Inputs) -> int:
+    """The number of attention weights one call's inputs give."""
+    if "alpha" in x:
+        return x["alpha"].numel()
+    return x["q"].shape[:-1].numel() * x["k"].shape[-2]
 
 
 def responsibility_steps(x: Inputs, sign: float) -> Stats:

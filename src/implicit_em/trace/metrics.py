@@ -211,39 +211,60 @@ def attention_stats_steps(
     r""":func:`attention_stats` of ``S`` measurements at once: every input has a leading step
     axis (``alpha[S, R, H, Lq, Lk]``, ...) and so has every statistic. Weights are
     non-negative, so their entropy is :math:`\sum_j \operatorname{entr}(\alpha_{ij})` with
-    ``torch.special.entr`` (:math:`-p\log p`, 0 at 0), one pass instead of :func:`entropy`'s five."""
+    ``torch.special.entr`` (:math:`-p\log p`, 0 at 0), one pass instead of :func:`entropy`'s five.
+
+    Gradients are assumed finite first (no elementwise test: one check of the per-step sums
+    at the end); only if one is not are the statistics recomputed with the non-finite rows of
+    :math:`a` and entries of :math:`g` set aside and counted in ``nonfinite``.
+    """
+    stats = _attention_stats_steps(alpha, v, g, grad_alpha, used, grad_v, exact=False)
+    sums = [stats[k] for k in ("routing_sq", "value_sq", "value_residual_max") if k in stats]
+    if not sums or bool(torch.isfinite(torch.stack(sums)).all()):
+        return stats
+    return _attention_stats_steps(alpha, v, g, grad_alpha, used, grad_v, exact=True)
+
+
+def _attention_stats_steps(
+    alpha: Tensor,
+    v: Tensor | None,
+    g: Tensor | None,
+    grad_alpha: Tensor | None,
+    used: Tensor | None,
+    grad_v: Tensor | None,
+    exact: bool,
+) -> Stats:
+    """The pass of :func:`attention_stats_steps`; ``exact`` sets non-finite gradients aside."""
     s = alpha.shape[0]
     head_entropy = torch.special.entr(alpha).sum((1, 3, 4)).double()
     rows = float(alpha[0].numel() // alpha.shape[-1])
+    zero = torch.zeros(s, dtype=torch.float64)
     stats: Stats = {
         "rows": torch.full((s,), rows, dtype=torch.float64),
         "entropy": head_entropy.sum(-1),
         "head_entropy": head_entropy,
+        "nonfinite": zero,
     }
     used = alpha if used is None else used
     a = grad_alpha
     if a is None and g is not None and v is not None:
         a = g @ v.transpose(-2, -1)
-    zero = torch.zeros(s, dtype=torch.float64)
     if a is not None:
-        finite = bool(torch.isfinite(a).all())
-        a_safe = a if finite else _zero_nonfinite_rows(a)
-        abar = (alpha * a_safe).sum(-1, keepdim=True)
-        routing = alpha * (a_safe - abar)
-        stats["routing_sq"] = per_step(routing * routing).double()
-        stats["nonfinite"] = zero if finite else _nonfinite_count(a).double()
+        if exact:
+            stats["nonfinite"] = stats["nonfinite"] + _nonfinite_count(a).double()
+            a = _zero_nonfinite_rows(a)
+        abar = (alpha * a).sum(-1, keepdim=True)
+        routing = (a - abar).mul_(alpha)
+        stats["routing_sq"] = per_step(routing.square_()).double()
         stats["n_grad"] = torch.ones(s, dtype=torch.float64)
     if g is not None:
-        finite = bool(torch.isfinite(g).all())
-        g_safe = g if finite else torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)
-        value_update = used.transpose(-2, -1) @ g_safe
-        stats["value_sq"] = per_step(value_update * value_update).double()
-        if not finite:
-            stats["nonfinite"] = stats.get("nonfinite", zero) + _nonfinite_count(g).double()
-        stats.setdefault("nonfinite", zero)
+        if exact:
+            stats["nonfinite"] = stats["nonfinite"] + _nonfinite_count(g).double()
+            g = torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)
+        value_update = used.transpose(-2, -1) @ g
         if grad_v is not None:
             stats["value_residual_max"] = per_step((value_update - grad_v).abs(), "amax").double()
             stats["grad_v_max"] = per_step(grad_v.abs(), "amax").double()
+        stats["value_sq"] = per_step(value_update.square_()).double()
     return stats
 
 

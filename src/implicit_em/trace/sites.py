@@ -885,25 +885,27 @@ def _mask_heads(mask: Tensor) -> Tensor:
 def _mha_call(name: str, p: dict, y: Tensor, rows: int) -> AttentionCall:
     r"""Recompute the heads of ``F.multi_head_attention_forward`` on the first ``rows`` batch rows.
 
-    Inputs are ``[L, N, E]``; :math:`q = xW_q^\top + b_q` etc. split into ``H`` heads, and the
-    output gradient maps to the heads through the output projection:
-    :math:`g = (\partial L/\partial y) W_o`.
+    Inputs are ``[L, N, E]``; the traced rows are taken batch-first, ``[R, L, E]`` (contiguous
+    already when the module is ``batch_first``), so that the projections are plain matrix
+    products: :math:`q = xW_q^\top + b_q` etc. split into ``H`` heads, and the output gradient
+    maps to the heads through the output projection, :math:`g = (\partial L/\partial y) W_o`.
     """
     heads = p["num_heads"]
-    query = p["query"].detach()[:, :rows]
-    n = query.shape[1]
+
+    def rows_first(x: Tensor) -> Tensor:
+        return x.detach()[:, :rows].transpose(0, 1).contiguous()
 
     def split(x: Tensor) -> Tensor:
-        return x.reshape(x.shape[0], n, heads, -1).permute(1, 2, 0, 3)
+        return x.reshape(x.shape[0], x.shape[1], heads, -1).transpose(1, 2)
 
     with torch.no_grad():
-        q, k, v = (split(x) for x in _mha_projections(p, query, rows))
+        q, k, v = (split(x) for x in _mha_projections(p, rows_first))
         mask = _mha_mask(p, heads, rows, q.shape[-2], k.shape[-2], q.dtype)
         w_out = p["out_proj_weight"].detach().clone()
         b_out = None if p["out_proj_bias"] is None else p["out_proj_bias"].detach().clone()
 
     def to_heads(grad: Tensor) -> Tensor:
-        return split(grad[:, :rows] @ w_out)
+        return split(rows_first(grad) @ w_out)
 
     return AttentionCall(
         name,
@@ -921,18 +923,20 @@ def _mha_call(name: str, p: dict, y: Tensor, rows: int) -> AttentionCall:
     )
 
 
-def _mha_projections(p: dict, query: Tensor, rows: int) -> tuple[Tensor, Tensor, Tensor]:
-    r"""The in-projections :math:`q = xW_q^\top + b_q`, :math:`k`, :math:`v` on the first ``rows``
-    batch rows (one packed projection for self-attention, as the module itself computes it)."""
+def _mha_projections(
+    p: dict, rows_first: Callable[[Tensor], Tensor]
+) -> tuple[Tensor, Tensor, Tensor]:
+    r"""The in-projections :math:`q = xW_q^\top + b_q`, :math:`k`, :math:`v` of the traced rows,
+    ``[R, L, E]`` each (one packed projection for self-attention, as the module computes it)."""
     bias = _detach(p["in_proj_bias"])
     if not p["use_separate_proj_weight"] and p["query"] is p["key"] is p["value"]:
-        return F.linear(query, p["in_proj_weight"].detach(), bias).chunk(3, dim=-1)
+        return F.linear(rows_first(p["query"]), p["in_proj_weight"].detach(), bias).chunk(3, dim=-1)
     if p["use_separate_proj_weight"]:
         ws = [p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"]]
     else:
         ws = list(p["in_proj_weight"].chunk(3))
     bs = [None] * 3 if bias is None else list(bias.chunk(3))
-    xs = (query, p["key"].detach()[:, :rows], p["value"].detach()[:, :rows])
+    xs = (rows_first(p[n]) for n in ("query", "key", "value"))
     return tuple(F.linear(x, w.detach(), b) for x, w, b in zip(xs, ws, bs, strict=True))
 
 

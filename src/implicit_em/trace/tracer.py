@@ -113,7 +113,10 @@ class Tracer:
             model). It runs in eval mode under ``no_grad`` on measured steps; training modes are
             restored, so training is unchanged.
         sinks: ``"memory"``, ``"jsonl:PATH"``, ``"tensorboard:LOGDIR"`` or sink objects.
-        max_rows: batch rows of each attention site used for its metrics.
+        max_rows: batch rows of each attention site used for its metrics. Its cost is about
+            ``max_rows / B`` of the attention block's forward and backward for batch size
+            ``B`` (the weights are recomputed, :math:`O(H L^2)` per row), and buffered inputs
+            grow with it; one row already averages over ``H`` heads and ``L`` queries.
         max_components: per-component mass is recorded for sites with at most this many.
         thresholds: collapse alarm thresholds.
         rediscover: run a full site discovery every ``rediscover`` measurements (1: always);
@@ -133,7 +136,7 @@ class Tracer:
         every: int = 1,
         probe: ProbeSpec | None = None,
         sinks: Sequence[str | Sink] = ("memory",),
-        max_rows: int = 4,
+        max_rows: int = 1,
         max_components: int = 256,
         thresholds: Thresholds = Thresholds(),
         rediscover: int = 100,
