@@ -35,6 +35,34 @@ def test_multihead_attention_weights_match_the_module():
     assert len(r["head_entropy"]) == 3
 
 
+def test_multihead_attention_gradients_match_autograd():
+    """Routing gradient and value update of ``nn.MultiheadAttention`` (read through the output
+    projection) equal autograd's gradients of the scores and of the per-head values."""
+    torch.manual_seed(1)
+    e, h, rows = 12, 3, 2
+    mha = nn.MultiheadAttention(e, h, batch_first=True)
+    x = torch.randn(4, 6, e)
+    with Tracer(mha, max_rows=rows) as tracer:
+        out, _ = mha(x, x, x, need_weights=False)
+        out.pow(2).sum().backward()
+        tracer.step()
+    r = tracer.history.last("attention")
+
+    q, k, v = F.linear(x, mha.in_proj_weight, mha.in_proj_bias).chunk(3, dim=-1)
+
+    def heads(t: torch.Tensor) -> torch.Tensor:
+        return t.reshape(4, 6, h, e // h).transpose(1, 2)
+
+    scores = (heads(q) @ heads(k).transpose(-2, -1) / (e // h) ** 0.5).detach().requires_grad_()
+    values = heads(v).detach().requires_grad_()
+    o = (torch.softmax(scores, dim=-1) @ values).transpose(1, 2).reshape(4, 6, e)
+    F.linear(o, mha.out_proj.weight, mha.out_proj.bias).pow(2).sum().backward()
+    torch.testing.assert_close(
+        r["routing_norm"], scores.grad[:rows].norm().item(), rtol=1e-5, atol=0
+    )
+    torch.testing.assert_close(r["value_norm"], values.grad[:rows].norm().item(), rtol=1e-5, atol=0)
+
+
 def _encoder() -> nn.Module:
     layer = nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True)
     return nn.Sequential(nn.TransformerEncoder(layer, 2), nn.Flatten(), nn.Linear(16 * 6, 3))

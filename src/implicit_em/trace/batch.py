@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from implicit_em.trace.metrics import (
@@ -91,7 +92,8 @@ def _weights_per_call(x: Inputs) -> int:
 
 
 def responsibility_steps(x: Inputs, sign: float) -> Stats:
-    r"""Statistics of ``S`` stacked classification / mixture calls.
+    r"""Statistics of ``S`` stacked classification / mixture calls (class indices ``labels``
+    are made one-hot targets here, once for the whole stack).
 
     With a gradient: rows are valid where :math:`c_i \ne 0`, the gradient row is finite and the
     row weight is positive; :math:`r = t + \text{sign}\cdot\nabla/c`
@@ -100,6 +102,8 @@ def responsibility_steps(x: Inputs, sign: float) -> Stats:
     (no backward): the forward softmax over the rows of positive weight, residual 0.
     """
     logits, weight, target = x["logits"], x["weight"], x.get("target")
+    if "labels" in x:
+        target = F.one_hot(x["labels"], logits.shape[-1]).to(logits.dtype)
     if "grad" not in x:
         r = torch.softmax(logits, dim=-1)
         stats = responsibility_stats_steps(r, weight > 0, target, logits)
@@ -136,6 +140,8 @@ def attention_steps(
         alpha = attention_weights(x["q"], x["k"], x.get("mask"), is_causal, scale).float()
     v = x.get("v")
     v = None if v is None else v.float().expand(*alpha.shape[:-2], -1, -1)
+    if "g_output" in x:
+        x = {**x, "g": _output_gradient_heads(x["g_output"], x["out_weight"], alpha.shape[2])}
     g = None if v is None or "g" not in x else x["g"].float()
     grad_v = x.get("grad_v")
     grad_v = None if grad_v is None or v is None or grad_v.shape != v.shape else grad_v.float()
@@ -155,6 +161,15 @@ def attention_steps(
         stats["alpha_residual_max"] = per_step((rebuilt - out).abs(), "amax").double()
         stats["output_max"] = per_step(out.abs(), "amax").double()
     return stats
+
+
+def _output_gradient_heads(g_output: Tensor, out_weight: Tensor, heads: int) -> Tensor:
+    r"""The per-head output gradient :math:`g = (\partial L/\partial y) W_o` of
+    ``nn.MultiheadAttention`` from the gradient of its output ``g_output[S, R, Lq, E]`` and the
+    out-projection ``out_weight[S, E, E]``: ``[S, R, H, Lq, E/H]``."""
+    g = g_output.float() @ out_weight.float().unsqueeze(1)
+    s, r, lq, e = g.shape
+    return g.reshape(s, r, lq, heads, e // heads).transpose(2, 3)
 
 
 def _rebuild(o: Tensor, reconstruct: str, x: Inputs) -> Tensor:

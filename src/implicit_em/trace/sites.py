@@ -138,6 +138,8 @@ class ResponsibilityCall:
     r"""A classification (cross-entropy) or mixture (LSE) site captured in one forward pass.
 
     ``logits`` (``[N, K]``) give the forward responsibilities :math:`\operatorname{softmax}(z)`;
+    ``target`` is ``[N, K]`` (soft or smoothed targets), ``[N]`` class indices (made one-hot in
+    the batched statistics) or None;
     the gradient of the hooked source (logits, or distances for this package's objectives) and the
     per-row factor :math:`c_i` from the hooked loss output give the responsibilities read from
     the gradient (see :func:`~implicit_em.trace.metrics.read_responsibilities`). The gradient
@@ -175,7 +177,7 @@ class ResponsibilityCall:
         zeros without an upstream gradient)."""
         x: Inputs = {"logits": self.logits, "weight": self.weight}
         if self.target is not None:
-            x["target"] = self.target
+            x["labels" if not self.target.is_floating_point() else "target"] = self.target
         if self.grad is not None:
             with torch.no_grad():
                 x["grad"] = self.layout(self.grad).to(self.logits.dtype)
@@ -199,7 +201,10 @@ class AttentionCall:
     and the mask (fused SDPA, ``nn.MultiheadAttention``). ``reconstruct`` says how weights and
     values map to the captured ``output`` (for the forward residual of recomputed weights):
     ``"matmul"`` (:math:`o = \alpha v`) or ``"projection"`` (heads merged, then
-    :math:`y = o W_o^\top + b_o` with ``out_weight``, ``out_bias``).
+    :math:`y = o W_o^\top + b_o` with ``out_weight``, ``out_bias``). For ``"projection"`` the
+    output gradient ``g`` is kept as the gradient of :math:`y` on the traced rows,
+    ``[R, Lq, E]``, and mapped to the heads in the batched statistics,
+    :math:`g_o = (\partial L/\partial y) W_o` split into heads.
     """
 
     name: str
@@ -252,7 +257,7 @@ class AttentionCall:
         for n in fields:
             t = getattr(self, n)
             if t is not None:
-                x[n] = t
+                x["g_output" if n == "g" and self.reconstruct == "projection" else n] = t
         recon = self.reconstruct if self.output is not None else None
         return ("attention", self.is_causal, self.scale, recon, _signature(x)), x
 
@@ -657,17 +662,15 @@ class SiteCapture:
             else:
                 y = target.detach().reshape(-1)
                 keep = y != ignore_index
-                y_safe = torch.where(keep, y, torch.zeros_like(y))
-                t = F.one_hot(y_safe, k).to(logits.dtype)
-                cw = (
-                    torch.ones_like(t[:, 0])
+                t = torch.where(keep, y, 0)
+                w = (
+                    keep.to(logits.dtype)
                     if weight is None
-                    else weight.detach().to(logits.dtype)[y_safe]
+                    else weight.detach().to(logits.dtype)[t] * keep
                 )
-                w = torch.where(keep, cw, torch.zeros_like(cw))
                 denominator = w.sum()
-            if smoothing:
-                t = (1.0 - smoothing) * t + smoothing / k
+                if smoothing:
+                    t = (1.0 - smoothing) * F.one_hot(t, k).to(logits.dtype) + smoothing / k
 
         def factor(u: Tensor, w: Tensor = w, d: Tensor = denominator) -> Tensor:
             scale = u.reshape(-1) * w
@@ -887,8 +890,9 @@ def _mha_call(name: str, p: dict, y: Tensor, rows: int) -> AttentionCall:
 
     Inputs are ``[L, N, E]``; the traced rows are taken batch-first, ``[R, L, E]`` (contiguous
     already when the module is ``batch_first``), so that the projections are plain matrix
-    products: :math:`q = xW_q^\top + b_q` etc. split into ``H`` heads, and the output gradient
-    maps to the heads through the output projection, :math:`g = (\partial L/\partial y) W_o`.
+    products: :math:`q = xW_q^\top + b_q` etc. split into ``H`` heads. The output gradient is
+    kept on the same rows; the batched statistics map it to the heads through the output
+    projection, :math:`g = (\partial L/\partial y) W_o`.
     """
     heads = p["num_heads"]
 
@@ -904,9 +908,6 @@ def _mha_call(name: str, p: dict, y: Tensor, rows: int) -> AttentionCall:
         w_out = p["out_proj_weight"].detach().clone()
         b_out = None if p["out_proj_bias"] is None else p["out_proj_bias"].detach().clone()
 
-    def to_heads(grad: Tensor) -> Tensor:
-        return split(rows_first(grad) @ w_out)
-
     return AttentionCall(
         name,
         q=q,
@@ -918,7 +919,7 @@ def _mha_call(name: str, p: dict, y: Tensor, rows: int) -> AttentionCall:
         reconstruct="projection",
         out_weight=w_out,
         out_bias=b_out,
-        to_heads=to_heads,
+        to_heads=rows_first,
         rows=rows,
     )
 
