@@ -102,17 +102,25 @@ def _square_features(y: Tensor, workspace: Workspace | None = None) -> Tensor:
     return features
 
 
-def _quadratic(y: Tensor, m: Tensor, scale: Tensor, workspace: Workspace) -> tuple[Tensor, Tensor]:
+def _quadratic_operands(m: Tensor, scale: Tensor) -> tuple[Tensor, Tensor]:
+    r"""The per-pass operands of :func:`_quadratic`: :math:`\tfrac12\sum_d s\,m^2` ``[K]`` and
+    :math:`[\tfrac12 s, -s\odot m]^\top` ``[2D, K]``."""
+    weights = torch.cat([0.5 * scale, -(m * scale)], dim=1)
+    return 0.5 * (m * m * scale).sum(dim=1), weights.T
+
+
+def _quadratic(
+    y: Tensor, operands: tuple[Tensor, ...], workspace: Workspace
+) -> tuple[Tensor, Tensor]:
     r""":math:`\tfrac12\sum_d s_{jd}(y_d - m_{jd})^2`, ``[B, K]``, clipped at 0, and :math:`[y^2, y]`.
 
-    One matmul: :math:`[y^2, y]\,[\tfrac12 s, -s\odot m]^\top + \tfrac12\sum_d s\,m^2`. The
-    features :math:`[y^2, y]` are returned for the moments of the same chunk
-    (:func:`_square_moments`), so the M-step reuses them.
+    One matmul: :math:`[y^2, y]\,[\tfrac12 s, -s\odot m]^\top + \tfrac12\sum_d s\,m^2`
+    (``operands`` from :func:`_quadratic_operands`). The features :math:`[y^2, y]` are returned
+    for the moments of the same chunk (:func:`_square_moments`), so the M-step reuses them.
     """
+    offset, weights = operands
     features = _square_features(y, workspace)
-    weights = torch.cat([0.5 * scale, -(m * scale)], dim=1)
-    offset = 0.5 * (m * m * scale).sum(dim=1)
-    return torch.addmm(offset, features, weights.T).clamp_min_(0.0), features
+    return torch.addmm(offset, features, weights).clamp_min_(0.0), features
 
 
 def _square_moments(y: Tensor, features: Tensor, r: Tensor) -> tuple[Tensor, Tensor]:
@@ -156,22 +164,30 @@ def _full_log_det(prec_chol: Tensor, k: int, d: int) -> Tensor:
     return torch.log(torch.diagonal(prec_chol, dim1=-2, dim2=-1)).sum(dim=-1)
 
 
+def _full_operands(m: Tensor, prec_chol: Tensor) -> tuple[Tensor, Tensor]:
+    r"""The per-pass operands of :func:`_full_energies`: the stacked whitening factors
+    :math:`[U_1 \cdots U_K]^\top` ``[K·D, D]`` and :math:`[U_1^\top m_1 \cdots U_K^\top m_K]`
+    ``[K·D, 1]``."""
+    k, d = m.shape
+    stacked = prec_chol.mT.reshape(k * d, d)
+    return stacked, (prec_chol.mT @ m.unsqueeze(-1)).reshape(k * d, 1)
+
+
 def _full_energies(
-    y: Tensor, m: Tensor, prec_chol: Tensor, workspace: Workspace
+    y: Tensor, operands: tuple[Tensor, ...], workspace: Workspace
 ) -> tuple[Tensor, Tensor]:
     r""":math:`d_j = \tfrac12\lVert z_j\rVert^2` and the whitened residuals
     :math:`z_j = U_j^\top(y-m_j)`, ``([B, K], [K, D, B])``, from one matmul.
 
-    :math:`z = [U_1 \cdots U_K]^\top y^\top - [U_1^\top m_1 \cdots U_K^\top m_K]`, ``[K·D, B]``:
-    one ``[K·D, D] @ [D, B]`` product instead of K small ones, laid out with the rows last so
-    that the energies, the weighting and the M-step's batched matmul
-    (:func:`_full_moments`) all read it contiguously. ``z`` and its squares are written into
-    ``workspace``; ``d`` is a transposed view.
+    :math:`z = [U_1 \cdots U_K]^\top y^\top - [U_1^\top m_1 \cdots U_K^\top m_K]`, ``[K·D, B]``
+    (``operands`` from :func:`_full_operands`): one ``[K·D, D] @ [D, B]`` product instead of K
+    small ones, laid out with the rows last so that the energies, the weighting and the M-step's
+    batched matmul (:func:`_full_moments`) all read it contiguously. ``z`` and its squares are
+    written into ``workspace``; ``d`` is a transposed view.
     """
-    k, d = m.shape
-    b = y.shape[0]
-    stacked = prec_chol.mT.reshape(k * d, d)
-    offset = (prec_chol.mT @ m.unsqueeze(-1)).reshape(k * d, 1)
+    stacked, offset = operands
+    d = y.shape[1]
+    k, b = stacked.shape[0] // d, y.shape[0]
     z = workspace.take("residuals", (k * d, b), y)
     torch.addmm(offset, stacked, y.T, beta=-1, out=z)
     z = z.view(k, d, b)
@@ -264,12 +280,19 @@ def _tied_log_det(prec_chol: Tensor, k: int, d: int) -> Tensor:
     return torch.log(torch.diagonal(prec_chol)).sum().expand(k)
 
 
-def _tied_energies(
-    y: Tensor, m: Tensor, prec_chol: Tensor, workspace: Workspace
-) -> tuple[Tensor, Tensor]:
-    yu = y @ prec_chol
+def _tied_operands(m: Tensor, prec_chol: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    r"""The per-pass operands of :func:`_tied_energies`: :math:`U`, :math:`(mU)^\top` and
+    :math:`\lVert m_jU\rVert^2`."""
     mu = m @ prec_chol
-    d = (yu * yu).sum(dim=1, keepdim=True) - 2.0 * (yu @ mu.T) + (mu * mu).sum(dim=1)
+    return prec_chol, mu.T, (mu * mu).sum(dim=1)
+
+
+def _tied_energies(
+    y: Tensor, operands: tuple[Tensor, ...], workspace: Workspace
+) -> tuple[Tensor, Tensor]:
+    prec_chol, mu_t, mu_sq = operands
+    yu = y @ prec_chol
+    d = (yu * yu).sum(dim=1, keepdim=True) - 2.0 * (yu @ mu_t) + mu_sq
     return 0.5 * d.clamp_min(0.0), y
 
 
@@ -341,10 +364,8 @@ def _diag_log_det(prec_chol: Tensor, k: int, d: int) -> Tensor:
     return torch.log(prec_chol).sum(dim=1)
 
 
-def _diag_energies(
-    y: Tensor, m: Tensor, prec_chol: Tensor, workspace: Workspace
-) -> tuple[Tensor, Tensor]:
-    return _quadratic(y, m, prec_chol * prec_chol, workspace)
+def _diag_operands(m: Tensor, prec_chol: Tensor) -> tuple[Tensor, Tensor]:
+    return _quadratic_operands(m, prec_chol * prec_chol)
 
 
 def _diag_estimate(second: Tensor, n: Tensor, delta: Tensor, n_total: Tensor, reg: float) -> Tensor:
@@ -388,11 +409,8 @@ def _spherical_log_det(prec_chol: Tensor, k: int, d: int) -> Tensor:
     return d * torch.log(prec_chol)
 
 
-def _spherical_energies(
-    y: Tensor, m: Tensor, prec_chol: Tensor, workspace: Workspace
-) -> tuple[Tensor, Tensor]:
-    scale = (prec_chol * prec_chol).unsqueeze(1).expand_as(m)
-    return _quadratic(y, m, scale, workspace)
+def _spherical_operands(m: Tensor, prec_chol: Tensor) -> tuple[Tensor, Tensor]:
+    return _quadratic_operands(m, (prec_chol * prec_chol).unsqueeze(1).expand_as(m))
 
 
 def _spherical_moments(y: Tensor, features: Tensor, r: Tensor) -> tuple[Tensor, Tensor]:
@@ -452,8 +470,10 @@ class CovarianceModel:
         precision_cholesky: covariance -> :math:`U` (``ValueError`` if not positive definite).
         from_precision: precision -> covariance.
         log_det: ``(U, K, D) -> [K]``, :math:`\log|\det U_j|`.
-        energies: ``(y, m, U, workspace) -> (d [B, K], features)``, :math:`d_j` for shifted
-            data ``y`` and means ``m``, and the chunk's features the moments are built from
+        operands: ``(m, U) -> operands``, what the energies of every chunk of a pass share,
+            for shifted means ``m`` (stacked whitening factors, quadratic-form weights).
+        energies: ``(y, operands, workspace) -> (d [B, K], features)``, :math:`d_j` for
+            shifted data ``y``, and the chunk's features the moments are built from
             (whitened residuals for ``full``, :math:`[y^2, y]` for ``diag``/``spherical``,
             ``y`` for tied), written into the :class:`~implicit_em.mixture.workspace.Workspace`.
         features: ``(y, ref) -> features``, the same features without an E-step (no whitening;
@@ -485,7 +505,8 @@ class CovarianceModel:
     precision_cholesky: Callable[[Tensor], Tensor]
     from_precision: Callable[[Tensor], Tensor]
     log_det: Callable[[Tensor, int, int], Tensor]
-    energies: Callable[[Tensor, Tensor, Tensor, Workspace], tuple[Tensor, Tensor]]
+    operands: Callable[[Tensor, Tensor], tuple[Tensor, ...]]
+    energies: Callable[[Tensor, tuple[Tensor, ...], Workspace], tuple[Tensor, Tensor]]
     features: Callable[[Tensor, Tensor], Tensor]
     moments: Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
     unwhiten: Callable[[Tensor, Tensor | None], Tensor]
@@ -510,6 +531,7 @@ COVARIANCE_TYPES: dict[str, CovarianceModel] = {
         precision_cholesky=_precision_cholesky_matrix,
         from_precision=torch.linalg.inv,
         log_det=_full_log_det,
+        operands=_full_operands,
         energies=_full_energies,
         features=_full_features,
         moments=_full_moments,
@@ -533,6 +555,7 @@ COVARIANCE_TYPES: dict[str, CovarianceModel] = {
         precision_cholesky=_precision_cholesky_matrix,
         from_precision=torch.linalg.inv,
         log_det=_tied_log_det,
+        operands=_tied_operands,
         energies=_tied_energies,
         features=_tied_features,
         moments=_tied_moments,
@@ -556,7 +579,8 @@ COVARIANCE_TYPES: dict[str, CovarianceModel] = {
         precision_cholesky=_diag_precision_cholesky,
         from_precision=torch.reciprocal,
         log_det=_diag_log_det,
-        energies=_diag_energies,
+        operands=_diag_operands,
+        energies=_quadratic,
         features=_square_features_about,
         moments=_square_moments,
         unwhiten=_identity_whitening,
@@ -579,7 +603,8 @@ COVARIANCE_TYPES: dict[str, CovarianceModel] = {
         precision_cholesky=_diag_precision_cholesky,
         from_precision=torch.reciprocal,
         log_det=_spherical_log_det,
-        energies=_spherical_energies,
+        operands=_spherical_operands,
+        energies=_quadratic,
         features=_square_features_about,
         moments=_spherical_moments,
         unwhiten=_identity_whitening,

@@ -39,7 +39,7 @@ from implicit_em.mixture.distributed import (
     broadcast_mixture,
     is_distributed,
 )
-from implicit_em.mixture.parameters import Mixture, log_likelihood_and_responsibilities
+from implicit_em.mixture.parameters import EStep, Mixture, log_likelihood_and_responsibilities
 from implicit_em.mixture.reseed import WorstSamples, reseed_empty
 from implicit_em.mixture.statistics import accumulate, m_step, zero_statistics
 from implicit_em.mixture.step_rules import FITTERS, StepRule, make_step_rule
@@ -510,15 +510,12 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     def _rowwise(self, X: Any, quantity: Callable[[Tensor, Tensor], Tensor]) -> Any:
         check_is_fitted(self, "_mixture")
         X = self._check_x(X, reset=False)
-        mixture = self._mixture
-        shift = mixture.shift
+        constants = EStep.of(self._mixture, self._mixture.shift)
         workspace = Workspace()
         with torch.no_grad():
             parts = []
             for chunk in self._chunks(X):
-                log_p, r, _, _ = log_likelihood_and_responsibilities(
-                    chunk, mixture, shift, workspace
-                )
+                log_p, r, _, _ = log_likelihood_and_responsibilities(chunk, constants, workspace)
                 parts.append(quantity(log_p, r))
         return to_output(torch.cat(parts), X)
 

@@ -19,7 +19,7 @@ from torch import Tensor
 from implicit_em.mixture.covariance import CovarianceModel
 from implicit_em.mixture.workspace import Workspace
 
-__all__ = ["Mixture", "log_likelihood_and_responsibilities", "normalize"]
+__all__ = ["EStep", "Mixture", "log_likelihood_and_responsibilities", "normalize"]
 
 
 @dataclass(frozen=True)
@@ -112,24 +112,47 @@ def normalize(logits: Tensor) -> tuple[Tensor, Tensor]:
     return (peak + total.log_()).squeeze(1), r
 
 
+@dataclass(frozen=True)
+class EStep:
+    r"""What the E-step of every chunk of one pass shares, computed once per pass.
+
+    Attributes:
+        model: the covariance type's functions.
+        shift: :math:`s`, ``[D]``; chunks are shifted to :math:`y = x - s`.
+        operands: the type's per-pass operands for the shifted means :math:`\mu_j - s`
+            (:attr:`~implicit_em.mixture.covariance.CovarianceModel.operands`).
+        bias: :math:`\log\pi_j + \log|\det U_j| - \tfrac D2\log 2\pi`, ``[K]``.
+    """
+
+    model: CovarianceModel
+    shift: Tensor
+    operands: tuple[Tensor, ...]
+    bias: Tensor
+
+    @classmethod
+    def of(cls, mixture: Mixture, shift: Tensor) -> EStep:
+        """The constants of ``mixture``'s E-step about ``shift``."""
+        model = mixture.model
+        k, dim = mixture.n_components, mixture.n_features
+        log_det = model.log_det(mixture.precisions_cholesky, k, dim)
+        bias = torch.log(mixture.weights) + log_det - 0.5 * dim * math.log(2.0 * math.pi)
+        operands = model.operands(mixture.means - shift, mixture.precisions_cholesky)
+        return cls(model, shift, operands, bias)
+
+
 def log_likelihood_and_responsibilities(
-    x: Tensor, mixture: Mixture, shift: Tensor, workspace: Workspace | None = None
+    x: Tensor, e_step: EStep, workspace: Workspace | None = None
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    r"""The E-step of one chunk ``x[B, D]``.
+    r"""The E-step of one chunk ``x[B, D]`` with the pass's constants ``e_step``.
 
     Returns ``(log p(x_t) [B], r [B, K], y [B, D], features)`` where ``y = x - shift`` are the
     shifted data the statistics are accumulated from and ``features`` what the covariance type's
     energies were computed from (reused by its ``moments``). ``features`` live in ``workspace``
     (a fresh one if None): pass the same workspace for every chunk of a pass.
     """
-    y = x - shift
-    m = mixture.means - shift
-    model = mixture.model
-    k, dim = mixture.n_components, mixture.n_features
+    y = x - e_step.shift
     workspace = Workspace() if workspace is None else workspace
-    energy, features = model.energies(y, m, mixture.precisions_cholesky, workspace)
-    log_det = model.log_det(mixture.precisions_cholesky, k, dim)
-    bias = torch.log(mixture.weights) + log_det
-    logits = torch.sub(bias.expand_as(energy), energy, out=energy)
-    log_norm, r = normalize(logits)
-    return log_norm - 0.5 * dim * math.log(2.0 * math.pi), r, y, features
+    energy, features = e_step.model.energies(y, e_step.operands, workspace)
+    logits = torch.sub(e_step.bias.expand_as(energy), energy, out=energy)
+    log_p, r = normalize(logits)
+    return log_p, r, y, features

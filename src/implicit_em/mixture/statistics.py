@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from implicit_em.mixture.covariance import CovarianceModel
-from implicit_em.mixture.parameters import Mixture, log_likelihood_and_responsibilities
+from implicit_em.mixture.parameters import EStep, Mixture, log_likelihood_and_responsibilities
 from implicit_em.mixture.workspace import Workspace
 
 __all__ = [
@@ -76,18 +76,15 @@ def accumulate(
 
 
 def e_step(
-    stats: Statistics,
-    x: Tensor,
-    mixture: Mixture,
-    shift: Tensor,
-    workspace: Workspace | None = None,
+    stats: Statistics, x: Tensor, constants: EStep, workspace: Workspace | None = None
 ) -> Tensor:
     """E-step of a chunk: add its statistics and return its per-sample log-likelihood ``[B]``.
 
-    ``workspace`` holds the chunk's intermediates (pass the same one for every chunk).
+    ``constants`` are the pass's (:meth:`EStep.of`); ``workspace`` holds the chunk's
+    intermediates (pass the same one for every chunk).
     """
-    log_p, r, y, features = log_likelihood_and_responsibilities(x, mixture, shift, workspace)
-    accumulate(stats, y, features, r, mixture.model)
+    log_p, r, y, features = log_likelihood_and_responsibilities(x, constants, workspace)
+    accumulate(stats, y, features, r, constants.model)
     stats["log_likelihood"] += log_p.sum()
     return log_p
 

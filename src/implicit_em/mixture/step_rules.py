@@ -35,7 +35,7 @@ from abc import ABC, abstractmethod
 import torch
 from torch import Tensor
 
-from implicit_em.mixture.parameters import Mixture
+from implicit_em.mixture.parameters import EStep, Mixture
 from implicit_em.mixture.statistics import (
     e_step,
     empty_components,
@@ -100,12 +100,14 @@ class EMRule(StepRule):
         super().begin(mixture)
         self._shift = mixture.shift
         self._ref = reference(mixture, self._shift)
+        self._constants = EStep.of(mixture, self._shift)
         self.sums = zero_statistics(
             mixture.model, mixture.n_components, mixture.n_features, mixture.means
         )
 
     def accumulate(self, x: Tensor) -> Tensor:
-        return e_step(self.sums, x, self._current(), self._shift, self._workspace)
+        self._current()
+        return e_step(self.sums, x, self._constants, self._workspace)
 
     def step(self) -> tuple[Mixture, Tensor]:
         current = self._current()
