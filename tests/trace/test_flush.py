@@ -83,3 +83,32 @@ def test_an_interrupted_run_writes_every_measured_step(tmp_path):
         raise KeyboardInterrupt
     records = [json.loads(line) for line in path.read_text().splitlines()]
     assert [r["step"] for r in records if r["kind"] == "site"] == [0, 1, 2, 3, 4]
+
+
+def test_attention_slices_change_no_record(monkeypatch):
+    """Reducing a flush's attention calls in slices (here one call per slice) gives the
+    records of one batched pass."""
+    import implicit_em.trace.batch as batch
+
+    kwargs = {"every": 1, "flush_every": 8, "max_rows": 2}
+    _, whole = train(_model, _step, 9, kwargs)
+    monkeypatch.setattr(batch, "_SLICE_WEIGHTS", 1)
+    _, sliced = train(_model, _step, 9, kwargs)
+    a, b = whole.history.records, sliced.history.records
+    assert len(a) == len(b) and any(r.get("type") == "attention" for r in a)
+    for ra, rb in zip(a, b, strict=True):
+        assert ra.keys() == rb.keys()
+        for key in ra:
+            _assert_same(ra[key], rb[key], f"{ra['site']} step {ra['step']} {key}")
+
+
+def test_flush_bytes_flushes_before_flush_every():
+    model = nn.Linear(4, 3)
+    x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
+    with Tracer(model, flush_every=100, flush_bytes=1) as tracer:
+        for i in range(3):
+            F.cross_entropy(model(x), y).backward()
+            tracer.step()
+            assert len(tracer.history) == i + 1
+    with pytest.raises(ValueError, match="flush_bytes"):
+        Tracer(model, flush_bytes=0)

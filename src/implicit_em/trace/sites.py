@@ -123,14 +123,18 @@ def _signature(inputs: Inputs) -> tuple:
     return tuple((n, tuple(t.shape), t.dtype) for n, t in inputs.items())
 
 
-def _compact(call: Any) -> None:
+def _compact(call: Any) -> int:
     """Copy every tensor field of ``call`` that is a view into a larger storage (a slice of a
-    model activation), so that keeping the call keeps only its own rows alive."""
+    model activation), so that keeping the call keeps only its own rows alive; return the bytes
+    its tensors then hold."""
+    kept = 0
     for name, value in vars(call).items():
-        if isinstance(value, Tensor) and (
-            value.untyped_storage().nbytes() > value.numel() * value.element_size()
-        ):
-            setattr(call, name, value.clone())
+        if isinstance(value, Tensor):
+            size = value.numel() * value.element_size()
+            if value.untyped_storage().nbytes() > size:
+                setattr(call, name, value.clone())
+            kept += size
+    return kept
 
 
 @dataclass(eq=False)
@@ -167,9 +171,9 @@ class ResponsibilityCall:
     def on_grad(self, grad: Tensor) -> None:
         self.grad = grad.detach().clone()
 
-    def compact(self) -> None:
-        """Keep only this call's own tensors (see :func:`_compact`)."""
-        _compact(self)
+    def compact(self) -> int:
+        """Keep only this call's own tensors (see :func:`_compact`); the bytes kept."""
+        return _compact(self)
 
     def prepare(self) -> tuple[GroupKey, Inputs]:
         """The inputs of the statistics: ``logits``, ``weight``, ``target`` (if any) and, once a
@@ -264,9 +268,9 @@ class AttentionCall:
     def values(self) -> Tensor | None:
         return self.v
 
-    def compact(self) -> None:
-        """Keep only this call's own tensors (see :func:`_compact`)."""
-        _compact(self)
+    def compact(self) -> int:
+        """Keep only this call's own tensors (see :func:`_compact`); the bytes kept."""
+        return _compact(self)
 
 
 def attention_weights(

@@ -127,6 +127,8 @@ class Tracer:
             pass per group of equally shaped sites) and written; records reach the sinks in
             batches of this many measured steps, and on leaving the ``with`` block. Memory is
             bounded by ``flush_every`` times the captured rows of every site.
+        flush_bytes: flush earlier, once the buffered tensors hold this many bytes (256 MiB by
+            default), so long sequences and many sites cannot exhaust memory.
     """
 
     def __init__(
@@ -141,6 +143,7 @@ class Tracer:
         thresholds: Thresholds = Thresholds(),
         rediscover: int = 100,
         flush_every: int = 16,
+        flush_bytes: int = 2**28,
     ) -> None:
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be a positive integer, got {every!r}")
@@ -148,6 +151,8 @@ class Tracer:
             raise ValueError(f"rediscover must be a positive integer, got {rediscover!r}")
         if not isinstance(flush_every, int) or flush_every < 1:
             raise ValueError(f"flush_every must be a positive integer, got {flush_every!r}")
+        if not isinstance(flush_bytes, int) or flush_bytes < 1:
+            raise ValueError(f"flush_bytes must be a positive integer, got {flush_bytes!r}")
         if max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {max_rows}")
         if probe is not None and model is None and not callable(probe):
@@ -159,6 +164,7 @@ class Tracer:
         self.thresholds = thresholds
         self.rediscover = rediscover
         self.flush_every = flush_every
+        self.flush_bytes = flush_bytes
         self.patterns = [sites] if isinstance(sites, str) else sites
         self._sink_specs = list(sinks)
         self.sinks: list[Sink] = []
@@ -172,6 +178,7 @@ class Tracer:
         self._active = False
         self._memory = MemorySink()
         self._pending: list[_Measured] = []
+        self._pending_bytes = 0
         self._previous: dict[str, dict[str, Tensor | None]] = {}
         self._first_scale: dict[str, float] = {}
         self._warned: set[tuple[str, str]] = set()
@@ -283,8 +290,7 @@ class Tracer:
             return
         calls = done.calls
         with untraced():
-            for call in calls:
-                call.compact()
+            self._pending_bytes += sum(call.compact() for call in calls)
         probe: list[Stats] = [{} for _ in calls]
         if self.probe is not None:
             self.capture.arm()
@@ -294,12 +300,13 @@ class Tracer:
                 self._probe_into(calls, probe, probed)
         self._pending.append(_Measured(self.step_index, calls, probe))
         self.measurements += 1
-        if len(self._pending) >= self.flush_every:
+        if len(self._pending) >= self.flush_every or self._pending_bytes >= self.flush_bytes:
             self._flush()
 
     def _flush(self, across_ranks: bool = True) -> None:
         """Compute, reduce and write every buffered measurement, in step order."""
         pending, self._pending = self._pending, []
+        self._pending_bytes = 0
         if not pending:
             return
         calls = [c for m in pending for c in m.calls]
