@@ -41,6 +41,13 @@ def _assert_same(a: object, b: object, where: str) -> None:
         assert a == b, where
 
 
+def _assert_same_records(a: list[dict], b: list[dict]) -> None:
+    for ra, rb in zip(a, b, strict=True):
+        assert ra.keys() == rb.keys()
+        for key in ra:
+            _assert_same(ra[key], rb[key], f"{ra['site']} step {ra['step']} {key}")
+
+
 @pytest.mark.parametrize("probe", [None, PROBE])
 def test_flush_every_changes_no_record(probe):
     kwargs = {"every": 1, "probe": probe}
@@ -52,10 +59,7 @@ def test_flush_every_changes_no_record(probe):
         (r["kind"], r["step"], r["site"]) for r in b
     ]
     assert {r["site"] for r in a} == {"0.layers.0.self_attn", "0.layers.1.self_attn", "2.ce"}
-    for ra, rb in zip(a, b, strict=True):
-        assert ra.keys() == rb.keys()
-        for key in ra:
-            _assert_same(ra[key], rb[key], f"{ra['site']} step {ra['step']} {key}")
+    _assert_same_records(a, b)
 
 
 def test_records_reach_the_sinks_in_batches_of_flush_every():
@@ -96,10 +100,7 @@ def test_attention_slices_change_no_record(monkeypatch):
     _, sliced = train(_model, _step, 9, kwargs)
     a, b = whole.history.records, sliced.history.records
     assert len(a) == len(b) and any(r.get("type") == "attention" for r in a)
-    for ra, rb in zip(a, b, strict=True):
-        assert ra.keys() == rb.keys()
-        for key in ra:
-            _assert_same(ra[key], rb[key], f"{ra['site']} step {ra['step']} {key}")
+    _assert_same_records(a, b)
 
 
 def test_flush_bytes_flushes_before_flush_every():
