@@ -35,6 +35,25 @@ def test_multihead_attention_weights_match_the_module():
     assert len(r["head_entropy"]) == 3
 
 
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_cross_attention_with_own_key_dims_matches_the_module(batch_first):
+    """Separate q/k/v projections (kdim, vdim), a key sequence of another length, either
+    layout."""
+    torch.manual_seed(2)
+    mha = nn.MultiheadAttention(12, 3, kdim=5, vdim=7, batch_first=batch_first)
+    q, k, v = torch.randn(4, 6, 12), torch.randn(4, 9, 5), torch.randn(4, 9, 7)
+    if not batch_first:
+        q, k, v = (t.transpose(0, 1) for t in (q, k, v))
+    with Tracer(mha, max_rows=2) as tracer:
+        out, weights = mha(q, k, v, average_attn_weights=False)
+        out.pow(2).sum().backward()
+        alpha = tracer.capture.current.calls[0].weights()
+        tracer.step()
+    torch.testing.assert_close(alpha, weights[:2].detach(), atol=1e-6, rtol=0)
+    r = tracer.history.last("attention")
+    assert r["alpha_residual"] <= 1e-5 and r["routing_norm"] > 0
+
+
 def test_multihead_attention_gradients_match_autograd():
     """Routing gradient and value update of ``nn.MultiheadAttention`` (read through the output
     projection) equal autograd's gradients of the scores and of the per-head values."""
