@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import warnings
 
@@ -43,10 +42,6 @@ def main(data_path: str, out_path: str, fitter: str, covariance_type: str) -> No
         )
     dist.barrier()
     dist.destroy_process_group()
-    # The result is saved; skip interpreter teardown, where torch 2.13's gloo and autograd
-    # threads intermittently abort ("terminate called without an active exception").
-    sys.stdout.flush()
-    os._exit(0)
 
 
 if __name__ == "__main__":
