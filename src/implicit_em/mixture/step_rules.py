@@ -98,9 +98,8 @@ class EMRule(StepRule):
 
     def begin(self, mixture: Mixture) -> None:
         super().begin(mixture)
-        self._shift = mixture.shift
-        self._ref = reference(mixture, self._shift)
-        self._constants = EStep.of(mixture, self._shift)
+        self._constants = EStep.of(mixture, mixture.shift)
+        self._ref = reference(mixture, self._constants.shift)
         self.sums = zero_statistics(
             mixture.model, mixture.n_components, mixture.n_features, mixture.means
         )
@@ -114,7 +113,7 @@ class EMRule(StepRule):
         mixture = m_step(
             self.sums,
             current.model,
-            self._shift,
+            self._constants.shift,
             self._ref,
             self.reg_covar,
             current.precisions_cholesky,
