@@ -66,16 +66,21 @@ def _rules_from(start: Mixture, fitter: str, x: torch.Tensor, steps: int) -> lis
     return out
 
 
-@pytest.mark.parametrize("covariance_type", TYPES)
-def test_preconditioned_reproduces_em_step_by_step(blobs, covariance_type):
+def _start_mixture(blobs, covariance_type: str) -> Mixture:
+    """The parameters of :func:`_start` as a :class:`Mixture`."""
     start = _start(blobs, covariance_type)
     model = covariance_model(covariance_type)
-    mixture = Mixture.from_covariances(
+    return Mixture.from_covariances(
         model,
         torch.tensor(start["weights_init"]),
         torch.tensor(start["means_init"]),
         model.from_precision(torch.tensor(start["precisions_init"])),
     )
+
+
+@pytest.mark.parametrize("covariance_type", TYPES)
+def test_preconditioned_reproduces_em_step_by_step(blobs, covariance_type):
+    mixture = _start_mixture(blobs, covariance_type)
     x = torch.tensor(blobs)
     em = _rules_from(mixture, "em", x, 12)
     pre = _rules_from(mixture, "preconditioned", x, 12)
@@ -89,14 +94,7 @@ def test_preconditioned_reproduces_em_step_by_step(blobs, covariance_type):
 
 def test_preconditioned_is_not_plain_gradient(blobs):
     """Sanity: the unpreconditioned step from the same start lands elsewhere."""
-    start = _start(blobs, "diag")
-    model = covariance_model("diag")
-    mixture = Mixture.from_covariances(
-        model,
-        torch.tensor(start["weights_init"]),
-        torch.tensor(start["means_init"]),
-        model.from_precision(torch.tensor(start["precisions_init"])),
-    )
+    mixture = _start_mixture(blobs, "diag")
     x = torch.tensor(blobs)
     em = _rules_from(mixture, "em", x, 1)[0]
     gd = _rules_from(mixture, "gd", x, 1)[0]
