@@ -103,6 +103,17 @@ def untraced() -> torch._C.DisableTorchFunction:
     return torch._C.DisableTorchFunction()
 
 
+def _entry(table: dict[int, tuple], t: Any) -> tuple | None:
+    """The entry of ``table`` for tensor ``t`` (keyed by ``id``, a weak reference to the tensor
+    first), or None when there is none or the id now belongs to another object."""
+    if not isinstance(t, Tensor):
+        return None
+    entry = table.get(id(t))
+    if entry is None or entry[0]() is not t:
+        return None
+    return entry
+
+
 def _rows(t: Tensor, dim: int) -> Tensor:
     """Move the component axis ``dim`` last and flatten the rest: ``[N, K]``."""
     return t.movedim(dim, -1).reshape(-1, t.shape[dim])
@@ -207,7 +218,7 @@ class AttentionCall:
     ``"matmul"`` (:math:`o = \alpha v`) or ``"projection"`` (heads merged, then
     :math:`y = o W_o^\top + b_o` with ``out_weight``, ``out_bias``). For ``"projection"`` the
     output gradient ``g`` is kept as the gradient of :math:`y` on the traced rows,
-    ``[R, Lq, E]``, and mapped to the heads in the batched statistics,
+    ``[R, Lq, E]`` (taken by ``grad_rows`` in :meth:`on_output_grad`), and mapped to the heads in the batched statistics,
     :math:`g_o = (\partial L/\partial y) W_o` split into heads.
     """
 
@@ -224,7 +235,7 @@ class AttentionCall:
     reconstruct: str | None = None
     out_weight: Tensor | None = None
     out_bias: Tensor | None = None
-    to_heads: Callable[[Tensor], Tensor] | None = None
+    grad_rows: Callable[[Tensor], Tensor] | None = None
     rows: int = 0
     g: Tensor | None = None
     grad_alpha: Tensor | None = None
@@ -239,12 +250,8 @@ class AttentionCall:
         return self.alpha
 
     def on_output_grad(self, grad: Tensor) -> None:
-        g = (
-            grad.detach()[: self.rows].clone()
-            if self.to_heads is None
-            else self.to_heads(grad.detach())
-        )
-        self.g = g
+        """Keep the traced rows of the output gradient, taken by ``grad_rows``."""
+        self.g = self.grad_rows(grad.detach())
 
     def prepare(self) -> tuple[GroupKey, Inputs]:
         """The inputs of the statistics: the weights (``alpha``, or ``q``, ``k`` and a 4-D
@@ -555,12 +562,8 @@ class SiteCapture:
         self._switch(True)
 
     def _origin(self, t: Any) -> str | None:
-        if not isinstance(t, Tensor):
-            return None
-        entry = self.origins.get(id(t))
-        if entry is None or entry[0]() is not t:
-            return None
-        return entry[1]
+        entry = _entry(self.origins, t)
+        return None if entry is None else entry[1]
 
     def _provenance(self, func: Any, args: Sequence, kwargs: dict) -> Any:
         out = func(*args, **kwargs)
@@ -718,8 +721,8 @@ class SiteCapture:
     def _nll_loss(self, func: Any, args: Sequence, kwargs: dict) -> Any:
         out = func(*args, **kwargs)
         p = _NLL_SIGNATURE(args, kwargs)
-        entry = self.logsm.get(id(p["input"]))
-        if entry is None or entry[0]() is not p["input"]:
+        entry = _entry(self.logsm, p["input"])
+        if entry is None:
             return out
         _, z, dim = entry
         if dim != min(1, z.dim() - 1):
@@ -795,12 +798,8 @@ class SiteCapture:
         return out
 
     def _tracked(self, t: Any) -> AttentionCall | None:
-        if not isinstance(t, Tensor):
-            return None
-        entry = self.tracked.get(id(t))
-        if entry is None or entry[0]() is not t:
-            return None
-        return entry[1]
+        entry = _entry(self.tracked, t)
+        return None if entry is None else entry[1]
 
     def _carry(self, func: Any, args: Sequence, kwargs: dict) -> Any:
         """Elementwise ops on attention weights (``where``, ``to``) keep them tracked."""
@@ -923,7 +922,7 @@ def _mha_call(name: str, p: dict, y: Tensor, rows: int) -> AttentionCall:
         reconstruct="projection",
         out_weight=w_out,
         out_bias=b_out,
-        to_heads=rows_first,
+        grad_rows=rows_first,
         rows=rows,
     )
 
