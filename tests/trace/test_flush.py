@@ -113,3 +113,15 @@ def test_flush_bytes_flushes_before_flush_every():
             assert len(tracer.history) == i + 1
     with pytest.raises(ValueError, match="flush_bytes"):
         Tracer(model, flush_bytes=0)
+
+
+def test_slot_buffers_and_clones_give_the_same_records():
+    """What measured steps keep lives in preallocated slot buffers (rows reused window after
+    window) or, with no room for them, in clones: the records are the same."""
+    kwargs = {"every": 1, "probe": PROBE, "max_rows": 2}
+    _, slots = train(_model, _step, 11, {**kwargs, "flush_every": 4})
+    _, clones = train(_model, _step, 11, {**kwargs, "flush_every": 4, "flush_bytes": 1})
+    assert slots.capture.slots.allocated > 0 and clones.capture.slots.allocated == 0
+    a, b = slots.history.records, clones.history.records
+    assert len(a) == len(b) and {r.get("type") for r in a} >= {"attention", "classification"}
+    _assert_same_records(a, b)

@@ -88,8 +88,11 @@ def test_nll_of_log_softmax_and_cross_entropy_options():
         tracer.step()
         F.cross_entropy(z.view(4, 5, 5).transpose(1, 2), y.clamp_min(0).view(4, 5)).backward()
         tracer.step()
+        soft = torch.softmax(torch.randn(20, 5), dim=1)
+        (0.5 * F.cross_entropy(z, soft, label_smoothing=0.2)).backward()
+        tracer.step()
     records = [r for r in tracer.history if r["kind"] == "site"]
-    assert [r["site"] for r in records] == ["nll", "ce", "ce", "ce", "ce"]
+    assert [r["site"] for r in records] == ["nll", "ce", "ce", "ce", "ce", "ce"]
     assert records[0]["rows"] == 19
     for r in records:
         assert r["residual"] <= 1e-5, r

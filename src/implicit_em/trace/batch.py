@@ -26,7 +26,13 @@ from implicit_em.trace.metrics import (
     read_responsibilities,
     responsibility_stats_steps,
 )
-from implicit_em.trace.sites import AttentionCall, Inputs, ResponsibilityCall, attention_weights
+from implicit_em.trace.sites import (
+    AttentionCall,
+    Inputs,
+    ResponsibilityCall,
+    attention_weights,
+    projected_heads,
+)
 
 __all__ = ["Group", "group_stats"]
 
@@ -61,13 +67,12 @@ def group_stats(calls: Sequence[ResponsibilityCall | AttentionCall]) -> list[Gro
     with torch.no_grad():
         for key, (index, inputs) in groups.items():
             if key[0] == "responsibility":
-                out.append(
-                    Group("responsibility", index, responsibility_steps(_stack(inputs), key[1]))
-                )
+                stats = responsibility_steps(_stack(inputs), key[1], key[2])
+                out.append(Group("responsibility", index, stats))
                 continue
-            size = max(1, _SLICE_WEIGHTS // _weights_per_call(inputs[0]))
+            size = max(1, _SLICE_WEIGHTS // _weights_per_call(inputs[0], key[4]))
             parts = [
-                attention_steps(_stack(inputs[i : i + size]), *key[1:4])
+                attention_steps(_stack(inputs[i : i + size]), *key[1:5])
                 for i in range(0, len(inputs), size)
             ]
             stats = (
@@ -84,35 +89,41 @@ def _stack(inputs: Sequence[Inputs]) -> Inputs:
     return {name: torch.stack([d[name] for d in inputs]) for name in inputs[0]}
 
 
-def _weights_per_call(x: Inputs) -> int:
+def _weights_per_call(x: Inputs, heads: int) -> int:
     """The number of attention weights one call's inputs give."""
     if "alpha" in x:
         return x["alpha"].numel()
+    if "query_in" in x:
+        keys = x.get("key_in", x["query_in"]).shape[0]
+        return x["query_in"].shape[:-1].numel() * keys * heads
     return x["q"].shape[:-1].numel() * x["k"].shape[-2]
 
 
-def responsibility_steps(x: Inputs, sign: float) -> Stats:
-    r"""Statistics of ``S`` stacked classification / mixture calls (class indices ``labels``
-    are made one-hot targets here, once for the whole stack).
+def responsibility_steps(x: Inputs, sign: float, form: tuple | None = None) -> Stats:
+    r"""Statistics of ``S`` stacked classification / mixture calls.
 
-    With a gradient: rows are valid where :math:`c_i \ne 0`, the gradient row is finite and the
-    row weight is positive; :math:`r = t + \text{sign}\cdot\nabla/c`
+    Targets, row weights and factors are formed here for the whole stack when ``form`` says
+    how (:func:`cross_entropy_terms`); otherwise ``x`` holds them (``weight``, ``target``,
+    ``factor``). With a gradient: rows are valid where :math:`c_i` is finite and non-zero, the
+    gradient row is finite and the row weight is positive; :math:`r = t + \text{sign}\cdot\nabla/c`
     (:func:`~implicit_em.trace.metrics.read_responsibilities`), the identity residual is
     :math:`\max_i\max_j|r_{ij} - \operatorname{softmax}(z_i)_j|` over valid rows. Without one
     (no backward): the forward softmax over the rows of positive weight, residual 0.
     """
-    logits, weight, target = x["logits"], x["weight"], x.get("target")
-    if "labels" in x:
-        target = F.one_hot(x["labels"], logits.shape[-1]).to(logits.dtype)
+    logits = x["logits"]
+    if form is not None:
+        target, weight, c = cross_entropy_terms(x, form)
+    else:
+        target, weight, c = x.get("target"), x["weight"], x.get("factor")
     if "grad" not in x:
         r = torch.softmax(logits, dim=-1)
         stats = responsibility_stats_steps(r, weight > 0, target, logits)
         zero = torch.zeros(logits.shape[0], dtype=r.dtype)
         stats.update(residual_max=zero, nonfinite=zero, n_grad=zero)
         return stats
-    g, c = x["grad"], x["factor"]
+    g = x["grad"]
     finite = torch.isfinite(g).all(-1)
-    valid = (c != 0) & finite & (weight > 0)
+    valid = (c != 0) & torch.isfinite(c) & finite & (weight > 0)
     r_grad = read_responsibilities(
         torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0),
         torch.where(valid, c, torch.zeros_like(c)),
@@ -127,13 +138,59 @@ def responsibility_steps(x: Inputs, sign: float) -> Stats:
     return stats
 
 
+def cross_entropy_terms(x: Inputs, form: tuple) -> tuple[Tensor, Tensor, Tensor | None]:
+    r"""Targets :math:`t` ``[S, N, K]``, row weights :math:`w` ``[S, N]`` and row factors
+    :math:`c` ``[S, N]`` (None without a gradient) of ``S`` stacked cross-entropies, as
+    ``F.cross_entropy`` forms its loss :math:`\sum_i c_i \ell_i`.
+
+    ``form`` is ``("labels", ignore_index, smoothing, reduction)`` for class indices
+    ``labels`` (:math:`w_i` = ``class_weight`` of the label, 0 where ignored) or
+    ``("soft", _, smoothing, reduction)`` for probabilities ``target`` (:math:`w_i = 1`);
+    smoothing gives :math:`(1-\varepsilon)t + \varepsilon/K`; with the upstream gradient
+    :math:`u` of the loss, :math:`c_i = u\,w_i/\sum_i w_i` for a mean, :math:`u\,w_i` (or
+    :math:`u_i w_i`) otherwise, and zeros without it.
+    """
+    kind, ignore_index, smoothing, reduction = form
+    logits = x["logits"]
+    s, n, k = logits.shape
+    if kind == "labels":
+        labels = x["labels"]
+        kept = labels != ignore_index
+        index = torch.where(kept, labels, 0)
+        if "class_weight" in x:
+            weight = x["class_weight"].to(logits.dtype).gather(-1, index) * kept
+        else:
+            weight = kept.to(logits.dtype)
+        target = F.one_hot(index, k).to(logits.dtype)
+    else:
+        target = x["target"]
+        weight = torch.ones(s, n, dtype=logits.dtype, device=logits.device)
+    if smoothing:
+        target = (1.0 - smoothing) * target + smoothing / k
+    if "grad" not in x:
+        return target, weight, None
+    if "upstream" not in x:
+        return target, weight, torch.zeros_like(weight)
+    c = x["upstream"].reshape(s, -1).to(logits.dtype) * weight
+    if reduction == "mean":
+        c = c / weight.sum(-1, keepdim=True)
+    return target, weight, c
+
+
 def attention_steps(
-    x: Inputs, is_causal: bool, scale: float | None, reconstruct: str | None
+    x: Inputs, is_causal: bool, scale: float | None, reconstruct: str | None, heads: int = 0
 ) -> Stats:
     r"""Statistics of ``S`` stacked attention calls (in float32): the weights (recomputed from
-    ``q``, ``k`` when not captured), :func:`~implicit_em.trace.metrics.attention_stats_steps`,
-    and for recomputed weights the forward residual :math:`\max|\hat y - y|` of the output
-    rebuilt from :math:`\alpha` and :math:`v` with its maximum :math:`\max|y|`."""
+    ``q``, ``k`` when not captured, after recomputing ``heads`` heads from kept
+    ``nn.MultiheadAttention`` inputs, :func:`~implicit_em.trace.sites.projected_heads`),
+    :func:`~implicit_em.trace.metrics.attention_stats_steps`, and for recomputed weights the
+    forward residual :math:`\max|\hat y - y|` of the output rebuilt from :math:`\alpha` and
+    :math:`v` with its maximum :math:`\max|y|`."""
+    if "query_in" in x:
+        q, k, v, mask = projected_heads(x, heads)
+        x = {**x, "q": q, "k": k, "v": v}
+        if mask is not None:
+            x["mask"] = mask
     if "alpha" in x:
         alpha = x["alpha"].float()
     else:
@@ -165,9 +222,9 @@ def attention_steps(
 
 def _output_gradient_heads(g_output: Tensor, out_weight: Tensor, heads: int) -> Tensor:
     r"""The per-head output gradient :math:`g = (\partial L/\partial y) W_o` of
-    ``nn.MultiheadAttention`` from the gradient of its output ``g_output[S, R, Lq, E]`` and the
+    ``nn.MultiheadAttention`` from the gradient of its output ``g_output[S, Lq, R, E]`` and the
     out-projection ``out_weight[S, E, E]``: ``[S, R, H, Lq, E/H]``."""
-    g = g_output.float() @ out_weight.float().unsqueeze(1)
+    g = g_output.float().transpose(1, 2) @ out_weight.float().unsqueeze(1)
     s, r, lq, e = g.shape
     return g.reshape(s, r, lq, heads, e // heads).transpose(2, 3)
 

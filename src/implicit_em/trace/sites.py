@@ -38,6 +38,7 @@ from torch.overrides import TorchFunctionMode
 from implicit_em import objectives
 from implicit_em.attention import attention_scores
 from implicit_em.core import responsibilities
+from implicit_em.trace.slots import Slots
 
 __all__ = [
     "SEARCHED",
@@ -119,6 +120,11 @@ def _rows(t: Tensor, dim: int) -> Tensor:
     return t.movedim(dim, -1).reshape(-1, t.shape[dim])
 
 
+def _rows1(t: Tensor) -> Tensor:
+    """:func:`_rows` of the class axis 1 (a view for ``[N, K]``)."""
+    return t if t.dim() == 2 else _rows(t, 1)
+
+
 def _detach(t: Tensor | None) -> Tensor | None:
     return None if t is None else t.detach()
 
@@ -134,74 +140,85 @@ def _signature(inputs: Inputs) -> tuple:
     return tuple((n, tuple(t.shape), t.dtype) for n, t in inputs.items())
 
 
-def _compact(call: Any) -> int:
-    """Copy every tensor field of ``call`` that is a view into a larger storage (a slice of a
-    model activation), so that keeping the call keeps only its own rows alive; return the bytes
-    its tensors then hold."""
-    kept = 0
-    for name, value in vars(call).items():
-        if isinstance(value, Tensor):
-            size = value.numel() * value.element_size()
-            if value.untyped_storage().nbytes() > size:
-                setattr(call, name, value.clone())
-            kept += size
-    return kept
+Keep = Callable[..., list[Tensor]]
+"""``keep(tag, sources, dtypes=None)``: copies of ``sources`` that outlive the step (in the
+site's slot buffers for the measured step, :class:`~implicit_em.trace.slots.Slots`)."""
 
 
 @dataclass(eq=False)
 class ResponsibilityCall:
     r"""A classification (cross-entropy) or mixture (LSE) site captured in one forward pass.
 
-    ``logits`` (``[N, K]``) give the forward responsibilities :math:`\operatorname{softmax}(z)`;
-    ``target`` is ``[N, K]`` (soft or smoothed targets), ``[N]`` class indices (made one-hot in
-    the batched statistics) or None;
-    the gradient of the hooked source (logits, or distances for this package's objectives) and the
-    per-row factor :math:`c_i` from the hooked loss output give the responsibilities read from
-    the gradient (see :func:`~implicit_em.trace.metrics.read_responsibilities`). The gradient
-    hooks only keep the gradients; the statistics are computed later, in batches of steps.
+    ``logits`` (``[N, K]``) give the forward responsibilities :math:`\operatorname{softmax}(z)`.
+    A cross-entropy keeps its targets as given, class indices ``labels`` (``[N]``, with
+    ``class_weight``, ``ignore_index``) or soft ``target`` (``[N, K]``), and its
+    ``smoothing`` and ``reduction``: targets, row weights :math:`w_i` and the per-row factor
+    :math:`c_i = u\,w_i / \sum_i w_i` (mean; :math:`u\,w_i` otherwise) of the upstream
+    gradient :math:`u` are formed in the batched statistics. This package's objectives give
+    ``target``/None and a ``factor`` function of :math:`u` instead (rows weigh 1).
+
+    The gradient hooks keep the gradient of the hooked source (logits, or distances for this
+    package's objectives) and of the loss output (``upstream``); the responsibilities read from
+    them (:func:`~implicit_em.trace.metrics.read_responsibilities`) are computed later, in
+    batches of steps.
     """
 
     name: str
     kind: str
     logits: Tensor
-    target: Tensor | None
-    weight: Tensor
     sign: float
+    keep: Keep
     layout: Callable[[Tensor], Tensor]
-    factor: Callable[[Tensor], Tensor]
+    labels: Tensor | None = None
+    target: Tensor | None = None
+    class_weight: Tensor | None = None
+    ignore_index: int = -100
+    smoothing: float = 0.0
+    reduction: str = "mean"
+    factor: Callable[[Tensor], Tensor] | None = None
     upstream: Tensor | None = None
     grad: Tensor | None = None
 
-    def __post_init__(self) -> None:
-        # The logits may be a view of a tensor that training updates in place (a parameter).
-        self.logits = self.logits.clone()
-
     def on_upstream(self, grad: Tensor) -> None:
-        self.upstream = grad.detach().clone()
+        (self.upstream,) = self.keep("upstream", [grad])
 
     def on_grad(self, grad: Tensor) -> None:
-        self.grad = grad.detach().clone()
-
-    def compact(self) -> int:
-        """Keep only this call's own tensors (see :func:`_compact`); the bytes kept."""
-        return _compact(self)
+        (self.grad,) = self.keep("grad", [grad], (self.logits.dtype,))
 
     def prepare(self) -> tuple[GroupKey, Inputs]:
-        """The inputs of the statistics: ``logits``, ``weight``, ``target`` (if any) and, once a
-        gradient arrived, ``grad`` (``[N, K]``) and the row factor ``factor`` :math:`c` (``[N]``,
-        zeros without an upstream gradient)."""
-        x: Inputs = {"logits": self.logits, "weight": self.weight}
+        """The inputs of the statistics: ``logits``; for a cross-entropy its ``labels`` (with
+        ``class_weight``) or ``target`` and, once gradients arrived, ``grad`` (``[N, K]``) and
+        ``upstream``; otherwise ``weight`` (ones), ``target`` (if any), ``grad`` and the row
+        factor ``factor`` :math:`c` (``[N]``, zeros without an upstream gradient). The key's
+        third entry says how targets and factors are formed (None: given)."""
+        x: Inputs = {"logits": self.logits}
+        grad = None if self.grad is None else self.layout(self.grad)
+        if self.factor is None:
+            if self.labels is not None:
+                x["labels"] = self.labels
+                if self.class_weight is not None:
+                    x["class_weight"] = self.class_weight
+                form: tuple | None = ("labels", self.ignore_index, self.smoothing, self.reduction)
+            else:
+                x["target"] = self.target
+                form = ("soft", -1, self.smoothing, self.reduction)
+            if grad is not None:
+                x["grad"] = grad
+                if self.upstream is not None:
+                    x["upstream"] = self.upstream
+            return ("responsibility", self.sign, form, _signature(x)), x
+        n = self.logits.shape[0]
+        x["weight"] = torch.ones(n, dtype=self.logits.dtype, device=self.logits.device)
         if self.target is not None:
-            x["labels" if not self.target.is_floating_point() else "target"] = self.target
-        if self.grad is not None:
-            with torch.no_grad():
-                x["grad"] = self.layout(self.grad).to(self.logits.dtype)
-                x["factor"] = (
-                    torch.zeros_like(self.weight)
-                    if self.upstream is None
-                    else self.factor(self.upstream).to(self.logits.dtype).expand_as(self.weight)
-                )
-        return ("responsibility", self.sign, _signature(x)), x
+            x["target"] = self.target
+        if grad is not None:
+            x["grad"] = grad
+            x["factor"] = (
+                torch.zeros_like(x["weight"])
+                if self.upstream is None
+                else self.factor(self.upstream).to(self.logits.dtype).expand(n)
+            )
+        return ("responsibility", self.sign, None, _signature(x)), x
 
     def assignment(self) -> Tensor:
         """The argmax component of each row (for churn on a probe batch)."""
@@ -212,14 +229,17 @@ class ResponsibilityCall:
 class AttentionCall:
     r"""An attention site: weights :math:`\alpha` ``[R, H, Lq, Lk]`` on the traced rows.
 
-    ``alpha`` is the model's own weight tensor (eager softmax) or is recomputed from ``q``, ``k``
-    and the mask (fused SDPA, ``nn.MultiheadAttention``). ``reconstruct`` says how weights and
-    values map to the captured ``output`` (for the forward residual of recomputed weights):
-    ``"matmul"`` (:math:`o = \alpha v`) or ``"projection"`` (heads merged, then
-    :math:`y = o W_o^\top + b_o` with ``out_weight``, ``out_bias``). For ``"projection"`` the
-    output gradient ``g`` is kept as the gradient of :math:`y` on the traced rows,
-    ``[R, Lq, E]`` (taken by ``grad_rows`` in :meth:`on_output_grad`), and mapped to the heads in the batched statistics,
-    :math:`g_o = (\partial L/\partial y) W_o` split into heads.
+    ``alpha`` is the model's own weight tensor (eager softmax) or is recomputed at the flush
+    from ``q``, ``k`` and the mask (fused SDPA) or from the inputs and in-projections kept in
+    ``projection`` (``nn.MultiheadAttention``: ``query_in`` ``[Lq, R, E]``, ``key_in`` and
+    ``value_in`` unless it is self-attention, ``in_weight`` or ``q_weight``/``k_weight``/
+    ``v_weight``, ``in_bias``, ``attn_mask``, ``key_padding_mask`` on the traced rows; ``heads``
+    heads). ``reconstruct`` says how weights and values map to the captured ``output`` (for the
+    forward residual of recomputed weights): ``"matmul"`` (:math:`o = \alpha v`) or
+    ``"projection"`` (heads merged, then :math:`y = o W_o^\top + b_o` with ``out_weight``,
+    ``out_bias``). For ``"projection"`` the output gradient ``g`` is the gradient of :math:`y`
+    on the traced rows, ``[Lq, R, E]`` (kept by ``grad_rows`` in :meth:`on_output_grad`), mapped
+    to the heads in the batched statistics, :math:`g_o = (\partial L/\partial y) W_o`.
     """
 
     name: str
@@ -233,33 +253,49 @@ class AttentionCall:
     used: Tensor | None = None
     output: Tensor | None = None
     reconstruct: str | None = None
+    projection: dict[str, Tensor] | None = None
+    heads: int = 0
     out_weight: Tensor | None = None
     out_bias: Tensor | None = None
     grad_rows: Callable[[Tensor], Tensor] | None = None
+    keep: Keep | None = None
     rows: int = 0
     g: Tensor | None = None
     grad_alpha: Tensor | None = None
     grad_v: Tensor | None = None
 
     def weights(self) -> Tensor:
-        r"""The weights on the traced rows, recomputed from ``q`` and ``k`` if needed
-        (:func:`attention_weights`)."""
-        if self.alpha is None:
+        r"""The weights on the traced rows, recomputed from ``q`` and ``k`` (or from the kept
+        projection inputs) if needed (:func:`attention_weights`)."""
+        if self.alpha is not None:
+            return self.alpha
+        with torch.no_grad():
+            if self.projection is not None:
+                x = {n: t.unsqueeze(0) for n, t in self.projection.items()}
+                q, k, _, mask = projected_heads(x, self.heads)
+                return attention_weights(q, k, mask, False, self.scale)[0]
+            return attention_weights(self.q, self.k, self.mask, self.is_causal, self.scale)
+
+    def values(self) -> Tensor | None:
+        if self.projection is not None and self.v is None:
+            x = {n: t.unsqueeze(0) for n, t in self.projection.items()}
             with torch.no_grad():
-                return attention_weights(self.q, self.k, self.mask, self.is_causal, self.scale)
-        return self.alpha
+                return projected_heads(x, self.heads)[2][0]
+        return self.v
 
     def on_output_grad(self, grad: Tensor) -> None:
         """Keep the traced rows of the output gradient, taken by ``grad_rows``."""
-        self.g = self.grad_rows(grad.detach())
+        self.g = self.grad_rows(grad)
 
     def prepare(self) -> tuple[GroupKey, Inputs]:
-        """The inputs of the statistics: the weights (``alpha``, or ``q``, ``k`` and a 4-D
-        ``mask`` to recompute them), ``v``, ``g``, ``grad_alpha``, ``used``, ``grad_v`` and the
-        ``output`` with its projection, as far as they were captured."""
+        """The inputs of the statistics: the weights (``alpha``; ``q``, ``k`` and a 4-D
+        ``mask``; or the ``projection`` inputs), ``v``, ``g``, ``grad_alpha``, ``used``,
+        ``grad_v`` and the ``output`` with its projection, as far as they were captured."""
         x: Inputs = {}
         if self.alpha is not None:
             x["alpha"] = self.alpha
+        elif self.projection is not None:
+            x.update(self.projection)
         else:
             x["q"], x["k"] = self.q, self.k
             if self.mask is not None:
@@ -270,14 +306,7 @@ class AttentionCall:
             if t is not None:
                 x["g_output" if n == "g" and self.reconstruct == "projection" else n] = t
         recon = self.reconstruct if self.output is not None else None
-        return ("attention", self.is_causal, self.scale, recon, _signature(x)), x
-
-    def values(self) -> Tensor | None:
-        return self.v
-
-    def compact(self) -> int:
-        """Keep only this call's own tensors (see :func:`_compact`); the bytes kept."""
-        return _compact(self)
+        return ("attention", self.is_causal, self.scale, recon, self.heads, _signature(x)), x
 
 
 def attention_weights(
@@ -289,6 +318,55 @@ def attention_weights(
     s = attention_scores(q, k, mask, is_causal, scale)
     masked = mask is not None or is_causal
     return responsibilities(-s) if masked else torch.softmax(s, dim=-1)
+
+
+def projected_heads(x: Inputs, heads: int) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    r"""The heads of ``nn.MultiheadAttention`` recomputed from its kept inputs (see
+    :class:`AttentionCall`), each with a leading step axis ``S``: the inputs ``[S, L, R, E]``
+    are taken rows first and projected, :math:`q = x W_q^\top + b_q` (one packed product for
+    self-attention, as the module computes it), then split into ``heads``; ``q``, ``k``, ``v``
+    are ``[S, R, H, L, E/H]`` (in at least float32) and the mask is additive, broadcastable to
+    ``[S, R, H, Lq, Lk]`` (boolean masks mark positions left out), or None."""
+    query = x["query_in"]
+    dtype = torch.promote_types(query.dtype, torch.float32)
+    bias = x.get("in_bias")
+
+    def project(t: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+        y = t.to(dtype).transpose(1, 2) @ w.to(dtype).transpose(-2, -1).unsqueeze(1)
+        return y if b is None else y + b.to(dtype)[:, None, None]
+
+    if "key_in" not in x and "in_weight" in x:
+        q, k, v = project(query, x["in_weight"], bias).chunk(3, dim=-1)
+    else:
+        if "in_weight" in x:
+            ws = x["in_weight"].chunk(3, dim=1)
+        else:
+            ws = (x["q_weight"], x["k_weight"], x["v_weight"])
+        bs = (None,) * 3 if bias is None else bias.chunk(3, dim=-1)
+        xs = (query, x.get("key_in", query), x.get("value_in", query))
+        q, k, v = (project(t, w, b) for t, w, b in zip(xs, ws, bs, strict=True))
+
+    def split(t: Tensor) -> Tensor:
+        return t.reshape(*t.shape[:3], heads, -1).transpose(2, 3)
+
+    q, k, v = split(q), split(k), split(v)
+    s, lq, lk = q.shape[0], q.shape[-2], k.shape[-2]
+    parts = []
+    if "attn_mask" in x:
+        m = x["attn_mask"]
+        parts.append(m[:, None, None] if m.dim() == 3 else m.reshape(s, -1, heads, lq, lk))
+    if "key_padding_mask" in x:
+        m = x["key_padding_mask"]
+        parts.append(m.reshape(s, -1, 1, 1, lk))
+    mask = None
+    for m in parts:
+        m = (
+            torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill(m, -math.inf)
+            if m.dtype == torch.bool
+            else m.to(dtype)
+        )
+        mask = m if mask is None else mask + m
+    return q, k, v, mask
 
 
 Call = ResponsibilityCall | AttentionCall
@@ -391,10 +469,16 @@ class SiteCapture:
         model: the model whose module paths name the sites (None: names are the bare site kinds).
         patterns: glob patterns (``fnmatch``) of site names to trace; None traces every site.
         max_rows: batch rows of each attention site used for its metrics.
+        slots: the buffers that keep what measured passes capture (in row :attr:`slot`, which
+            the tracer sets before each measured pass; None keeps clones); without it, clones.
     """
 
     def __init__(
-        self, model: nn.Module | None, patterns: Sequence[str] | None, max_rows: int
+        self,
+        model: nn.Module | None,
+        patterns: Sequence[str] | None,
+        max_rows: int,
+        slots: Slots | None = None,
     ) -> None:
         root = getattr(model, "module", model) if _is_wrapper(model) else model
         self.root = root
@@ -404,6 +488,8 @@ class SiteCapture:
         self.names: dict[int, str] = {id(m): n for n, m in self.modules.items()}
         self.patterns = None if patterns is None else list(patterns)
         self.max_rows = max_rows
+        self.slots = Slots(0, 0) if slots is None else slots
+        self.slot: int | None = None
         self.stack: list[str] = []
         self.origins: dict[int, tuple[weakref.ref, str]] = {}
         self.tracked: dict[int, tuple[weakref.ref, AttentionCall]] = {}
@@ -413,6 +499,8 @@ class SiteCapture:
         self._selection: dict[str, bool] = {}
         self._mode: _Mode | None = None
         self._mode_on = False
+        self._open = False
+        self._registered: Plan | None = None
         self._depth = 0
         self._tail = False
         self._model_ran = False
@@ -444,21 +532,36 @@ class SiteCapture:
 
     @property
     def armed(self) -> bool:
-        return self._mode is not None
+        """Whether a measured pass is being observed now (between :meth:`arm` and
+        :meth:`close`)."""
+        return self._open
 
     def arm(self, plan: Plan | None = None) -> None:
-        """Arm a discovery pass (``plan=None``) or a narrow pass following ``plan``."""
-        if self.armed:
+        """Observe a discovery pass (``plan=None``) or a narrow pass following ``plan``.
+
+        The module hooks of the previous pass are reused when they were registered for the
+        same plan (consecutive measured steps): re-arming then costs nothing."""
+        if self._open:
             return
         self.current.plan = plan
+        if self._mode is None or self._registered is not plan:
+            self.disarm()
+            self._register(plan)
+        self._open = True
+        if plan is None:
+            self._switch(True)
+
+    def _register(self, plan: Plan | None) -> None:
+        """Register the hooks of a discovery pass (global module hooks) or of a narrow pass
+        (the planned scope modules, and the model's end for a loss outside it)."""
         self._mode = _Mode(self)
+        self._registered = plan
         self._hooks = [register_optimizer_step_pre_hook(self._optimizer_step)]
         if plan is None:
             self._hooks += [
                 nn.modules.module.register_module_forward_pre_hook(self._enter_module),
                 nn.modules.module.register_module_forward_hook(self._exit_module, always_call=True),
             ]
-            self._switch(True)
             return
         for path in plan.scopes:
             module = self.modules[path]
@@ -469,27 +572,33 @@ class SiteCapture:
         if plan.tail and self.root is not None:
             self._hooks.append(self.root.register_forward_hook(self._start_tail, always_call=True))
 
-    def disarm(self) -> None:
-        if not self.armed:
-            return
+    def close(self) -> None:
+        """Stop observing (the mode is left, the hooks stay registered but do nothing) until
+        the next :meth:`arm`."""
         self._switch(False)
-        self._mode = None
+        self._open = False
         self._depth = 0
         self._tail = False
+
+    def disarm(self) -> None:
+        """Stop observing and remove every hook."""
+        self.close()
+        self._mode = None
+        self._registered = None
         for h in self._hooks:
             h.remove()
         self._hooks = []
 
     def suspend(self) -> tuple[Plan | None, bool] | None:
-        """Disarm for a while; returns what :meth:`resume` needs (None if not armed)."""
-        if not self.armed:
+        """Stop observing for a while; returns what :meth:`resume` needs (None if not armed)."""
+        if not self._open:
             return None
         state = (self.current.plan, self._tail)
-        self.disarm()
+        self.close()
         return state
 
     def resume(self, state: tuple[Plan | None, bool] | None) -> None:
-        """Re-arm as :meth:`suspend` left it: the same pass, plan and loss-tail state."""
+        """Observe again as :meth:`suspend` left it: the same pass, plan and loss-tail state."""
         if state is None:
             return
         plan, tail = state
@@ -508,7 +617,7 @@ class SiteCapture:
 
     def _optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """The step's forward and backward are over: the optimizer runs unobserved."""
-        self.disarm()
+        self.close()
 
     def take(self) -> CapturedPass:
         """Hand over the captured pass and start a new one (gradient hooks are removed)."""
@@ -525,11 +634,15 @@ class SiteCapture:
     # -- naming ---------------------------------------------------------------------------------
 
     def _enter_module(self, module: nn.Module, args: Any) -> None:
+        if not self._open:
+            return
         name = self.names.get(id(module))
         if name is not None:
             self.stack.append(name)
 
     def _exit_module(self, module: nn.Module, args: Any, output: Any) -> None:
+        if not self._open:
+            return
         name = self.names.get(id(module))
         if name is None:
             return
@@ -542,6 +655,8 @@ class SiteCapture:
 
     def _enter_scope(self, module: nn.Module, args: Any) -> None:
         """Narrow pass: a planned scope module starts (the mode is on inside active scopes)."""
+        if not self._open:
+            return
         name = self.names[id(module)]
         self.stack.append(name)
         if name in self.current.plan.active:
@@ -549,6 +664,8 @@ class SiteCapture:
             self._switch(True)
 
     def _exit_scope(self, module: nn.Module, args: Any, output: Any) -> None:
+        if not self._open:
+            return
         name = self.names[id(module)]
         if self.stack and self.stack[-1] == name:
             self.stack.pop()
@@ -558,6 +675,8 @@ class SiteCapture:
 
     def _start_tail(self, module: nn.Module, args: Any, output: Any) -> None:
         """Narrow pass: the model's forward is over; sites outside it (the loss) follow."""
+        if not self._open:
+            return
         self._tail = True
         self._switch(True)
 
@@ -630,6 +749,15 @@ class SiteCapture:
 
     # -- classification and mixture sites -------------------------------------------------------
 
+    def _keeper(self, name: str) -> Keep:
+        """The :data:`Keep` of site ``name`` in this pass (its slot, if the pass has one)."""
+        slots, slot = self.slots, self.slot
+
+        def keep(tag: str, sources: Sequence[Tensor], dtypes: tuple | None = None) -> list:
+            return slots.keep((name, tag), slot, sources, dtypes)
+
+        return keep
+
     def _add_classification(
         self,
         suffix: str,
@@ -655,37 +783,39 @@ class SiteCapture:
         name = self._name(suffix, z)
         if name is None:
             return None
-        with torch.no_grad():
-            logits = (
-                _rows(z.detach(), 1).float()
-                if z.dtype in (torch.float16, torch.bfloat16)
-                else _rows(z.detach(), 1)
+        keep = self._keeper(name)
+        dtype = torch.float32 if z.dtype in (torch.float16, torch.bfloat16) else z.dtype
+        logits = z if z.dim() == 2 else _rows(z.detach(), 1)
+        if target.is_floating_point():
+            soft = target if target.dim() == 2 else _rows(target.detach(), 1)
+            logits, soft = keep("forward", [logits, soft], (dtype, dtype))
+            call = ResponsibilityCall(
+                name,
+                "classification",
+                logits,
+                1.0,
+                keep,
+                _rows1,
+                target=soft,
+                smoothing=smoothing,
+                reduction=reduction,
             )
-            k = logits.shape[-1]
-            if target.is_floating_point():
-                t = _rows(target.detach(), 1).to(logits.dtype)
-                w = torch.ones(t.shape[0], dtype=logits.dtype, device=logits.device)
-                denominator = torch.tensor(float(t.shape[0]), dtype=logits.dtype)
-            else:
-                y = target.detach().reshape(-1)
-                keep = y != ignore_index
-                t = torch.where(keep, y, 0)
-                w = (
-                    keep.to(logits.dtype)
-                    if weight is None
-                    else weight.detach().to(logits.dtype)[t] * keep
-                )
-                denominator = w.sum()
-                if smoothing:
-                    t = (1.0 - smoothing) * F.one_hot(t, k).to(logits.dtype) + smoothing / k
-
-        def factor(u: Tensor, w: Tensor = w, d: Tensor = denominator) -> Tensor:
-            scale = u.reshape(-1) * w
-            return scale / d if reduction == "mean" else scale
-
-        call = ResponsibilityCall(
-            name, "classification", logits, t, w, 1.0, lambda g: _rows(g, 1), factor
-        )
+        else:
+            sources = [logits, target.reshape(-1)] + ([] if weight is None else [weight])
+            kept = keep("forward", sources, (dtype, None, dtype)[: len(sources)])
+            call = ResponsibilityCall(
+                name,
+                "classification",
+                kept[0],
+                1.0,
+                keep,
+                _rows1,
+                labels=kept[1],
+                class_weight=kept[2] if weight is not None else None,
+                ignore_index=ignore_index,
+                smoothing=smoothing,
+                reduction=reduction,
+            )
         self.current.calls.append(call)
         self._hook(out, call.on_upstream)
         self._hook(z, call.on_grad)
@@ -737,16 +867,19 @@ class SiteCapture:
         name = self._name("ce", d)
         if name is None:
             return
-        logits = _rows(safe.detach(), dim)
+        keep = self._keeper(name)
+        logits, target = keep(
+            "forward", [_rows(safe.detach(), dim), _rows(t.detach(), dim)], (None, safe.dtype)
+        )
         call = ResponsibilityCall(
             name,
             "classification",
             logits,
-            _rows(t.detach(), dim).to(logits.dtype),
-            torch.ones(logits.shape[0], dtype=logits.dtype),
             -1.0,
+            keep,
             lambda g: _rows(g, dim),
-            lambda u: -_rows(u, dim).sum(-1),
+            target=target,
+            factor=lambda u: -_rows(u, dim).sum(-1),
         )
         self.current.calls.append(call)
         self._hook(out, call.on_upstream)
@@ -761,16 +894,16 @@ class SiteCapture:
         name = self._name("mixture", d)
         if name is None:
             return out
-        logits = _rows(args[0].detach(), dim)
+        keep = self._keeper(name)
+        (logits,) = keep("forward", [_rows(args[0].detach(), dim)])
         call = ResponsibilityCall(
             name,
             "mixture",
             logits,
-            None,
-            torch.ones(logits.shape[0], dtype=logits.dtype),
             1.0,
+            keep,
             lambda g: _rows(g, dim),
-            lambda u: -u.reshape(-1),
+            factor=lambda u: -u.reshape(-1),
         )
         self.current.calls.append(call)
         self._hook(out, call.on_upstream)
@@ -788,13 +921,12 @@ class SiteCapture:
         name = self._name("", None)
         if name is None:
             return out
-        rows = self.max_rows
-        call = AttentionCall(name, alpha=_heads(out.detach()[:rows]), rows=rows)
+        rows, keep = self.max_rows, self._keeper(name)
+        (alpha,) = keep("alpha", [out[:rows]])
+        call = AttentionCall(name, alpha=_heads(alpha), keep=keep, rows=rows)
         self.current.calls.append(call)
         self.tracked[id(out)] = (weakref.ref(out), call)
-        self._hook(
-            out, lambda g, c=call: setattr(c, "grad_alpha", _heads(g.detach()[: c.rows].clone()))
-        )
+        self._hook(out, lambda g, c=call: setattr(c, "grad_alpha", _kept_rows(c, "grad_alpha", g)))
         return out
 
     def _tracked(self, t: Any) -> AttentionCall | None:
@@ -825,12 +957,10 @@ class SiteCapture:
         if call is None or call.v is not None:
             return out
         rows = call.rows
-        call.used = _heads(args[0].detach()[:rows])
-        call.v = _heads(args[1].detach()[:rows])
-        self._hook(out, lambda g, c=call: setattr(c, "g", _heads(g.detach()[: c.rows].clone())))
-        self._hook(
-            args[1], lambda g, c=call: setattr(c, "grad_v", _heads(g.detach()[: c.rows].clone()))
-        )
+        used, v = call.keep("matmul", [args[0][:rows], args[1][:rows]])
+        call.used, call.v = _heads(used), _heads(v)
+        self._hook(out, lambda g, c=call: setattr(c, "g", _kept_rows(c, "g", g)))
+        self._hook(args[1], lambda g, c=call: setattr(c, "grad_v", _kept_rows(c, "grad_v", g)))
         return out
 
     def _sdpa(self, func: Any, args: Sequence, kwargs: dict) -> Any:
@@ -840,33 +970,32 @@ class SiteCapture:
         name = self._name("", None)
         if name is None:
             return out
-        rows = self.max_rows
-        q, k, v = (p[n].detach()[:rows] for n in ("query", "key", "value"))
+        rows, keep = self.max_rows, self._keeper(name)
+        sources = [p["query"][:rows], p["key"][:rows], p["value"][:rows], out[:rows]]
+        mask = p.get("attn_mask")
+        if isinstance(mask, Tensor):
+            sources.append(mask[:rows] if mask.dim() == sources[0].dim() else mask)
+        kept = keep("forward", sources)
+        q, k, v = kept[:3]
         if p.get("enable_gqa") and k.shape[-3] != q.shape[-3]:
             k = k.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3)
             v = v.repeat_interleave(q.shape[-3] // v.shape[-3], dim=-3)
-        mask = p.get("attn_mask")
-        if isinstance(mask, Tensor):
-            mask = mask.detach()
-            if mask.dim() == q.dim() and mask.shape[0] > 1:
-                mask = mask[:rows]
         call = AttentionCall(
             name,
             q=_heads(q),
             k=_heads(k),
-            mask=None if mask is None else _mask_heads(mask),
+            mask=_mask_heads(kept[4]) if len(kept) > 4 else None,
             is_causal=bool(p.get("is_causal", False)),
             scale=p.get("scale"),
             v=_heads(v),
-            output=_heads(out.detach()[:rows]),
+            output=_heads(kept[3]),
             reconstruct="matmul",
+            keep=keep,
             rows=rows,
         )
         self.current.calls.append(call)
-        self._hook(out, lambda g, c=call: setattr(c, "g", _heads(g.detach()[: c.rows].clone())))
-        self._hook(
-            p["value"], lambda g, c=call: setattr(c, "grad_v", _heads(g.detach()[: c.rows].clone()))
-        )
+        self._hook(out, lambda g, c=call: setattr(c, "g", _kept_rows(c, "g", g)))
+        self._hook(p["value"], lambda g, c=call: setattr(c, "grad_v", _kept_rows(c, "grad_v", g)))
         return out
 
     def _mha(self, func: Any, args: Sequence, kwargs: dict) -> Any:
@@ -878,95 +1007,65 @@ class SiteCapture:
         name = self._name("", None)
         if name is None:
             return out
-        call = _mha_call(name, p, out[0], self.max_rows)
+        call = _mha_call(name, p, out[0], self.max_rows, self._keeper(name))
         self.current.calls.append(call)
         self._hook(out[0], call.on_output_grad)
         return out
+
+
+def _kept_rows(call: AttentionCall, tag: str, grad: Tensor) -> Tensor:
+    """The kept copy of the traced rows of a gradient, with a head axis (:func:`_heads`)."""
+    return _heads(call.keep(tag, [grad[: call.rows]])[0])
 
 
 def _mask_heads(mask: Tensor) -> Tensor:
     return mask.unsqueeze(1) if mask.dim() == 3 else mask
 
 
-def _mha_call(name: str, p: dict, y: Tensor, rows: int) -> AttentionCall:
-    r"""Recompute the heads of ``F.multi_head_attention_forward`` on the first ``rows`` batch rows.
+def _mha_call(name: str, p: dict, y: Tensor, rows: int, keep: Keep) -> AttentionCall:
+    r"""A site of ``F.multi_head_attention_forward`` on the first ``rows`` batch rows.
 
-    Inputs are ``[L, N, E]``; the traced rows are taken batch-first, ``[R, L, E]`` (contiguous
-    already when the module is ``batch_first``), so that the projections are plain matrix
-    products: :math:`q = xW_q^\top + b_q` etc. split into ``H`` heads. The output gradient is
-    kept on the same rows; the batched statistics map it to the heads through the output
-    projection, :math:`g = (\partial L/\partial y) W_o`.
+    Inputs are ``[L, N, E]``; what the heads need is kept as it is, on the traced rows
+    (``[L, R, E]``), with copies of the projection weights the step used (the optimizer
+    changes them in place): the heads are recomputed at the flush (:func:`projected_heads`).
     """
     heads = p["num_heads"]
-
-    def rows_first(x: Tensor) -> Tensor:
-        return x.detach()[:, :rows].transpose(0, 1).contiguous()
-
-    def split(x: Tensor) -> Tensor:
-        return x.reshape(x.shape[0], x.shape[1], heads, -1).transpose(1, 2)
-
-    with torch.no_grad():
-        q, k, v = (split(x) for x in _mha_projections(p, rows_first))
-        mask = _mha_mask(p, heads, rows, q.shape[-2], k.shape[-2], q.dtype)
-        w_out = p["out_proj_weight"].detach().clone()
-        b_out = None if p["out_proj_bias"] is None else p["out_proj_bias"].detach().clone()
-
-    return AttentionCall(
+    sources = {"query_in": p["query"][:, :rows]}
+    if p["use_separate_proj_weight"] or not p["query"] is p["key"] is p["value"]:
+        sources["key_in"] = p["key"][:, :rows]
+        sources["value_in"] = p["value"][:, :rows]
+    if p["use_separate_proj_weight"]:
+        for n in ("q", "k", "v"):
+            sources[f"{n}_weight"] = p[f"{n}_proj_weight"]
+    else:
+        sources["in_weight"] = p["in_proj_weight"]
+    if p["in_proj_bias"] is not None:
+        sources["in_bias"] = p["in_proj_bias"]
+    if p["attn_mask"] is not None:
+        m = p["attn_mask"]
+        sources["attn_mask"] = m[: rows * heads] if m.dim() == 3 else m
+    if p["key_padding_mask"] is not None:
+        sources["key_padding_mask"] = p["key_padding_mask"][:rows]
+    sources["output"] = y[:, :rows]
+    sources["out_weight"] = p["out_proj_weight"]
+    if p["out_proj_bias"] is not None:
+        sources["out_bias"] = p["out_proj_bias"]
+    projection = dict(zip(sources, keep("forward", list(sources.values())), strict=True))
+    output, out_weight = projection.pop("output"), projection.pop("out_weight")
+    e = p["query"].shape[-1]
+    call = AttentionCall(
         name,
-        q=q,
-        k=k,
-        mask=mask,
-        scale=1.0 / math.sqrt(q.shape[-1]),
-        v=v,
-        output=y.detach()[:, :rows],
+        scale=1.0 / math.sqrt(e // heads),
+        output=output,
         reconstruct="projection",
-        out_weight=w_out,
-        out_bias=b_out,
-        grad_rows=rows_first,
+        projection=projection,
+        heads=heads,
+        out_weight=out_weight,
+        out_bias=projection.pop("out_bias", None),
+        grad_rows=lambda g: keep("grad", [g[:, :rows]])[0],
         rows=rows,
     )
-
-
-def _mha_projections(
-    p: dict, rows_first: Callable[[Tensor], Tensor]
-) -> tuple[Tensor, Tensor, Tensor]:
-    r"""The in-projections :math:`q = xW_q^\top + b_q`, :math:`k`, :math:`v` of the traced rows,
-    ``[R, L, E]`` each (one packed projection for self-attention, as the module computes it)."""
-    bias = _detach(p["in_proj_bias"])
-    if not p["use_separate_proj_weight"] and p["query"] is p["key"] is p["value"]:
-        return F.linear(rows_first(p["query"]), p["in_proj_weight"].detach(), bias).chunk(3, dim=-1)
-    if p["use_separate_proj_weight"]:
-        ws = [p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"]]
-    else:
-        ws = list(p["in_proj_weight"].chunk(3))
-    bs = [None] * 3 if bias is None else list(bias.chunk(3))
-    xs = (rows_first(p[n]) for n in ("query", "key", "value"))
-    return tuple(F.linear(x, w.detach(), b) for x, w, b in zip(xs, ws, bs, strict=True))
-
-
-def _mha_mask(
-    p: dict, heads: int, rows: int, lq: int, lk: int, dtype: torch.dtype
-) -> Tensor | None:
-    """The additive mask ``[N, H, Lq, Lk]`` of ``attn_mask`` and ``key_padding_mask`` (boolean
-    True = masked out, or additive floats) on the traced rows; None when there is neither."""
-    parts = []
-    if p["attn_mask"] is not None:
-        m = p["attn_mask"].detach()
-        parts.append(m.reshape(-1, heads, lq, lk)[:rows] if m.dim() == 3 else m)
-    if p["key_padding_mask"] is not None:
-        m = p["key_padding_mask"].detach()[:rows]
-        parts.append(m.reshape(m.shape[0], 1, 1, lk))
-    if not parts:
-        return None
-    n = min(rows, p["query"].shape[1])
-    additive = torch.zeros(n, heads, lq, lk, dtype=dtype)
-    for m in parts:
-        additive = additive + (
-            torch.zeros_like(m, dtype=dtype).masked_fill(m, -math.inf)
-            if m.dtype == torch.bool
-            else m
-        )
-    return additive
+    return call
 
 
 def _reduction(p: dict) -> str:

@@ -14,7 +14,8 @@ keeps the small detached tensors each captured site needs and runs the probe bat
 ``flush_every`` measurements (and on leaving the ``with`` block) it reduces all buffered
 measurements to statistics in batches (:mod:`implicit_em.trace.batch`), all-reduces them under
 DDP, raises collapse alarms and writes one record per site per measured step. Between measured
-steps nothing is armed: no hooks, no mode, no host synchronization, only a counter.
+steps nothing is armed: no hooks, no mode, no host synchronization, only a counter; consecutive
+measured steps (``every=1``) keep the module hooks of their plan registered.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from implicit_em.trace.sites import (
     SiteCapture,
     untraced,
 )
+from implicit_em.trace.slots import Slots
 
 __all__ = ["CollapseWarning", "NoSiteError", "Thresholds", "Tracer"]
 
@@ -127,8 +129,10 @@ class Tracer:
             pass per group of equally shaped sites) and written; records reach the sinks in
             batches of this many measured steps, and on leaving the ``with`` block. Memory is
             bounded by ``flush_every`` times the captured rows of every site.
-        flush_bytes: flush earlier, once the buffered tensors hold this many bytes (256 MiB by
-            default), so long sequences and many sites cannot exhaust memory.
+        flush_bytes: the bytes of the buffers that keep what measured steps capture
+            (:class:`~implicit_em.trace.slots.Slots`, 256 MiB by default); sites beyond it keep
+            copies of their own, and the tracer flushes early once those hold this many bytes,
+            so long sequences and many sites cannot exhaust memory.
     """
 
     def __init__(
@@ -168,7 +172,7 @@ class Tracer:
         self.patterns = [sites] if isinstance(sites, str) else sites
         self._sink_specs = list(sinks)
         self.sinks: list[Sink] = []
-        self.capture = SiteCapture(model, self.patterns, max_rows)
+        self.capture = SiteCapture(model, self.patterns, max_rows, Slots(flush_every, flush_bytes))
         self.step_index = 0
         self.measurements = 0
         self.discoveries = 0
@@ -178,7 +182,6 @@ class Tracer:
         self._active = False
         self._memory = MemorySink()
         self._pending: list[_Measured] = []
-        self._pending_bytes = 0
         self._previous: dict[str, dict[str, Tensor | None]] = {}
         self._first_scale: dict[str, float] = {}
         self._warned: set[tuple[str, str]] = set()
@@ -234,9 +237,11 @@ class Tracer:
         if self.step_index % self.every == 0:
             self._measure()
         self.step_index += 1
-        self.capture.disarm()
         if self.step_index % self.every == 0:
+            self.capture.close()
             self._arm()
+        else:
+            self.capture.disarm()
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[Tracer]:
@@ -260,6 +265,7 @@ class Tracer:
     def _arm(self) -> None:
         """Arm the next measured step: narrow along the plan, or a full discovery."""
         narrow = self._plan is not None and self._narrow_passes < self.rediscover - 1
+        self.capture.slot = len(self._pending)
         self.capture.arm(self._plan if narrow else None)
 
     def _follow(self, done: CapturedPass) -> None:
@@ -289,10 +295,10 @@ class Tracer:
                 raise NoSiteError(self._no_site_message(done.skipped))
             return
         calls = done.calls
-        with untraced():
-            self._pending_bytes += sum(call.compact() for call in calls)
         probe: list[Stats] = [{} for _ in calls]
         if self.probe is not None:
+            self.capture.disarm()
+            self.capture.slot = None
             self.capture.arm()
             probed = {c.name: c for c in self._run_probe()}
             self.capture.disarm()
@@ -300,13 +306,14 @@ class Tracer:
                 self._probe_into(calls, probe, probed)
         self._pending.append(_Measured(self.step_index, calls, probe))
         self.measurements += 1
-        if len(self._pending) >= self.flush_every or self._pending_bytes >= self.flush_bytes:
+        cloned = self.capture.slots.cloned
+        if len(self._pending) >= self.flush_every or cloned >= self.flush_bytes:
             self._flush()
 
     def _flush(self, across_ranks: bool = True) -> None:
         """Compute, reduce and write every buffered measurement, in step order."""
         pending, self._pending = self._pending, []
-        self._pending_bytes = 0
+        self.capture.slots.cloned = 0
         if not pending:
             return
         calls = [c for m in pending for c in m.calls]
