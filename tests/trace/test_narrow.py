@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -143,3 +144,78 @@ def test_a_loss_before_the_model_keeps_full_discovery():
             tracer.step()
     assert [r["site"] for r in _sites(tracer)] == ["ce", "ce#2"] * 3
     assert tracer.discoveries == 3
+
+
+class _Attend(nn.Module):
+    """A classifier over one ``nn.MultiheadAttention`` call, in a given layout, with
+    self- or cross-attention and a given kind of mask."""
+
+    def __init__(self, batch_first: bool, cross: bool, mask: str) -> None:
+        super().__init__()
+        extra = {"kdim": 5, "vdim": 7} if cross else {}
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=batch_first, **extra)
+        self.head = nn.Linear(8, 3)
+        self.batch_first, self.cross, self.mask = batch_first, cross, mask
+
+    def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if not self.cross:
+            k = v = x
+        n, lq, lk = x.shape[0], x.shape[1], k.shape[1]
+        if not self.batch_first:
+            x, k, v = (t.transpose(0, 1) for t in (x, k, v))
+            if not self.cross:
+                k = v = x
+        masks = {}
+        if self.mask == "padding":
+            padding = torch.zeros(n, lk, dtype=torch.bool)
+            padding[::2, -2:] = True
+            masks["key_padding_mask"] = padding
+        elif self.mask == "causal":
+            masks["attn_mask"] = torch.ones(lq, lk, dtype=torch.bool).triu(1)
+        elif self.mask == "per-head":
+            masks["attn_mask"] = torch.randn(n * 2, lq, lk) * 0.5
+        out, _ = self.attn(x, k, v, need_weights=False, **masks)
+        return self.head(out.mean(1 if self.batch_first else 0))
+
+
+@pytest.mark.parametrize(
+    ("batch_first", "cross", "mask"),
+    [
+        (True, False, "none"),
+        (False, False, "padding"),
+        (True, False, "causal"),
+        (False, True, "per-head"),
+        (True, True, "padding"),
+    ],
+)
+def test_multihead_attention_captured_by_its_module_equals_a_discovery(batch_first, cross, mask):
+    """A narrow pass captures a stock nn.MultiheadAttention from its module's inputs and output,
+    without the mode: the records equal those of a discovery on every step."""
+    torch.manual_seed(3)
+    x, k, v = torch.randn(4, 6, 8), torch.randn(4, 5, 5), torch.randn(4, 5, 7)
+    y = torch.randint(0, 3, (4,))
+    runs = []
+    for rediscover in (100, 1):
+        torch.manual_seed(4)
+        model = _Attend(batch_first, cross, mask)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with Tracer(model, every=1, rediscover=rediscover, max_rows=2) as tracer:
+            for _ in range(5):
+                torch.manual_seed(5)
+                F.cross_entropy(model(x, k, v), y).backward()
+                opt.step()
+                opt.zero_grad()
+                tracer.step()
+        runs.append((model, tracer))
+    (narrow_model, narrow), (full_model, full) = runs
+    assert narrow._plan is not None and narrow._plan.modules == {"attn"}
+    assert_same_parameters(narrow_model, full_model)
+    a, b = _sites(narrow), _sites(full)
+    assert [(r["step"], r["site"]) for r in a] == [(r["step"], r["site"]) for r in b]
+    assert all(r["alpha_residual"] <= 1e-5 for r in a if r["type"] == "attention")
+    for ra, rb in zip(a, b, strict=True):
+        for key, value in ra.items():
+            if isinstance(value, float):
+                torch.testing.assert_close(value, rb[key], rtol=1e-6, atol=1e-9)
+            else:
+                assert value == rb[key], key

@@ -137,7 +137,7 @@ GroupKey = tuple
 
 
 def _signature(inputs: Inputs) -> tuple:
-    return tuple((n, tuple(t.shape), t.dtype) for n, t in inputs.items())
+    return tuple([(n, t.shape, t.dtype) for n, t in inputs.items()])
 
 
 Keep = Callable[..., list[Tensor]]
@@ -330,10 +330,14 @@ def projected_heads(x: Inputs, heads: int) -> tuple[Tensor, Tensor, Tensor, Tens
     query = x["query_in"]
     dtype = torch.promote_types(query.dtype, torch.float32)
     bias = x.get("in_bias")
+    s, lq, rows = query.shape[:3]
 
     def project(t: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
-        y = t.to(dtype).transpose(1, 2) @ w.to(dtype).transpose(-2, -1).unsqueeze(1)
-        return y if b is None else y + b.to(dtype)[:, None, None]
+        """:math:`x W^\top + b` of ``t[S, L, R, E]`` as ``[S, R, L, E']`` (one batched product)."""
+        flat = t.to(dtype).transpose(1, 2).reshape(s, -1, t.shape[-1])
+        w = w.to(dtype).transpose(-2, -1)
+        y = torch.bmm(flat, w) if b is None else torch.baddbmm(b.to(dtype).unsqueeze(1), flat, w)
+        return y.reshape(s, rows, t.shape[1], -1)
 
     if "key_in" not in x and "in_weight" in x:
         q, k, v = project(query, x["in_weight"], bias).chunk(3, dim=-1)
@@ -350,7 +354,7 @@ def projected_heads(x: Inputs, heads: int) -> tuple[Tensor, Tensor, Tensor, Tens
         return t.reshape(*t.shape[:3], heads, -1).transpose(2, 3)
 
     q, k, v = split(q), split(k), split(v)
-    s, lq, lk = q.shape[0], q.shape[-2], k.shape[-2]
+    lk = k.shape[-2]
     parts = []
     if "attn_mask" in x:
         m = x["attn_mask"]
@@ -413,6 +417,9 @@ class Plan:
         active: module paths in which a selected site was found (the mode is on inside them).
         tail: a selected site outside every module, after the model's forward pass (the mode
             is on from the end of the model's forward pass until the optimizer step).
+        modules: scopes that are stock ``nn.MultiheadAttention`` modules whose one site is
+            their ``F.multi_head_attention_forward``: a narrow pass captures it from the
+            module's inputs and output in a forward hook, without the mode.
     """
 
     names: dict[SiteKey, str]
@@ -420,6 +427,7 @@ class Plan:
     scopes: frozenset[str]
     active: frozenset[str]
     tail: bool
+    modules: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -434,6 +442,7 @@ class CapturedPass:
     skipped: set[str] = field(default_factory=set)
     handles: list[Any] = field(default_factory=list)
     selected: set[SiteKey] = field(default_factory=set)
+    module_sites: set[SiteKey] = field(default_factory=set)
     plan: Plan | None = None
     unplanned: bool = False
 
@@ -443,12 +452,15 @@ class CapturedPass:
         top = {k for k in self.selected if k[0] is None}
         if top & self.early:
             return None
+        per_scope = Counter(k[0] for k in self.found)
+        modules = {k[0] for k in self.selected & self.module_sites if per_scope[k[0]] == 1}
         return Plan(
             names=dict(self.found),
             selected=frozenset(self.selected),
             scopes=frozenset(k[0] for k in self.found if k[0] is not None),
-            active=frozenset(k[0] for k in self.selected if k[0] is not None),
+            active=frozenset(k[0] for k in self.selected if k[0] not in modules | {None}),
             tail=bool(top),
+            modules=frozenset(modules),
         )
 
     def matches_plan(self) -> bool:
@@ -504,6 +516,7 @@ class SiteCapture:
         self._depth = 0
         self._tail = False
         self._model_ran = False
+        self._key: SiteKey | None = None
         self._hooks: list[Any] = []
         self.handlers: dict[Any, Callable[[Any, Sequence, dict], Any]] = {
             F.cross_entropy: self._cross_entropy,
@@ -565,6 +578,9 @@ class SiteCapture:
             return
         for path in plan.scopes:
             module = self.modules[path]
+            if path in plan.modules:
+                self._hooks.append(module.register_forward_hook(self._mha_module, with_kwargs=True))
+                continue
             self._hooks += [
                 module.register_forward_pre_hook(self._enter_scope),
                 module.register_forward_hook(self._exit_scope, always_call=True),
@@ -692,16 +708,19 @@ class SiteCapture:
                 self.origins[id(out)] = (weakref.ref(out), origin)
         return out
 
-    def _name(self, suffix: str, source: Any = None) -> str | None:
+    def _name(self, suffix: str, source: Any = None, scope: str | None = None) -> str | None:
         """The unique name of a new site, or None when the patterns do not select it.
 
         A discovery pass names it by the module that produced ``source`` (else the innermost
         module); a narrow pass looks its key up in the plan (None when the key is unplanned).
+        The site's scope is the innermost module on the stack, or ``scope`` when given.
         """
         p = self.current
-        scope = self.stack[-1] if self.stack else None
+        if scope is None and self.stack:
+            scope = self.stack[-1]
         p.keys[(scope, suffix)] += 1
         key = (scope, suffix, p.keys[(scope, suffix)])
+        self._key = key
         if p.plan is None:
             name = self._discovered_name(suffix, source)
             if scope is None and not self._model_ran:
@@ -1007,10 +1026,39 @@ class SiteCapture:
         name = self._name("", None)
         if name is None:
             return out
-        call = _mha_call(name, p, out[0], self.max_rows, self._keeper(name))
+        p["self_attention"] = p["query"] is p["key"] is p["value"]
+        call = _mha_call(name, p, out[0], self.max_rows, self._keeper(name), False)
         self.current.calls.append(call)
         self._hook(out[0], call.on_output_grad)
+        if self._key[2] == 1 and self._key[0] is not None:
+            module = self.modules[self._key[0]]
+            if _stock_mha(module) and p["out_proj_weight"] is module.out_proj.weight:
+                self.current.module_sites.add(self._key)
         return out
+
+    def _mha_module(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        """Narrow pass: the site of a stock ``nn.MultiheadAttention`` from its inputs and
+        output (what ``F.multi_head_attention_forward`` received, see :func:`_module_mha`)."""
+        if not self._open:
+            return
+        p = _module_mha(module, args, kwargs)
+        if p is None:
+            return
+        name = self._name("", None, self.names[id(module)])
+        if name is None:
+            return
+        y = output[0]
+        batch_first = module.batch_first
+        call = _mha_call(
+            name,
+            p,
+            y.transpose(0, 1) if batch_first else y,
+            self.max_rows,
+            self._keeper(name),
+            batch_first,
+        )
+        self.current.calls.append(call)
+        self._hook(y, call.on_output_grad)
 
 
 def _kept_rows(call: AttentionCall, tag: str, grad: Tensor) -> Tensor:
@@ -1022,16 +1070,20 @@ def _mask_heads(mask: Tensor) -> Tensor:
     return mask.unsqueeze(1) if mask.dim() == 3 else mask
 
 
-def _mha_call(name: str, p: dict, y: Tensor, rows: int, keep: Keep) -> AttentionCall:
+def _mha_call(
+    name: str, p: dict, y: Tensor, rows: int, keep: Keep, batch_first: bool
+) -> AttentionCall:
     r"""A site of ``F.multi_head_attention_forward`` on the first ``rows`` batch rows.
 
-    Inputs are ``[L, N, E]``; what the heads need is kept as it is, on the traced rows
-    (``[L, R, E]``), with copies of the projection weights the step used (the optimizer
-    changes them in place): the heads are recomputed at the flush (:func:`projected_heads`).
+    Inputs and output ``y`` are ``[L, N, E]`` (as that function takes them); what the heads
+    need is kept as it is, on the traced rows (``[L, R, E]``), with copies of the projection
+    weights the step used (the optimizer changes them in place): the heads are recomputed at
+    the flush (:func:`projected_heads`). The output gradient arrives ``[N, L, E]`` when
+    ``batch_first`` (the module's own output), else ``[L, N, E]``.
     """
     heads = p["num_heads"]
     sources = {"query_in": p["query"][:, :rows]}
-    if p["use_separate_proj_weight"] or not p["query"] is p["key"] is p["value"]:
+    if p["use_separate_proj_weight"] or not p["self_attention"]:
         sources["key_in"] = p["key"][:, :rows]
         sources["value_in"] = p["value"][:, :rows]
     if p["use_separate_proj_weight"]:
@@ -1062,10 +1114,67 @@ def _mha_call(name: str, p: dict, y: Tensor, rows: int, keep: Keep) -> Attention
         heads=heads,
         out_weight=out_weight,
         out_bias=projection.pop("out_bias", None),
-        grad_rows=lambda g: keep("grad", [g[:, :rows]])[0],
+        grad_rows=(
+            (lambda g: keep("grad", [g[:rows].transpose(0, 1)])[0])
+            if batch_first
+            else (lambda g: keep("grad", [g[:, :rows]])[0])
+        ),
         rows=rows,
     )
     return call
+
+
+def _stock_mha(module: nn.Module) -> bool:
+    """A ``nn.MultiheadAttention`` whose ``forward`` is the stock one."""
+    return isinstance(module, nn.MultiheadAttention) and (
+        type(module).forward is nn.MultiheadAttention.forward
+    )
+
+
+_MODULE_MHA_ARGS = ("query", "key", "value", "key_padding_mask", "need_weights", "attn_mask")
+
+
+def _module_mha(module: nn.MultiheadAttention, args: tuple, kwargs: dict) -> dict | None:
+    """What ``nn.MultiheadAttention.forward`` passes to ``F.multi_head_attention_forward``:
+    the inputs as ``[L, N, E]`` (transposed views when ``batch_first``), boolean masks made
+    additive (``-inf`` where True) in the inputs' dtype, the projection weights; None for the
+    forms the tracer leaves alone (unbatched inputs, ``bias_k``, ``add_zero_attn``)."""
+    b = dict(zip(_MODULE_MHA_ARGS, args, strict=False)) if args else {}
+    if kwargs:
+        b.update(kwargs)
+    query, key, value = b["query"], b["key"], b["value"]
+    if query.dim() != 3 or module.bias_k is not None or module.add_zero_attn:
+        return None
+    self_attention = query is key is value
+    if module.batch_first:
+        query = query.transpose(0, 1)
+        key, value = (
+            (query, query) if self_attention else (key.transpose(0, 1), value.transpose(0, 1))
+        )
+    params = module._parameters
+    out = module.out_proj._parameters
+    separate = not module._qkv_same_embed_dim
+    p = {
+        "query": query,
+        "key": key,
+        "value": value,
+        "self_attention": self_attention,
+        "num_heads": module.num_heads,
+        "use_separate_proj_weight": separate,
+        "in_proj_weight": params["in_proj_weight"],
+        "in_proj_bias": params["in_proj_bias"],
+        "out_proj_weight": out["weight"],
+        "out_proj_bias": out["bias"],
+    }
+    if separate:
+        for n in ("q_proj_weight", "k_proj_weight", "v_proj_weight"):
+            p[n] = params[n]
+    for n in ("attn_mask", "key_padding_mask"):
+        m = b.get(n)
+        if m is not None and m.dtype == torch.bool:
+            m = torch.zeros(m.shape, dtype=query.dtype, device=m.device).masked_fill_(m, -math.inf)
+        p[n] = m
+    return p
 
 
 def _reduction(p: dict) -> str:
