@@ -14,6 +14,7 @@ Memory: peak RSS of fresh processes tracing 100 and 1000 steps (JSONL sink, and 
 history). Targets: <= 5% (every=1), <= 1% (every=10); memory independent of the number of steps.
 
     .venv/bin/python benchmarks/trace_overhead.py [--pairs 60] [--pairs-10 200] [--max-rows R]
+        [--device cuda]
 """
 
 from __future__ import annotations
@@ -51,11 +52,19 @@ class SmallTransformer(nn.Module):
         return self.head(self.encoder(self.embed(ids)).mean(1))
 
 
-def make() -> tuple[nn.Module, torch.optim.Optimizer, torch.Tensor, torch.Tensor]:
+def make(
+    device: str = "cpu",
+) -> tuple[nn.Module, torch.optim.Optimizer, torch.Tensor, torch.Tensor]:
     torch.manual_seed(0)
-    model = SmallTransformer()
-    ids = torch.randint(0, VOCAB, (BATCH, SEQ))
+    model = SmallTransformer().to(device)
+    ids = torch.randint(0, VOCAB, (BATCH, SEQ)).to(device)
     return model, torch.optim.AdamW(model.parameters(), lr=1e-3), ids, ids[:, 0] % CLASSES
+
+
+def _sync(ids: torch.Tensor) -> None:
+    """Wait for the device's queued work (timings on a GPU end when its work ends)."""
+    if ids.is_cuda:
+        torch.cuda.synchronize(ids.device)
 
 
 def _step(model, opt, ids, y, tracer: Tracer | None) -> None:
@@ -68,6 +77,7 @@ def _step(model, opt, ids, y, tracer: Tracer | None) -> None:
 
 def block(model, opt, ids, y, steps: int, every: int | None, sinks=("memory",)) -> float:
     """Mean seconds per step of ``steps`` steps in a fresh tracer (untraced if ``every`` is None)."""
+    _sync(ids)
     start = time.perf_counter()
     if every is None:
         for _ in range(steps):
@@ -76,13 +86,16 @@ def block(model, opt, ids, y, steps: int, every: int | None, sinks=("memory",)) 
         with Tracer(model, every=every, sinks=list(sinks)) as tracer:
             for _ in range(steps):
                 _step(model, opt, ids, y, tracer)
+    _sync(ids)
     return (time.perf_counter() - start) / steps
 
 
 def _timed(model, opt, ids, y, steps: int, tracer: Tracer | None) -> float:
+    _sync(ids)
     start = time.perf_counter()
     for _ in range(steps):
         _step(model, opt, ids, y, tracer)
+    _sync(ids)
     return time.perf_counter() - start
 
 
@@ -96,8 +109,10 @@ def overhead(
         steps = tracer.flush_every if every == 1 else every
         discoveries = 0.0
         for i in range(2 * every):
+            _sync(ids)
             start = time.perf_counter()
             _step(model, opt, ids, y, tracer)
+            _sync(ids)
             if i % every == 0:
                 discoveries += time.perf_counter() - start
         traced, plain = [], []
@@ -147,10 +162,13 @@ def main() -> None:
         "--max-rows", type=int, default=None, help="attention rows traced (the tracer's default)"
     )
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-RSS runs")
+    parser.add_argument(
+        "--device", default="cpu", help="where the model trains (cuda: a GPU figure; no target)"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    model, opt, ids, y = make()
+    model, opt, ids, y = make(args.device)
     block(model, opt, ids, y, 30, None)
     kwargs = {} if args.max_rows is None else {"max_rows": args.max_rows}
     result = {
@@ -159,7 +177,7 @@ def main() -> None:
     }
     rss = (
         {}
-        if args.no_memory
+        if args.no_memory or args.device != "cpu"
         else {f"{s} steps, {k}": peak_rss(s, k) for k in ("jsonl", "memory") for s in (100, 1000)}
     )
     if args.json:
@@ -167,7 +185,7 @@ def main() -> None:
         return
     print(
         f"small transformer: {LAYERS} layers, width {WIDTH}, {HEADS} heads, seq {SEQ}, "
-        f"batch {BATCH}; 1 thread; max_rows {Tracer(model, **kwargs).capture.max_rows}; "
+        f"batch {BATCH}; {args.device} (1 CPU thread); max_rows {Tracer(model, **kwargs).capture.max_rows}; "
         "ABBA pairs of traced / paused blocks"
     )
     print(

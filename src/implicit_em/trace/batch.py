@@ -118,7 +118,7 @@ def responsibility_steps(x: Inputs, sign: float, form: tuple | None = None) -> S
     if "grad" not in x:
         r = torch.softmax(logits, dim=-1)
         stats = responsibility_stats_steps(r, weight > 0, target, logits)
-        zero = torch.zeros(logits.shape[0], dtype=r.dtype)
+        zero = torch.zeros(logits.shape[0], dtype=r.dtype, device=r.device)
         stats.update(residual_max=zero, nonfinite=zero, n_grad=zero)
         return stats
     g = x["grad"]

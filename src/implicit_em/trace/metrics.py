@@ -237,9 +237,9 @@ def _attention_stats_steps(
     s = alpha.shape[0]
     head_entropy = torch.special.entr(alpha).sum((1, 3, 4)).double()
     rows = float(alpha[0].numel() // alpha.shape[-1])
-    zero = torch.zeros(s, dtype=torch.float64)
+    zero = torch.zeros(s, dtype=torch.float64, device=alpha.device)
     stats: Stats = {
-        "rows": torch.full((s,), rows, dtype=torch.float64),
+        "rows": torch.full((s,), rows, dtype=torch.float64, device=alpha.device),
         "entropy": head_entropy.sum(-1),
         "head_entropy": head_entropy,
         "nonfinite": zero,
@@ -255,7 +255,7 @@ def _attention_stats_steps(
         abar = (alpha * a).sum(-1, keepdim=True)
         routing = (a - abar).mul_(alpha)
         stats["routing_sq"] = per_step(routing.square_()).double()
-        stats["n_grad"] = torch.ones(s, dtype=torch.float64)
+        stats["n_grad"] = torch.ones(s, dtype=torch.float64, device=alpha.device)
     if g is not None:
         if exact:
             stats["nonfinite"] = stats["nonfinite"] + _nonfinite_count(g).double()
@@ -300,7 +300,7 @@ def churn_stats(current: Tensor, previous: Tensor) -> Stats:
     """Assignment churn on a probe batch: how many argmax assignments changed (sums)."""
     return {
         "churn_changed": (current != previous).sum().double(),
-        "churn_n": torch.tensor(float(current.numel()), dtype=torch.float64),
+        "churn_n": torch.tensor(float(current.numel()), dtype=torch.float64, device=current.device),
     }
 
 
@@ -315,7 +315,9 @@ def drift_stats(
     """
     stats: Stats = {
         "drift_tv": (0.5 * (alpha - alpha_prev).abs().sum(-1)).sum().double(),
-        "drift_rows": torch.tensor(float(alpha.numel() // alpha.shape[-1]), dtype=torch.float64),
+        "drift_rows": torch.tensor(
+            float(alpha.numel() // alpha.shape[-1]), dtype=torch.float64, device=alpha.device
+        ),
     }
     if v is not None and v_prev is not None:
         stats["value_diff_sq"] = ((v - v_prev) ** 2).sum().double()

@@ -564,7 +564,8 @@ _PROBE_FLAGS = (
 
 
 def _add_probe(group: Group, probes: list[Stats]) -> None:
-    """Stack the probe statistics of the group's calls into its statistics (leading axis S)."""
+    """Stack the probe statistics of the group's calls into its statistics (leading axis S),
+    on the CPU (where the statistics are reduced and finished)."""
     members = [probes[i] for i in group.index]
     for key in members[0]:
-        group.stats[key] = torch.stack([p[key].double() for p in members])
+        group.stats[key] = torch.stack([p[key].double().cpu() for p in members])
