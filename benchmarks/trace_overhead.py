@@ -3,8 +3,8 @@
 Overhead: one model and one loop, traced with ``every=1`` and then with ``every=10``. Inside
 each ``with Tracer(...)`` block, short traced blocks alternate with untraced blocks of the same
 length run under ``tracer.paused()`` (the same loop, nothing captured), in ABBA order. This
-machine's speed drifts by several percent within a second, so blocks are short (16 steps for
-``every=1``, one flush each; one 10-step cycle for ``every=10``, a flush every 16th) and many.
+machine's speed drifts by several percent within a second, so blocks are short (one flush
+window for ``every=1``: 64 steps; one 10-step cycle for ``every=10``, a flush every 6th) and many.
 The overhead is (summed traced time) / (summed untraced time) - 1, which counts measured steps,
 unmeasured steps and flushes in their true proportions, with its standard error over pairs;
 the median of the per-pair ratios is printed beside it. The tracer's first two measurements
@@ -13,7 +13,7 @@ timed apart; periodic rediscovery (every ``rediscover`` = 100 measurements) fall
 Memory: peak RSS of fresh processes tracing 100 and 1000 steps (JSONL sink, and the in-memory
 history). Targets: <= 5% (every=1), <= 1% (every=10); memory independent of the number of steps.
 
-    .venv/bin/python benchmarks/trace_overhead.py [--pairs 60] [--pairs-10 200] [--max-rows R]
+    .venv/bin/python benchmarks/trace_overhead.py [--pairs 40] [--pairs-10 200] [--max-rows R]
         [--device cuda]
 """
 
@@ -156,7 +156,7 @@ def peak_rss(steps: int, sink: str) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=60, help="block pairs for every=1")
+    parser.add_argument("--pairs", type=int, default=40, help="block pairs for every=1")
     parser.add_argument("--pairs-10", type=int, default=200, help="block pairs for every=10")
     parser.add_argument(
         "--max-rows", type=int, default=None, help="attention rows traced (the tracer's default)"

@@ -167,7 +167,6 @@ class ResponsibilityCall:
     kind: str
     logits: Tensor
     sign: float
-    keep: Keep
     layout: Callable[[Tensor], Tensor]
     labels: Tensor | None = None
     target: Tensor | None = None
@@ -178,12 +177,6 @@ class ResponsibilityCall:
     factor: Callable[[Tensor], Tensor] | None = None
     upstream: Tensor | None = None
     grad: Tensor | None = None
-
-    def on_upstream(self, grad: Tensor) -> None:
-        (self.upstream,) = self.keep("upstream", [grad])
-
-    def on_grad(self, grad: Tensor) -> None:
-        (self.grad,) = self.keep("grad", [grad], (self.logits.dtype,))
 
     def prepare(self) -> tuple[GroupKey, Inputs]:
         """The inputs of the statistics: ``logits``; for a cross-entropy its ``labels`` (with
@@ -238,8 +231,8 @@ class AttentionCall:
     forward residual of recomputed weights): ``"matmul"`` (:math:`o = \alpha v`) or
     ``"projection"`` (heads merged, then :math:`y = o W_o^\top + b_o` with ``out_weight``,
     ``out_bias``). For ``"projection"`` the output gradient ``g`` is the gradient of :math:`y`
-    on the traced rows, ``[Lq, R, E]`` (kept by ``grad_rows`` in :meth:`on_output_grad`), mapped
-    to the heads in the batched statistics, :math:`g_o = (\partial L/\partial y) W_o`.
+    on the traced rows, ``[Lq, R, E]`` (kept by the site's gradient hook), mapped to the heads
+    in the batched statistics, :math:`g_o = (\partial L/\partial y) W_o`.
     """
 
     name: str
@@ -257,7 +250,6 @@ class AttentionCall:
     heads: int = 0
     out_weight: Tensor | None = None
     out_bias: Tensor | None = None
-    grad_rows: Callable[[Tensor], Tensor] | None = None
     keep: Keep | None = None
     rows: int = 0
     g: Tensor | None = None
@@ -282,10 +274,6 @@ class AttentionCall:
             with torch.no_grad():
                 return projected_heads(x, self.heads)[2][0]
         return self.v
-
-    def on_output_grad(self, grad: Tensor) -> None:
-        """Keep the traced rows of the output gradient, taken by ``grad_rows``."""
-        self.g = self.grad_rows(grad)
 
     def prepare(self) -> tuple[GroupKey, Inputs]:
         """The inputs of the statistics: the weights (``alpha``; ``q``, ``k`` and a 4-D
@@ -766,6 +754,26 @@ class SiteCapture:
 
         self.current.handles.append(t.register_hook(run))
 
+    def _responsibility_hooks(self, call: ResponsibilityCall, out: Tensor, source: Tensor) -> None:
+        """Gradient hooks that keep the gradient of the loss output ``out`` (the call's
+        ``upstream``) and of its ``source`` (logits or distances, as ``grad``, in the logits'
+        dtype) in the call's slot row."""
+        slots, slot, name, handles = self.slots, self.slot, call.name, self.current.handles
+        dtypes = (call.logits.dtype,)
+
+        def keep_upstream(g: Tensor) -> None:
+            with untraced():
+                call.upstream = slots.keep((name, "upstream"), slot, [g])[0]
+
+        def keep_grad(g: Tensor) -> None:
+            with untraced():
+                call.grad = slots.keep((name, "grad"), slot, [g], dtypes)[0]
+
+        if isinstance(out, Tensor) and out.requires_grad:
+            handles.append(out.register_hook(keep_upstream))
+        if source.requires_grad:
+            handles.append(source.register_hook(keep_grad))
+
     # -- classification and mixture sites -------------------------------------------------------
 
     def _keeper(self, name: str) -> Keep:
@@ -813,7 +821,6 @@ class SiteCapture:
                 "classification",
                 logits,
                 1.0,
-                keep,
                 _rows1,
                 target=soft,
                 smoothing=smoothing,
@@ -827,7 +834,6 @@ class SiteCapture:
                 "classification",
                 kept[0],
                 1.0,
-                keep,
                 _rows1,
                 labels=kept[1],
                 class_weight=kept[2] if weight is not None else None,
@@ -836,8 +842,7 @@ class SiteCapture:
                 reduction=reduction,
             )
         self.current.calls.append(call)
-        self._hook(out, call.on_upstream)
-        self._hook(z, call.on_grad)
+        self._responsibility_hooks(call, out, z)
         return None
 
     def _cross_entropy(self, func: Any, args: Sequence, kwargs: dict) -> Any:
@@ -895,14 +900,12 @@ class SiteCapture:
             "classification",
             logits,
             -1.0,
-            keep,
             lambda g: _rows(g, dim),
             target=target,
             factor=lambda u: -_rows(u, dim).sum(-1),
         )
         self.current.calls.append(call)
-        self._hook(out, call.on_upstream)
-        self._hook(d, call.on_grad)
+        self._responsibility_hooks(call, out, d)
 
     def _logsumexp(self, func: Any, args: Sequence, kwargs: dict) -> Any:
         out = func(*args, **kwargs)
@@ -920,13 +923,11 @@ class SiteCapture:
             "mixture",
             logits,
             1.0,
-            keep,
             lambda g: _rows(g, dim),
             factor=lambda u: -u.reshape(-1),
         )
         self.current.calls.append(call)
-        self._hook(out, call.on_upstream)
-        self._hook(d, call.on_grad)
+        self._responsibility_hooks(call, out, d)
         return out
 
     # -- attention sites ------------------------------------------------------------------------
@@ -1027,9 +1028,7 @@ class SiteCapture:
         if name is None:
             return out
         p["self_attention"] = p["query"] is p["key"] is p["value"]
-        call = _mha_call(name, p, out[0], self.max_rows, self._keeper(name), False)
-        self.current.calls.append(call)
-        self._hook(out[0], call.on_output_grad)
+        self._mha_site(name, p, out[0], False)
         if self._key[2] == 1 and self._key[0] is not None:
             module = self.modules[self._key[0]]
             if _stock_mha(module) and p["out_proj_weight"] is module.out_proj.weight:
@@ -1047,18 +1046,68 @@ class SiteCapture:
         name = self._name("", None, self.names[id(module)])
         if name is None:
             return
-        y = output[0]
-        batch_first = module.batch_first
-        call = _mha_call(
+        self._mha_site(name, p, output[0], module.batch_first)
+
+    def _mha_site(self, name: str, p: dict, y: Tensor, batch_first: bool) -> None:
+        r"""A site of ``F.multi_head_attention_forward`` on the first ``max_rows`` batch rows.
+
+        ``p`` holds what that function takes (inputs ``[L, N, E]``, see :func:`_module_mha`);
+        the output ``y`` is ``[N, L, E]`` when ``batch_first`` (the module's own output), else
+        ``[L, N, E]``. What the heads need is kept as it is, on the traced rows (``[L, R, E]``),
+        with copies of the projection weights the step used (the optimizer changes them in
+        place), in one copy into the site's slot row; the heads are recomputed at the flush
+        (:func:`projected_heads`). One gradient hook keeps the traced rows of the output's
+        gradient.
+        """
+        rows, heads = self.max_rows, p["num_heads"]
+        names = ["query_in"]
+        sources = [p["query"][:, :rows]]
+        if p["use_separate_proj_weight"] or not p["self_attention"]:
+            names += ("key_in", "value_in")
+            sources += (p["key"][:, :rows], p["value"][:, :rows])
+        if p["use_separate_proj_weight"]:
+            names += ("q_weight", "k_weight", "v_weight")
+            sources += (p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"])
+        else:
+            names.append("in_weight")
+            sources.append(p["in_proj_weight"])
+        for n, kept_as in (("in_proj_bias", "in_bias"), ("out_proj_bias", "out_bias")):
+            if p[n] is not None:
+                names.append(kept_as)
+                sources.append(p[n])
+        if p["attn_mask"] is not None:
+            m = p["attn_mask"]
+            names.append("attn_mask")
+            sources.append(m[: rows * heads] if m.dim() == 3 else m)
+        if p["key_padding_mask"] is not None:
+            names.append("key_padding_mask")
+            sources.append(p["key_padding_mask"][:rows])
+        names += ("output", "out_weight")
+        sources += (y[:rows].transpose(0, 1) if batch_first else y[:, :rows], p["out_proj_weight"])
+        slots, slot = self.slots, self.slot
+        projection = dict(zip(names, slots.keep((name, "forward"), slot, sources), strict=True))
+        call = AttentionCall(
             name,
-            p,
-            y.transpose(0, 1) if batch_first else y,
-            self.max_rows,
-            self._keeper(name),
-            batch_first,
+            scale=1.0 / math.sqrt(p["query"].shape[-1] // heads),
+            output=projection.pop("output"),
+            reconstruct="projection",
+            out_weight=projection.pop("out_weight"),
+            out_bias=projection.pop("out_bias", None),
+            projection=projection,
+            heads=heads,
+            rows=rows,
         )
         self.current.calls.append(call)
-        self._hook(y, call.on_output_grad)
+        if not y.requires_grad:
+            return
+        key = (name, "grad")
+
+        def keep_gradient(g: Tensor) -> None:
+            with untraced():
+                g = g[:rows].transpose(0, 1) if batch_first else g[:, :rows]
+                call.g = slots.keep(key, slot, [g])[0]
+
+        self.current.handles.append(y.register_hook(keep_gradient))
 
 
 def _kept_rows(call: AttentionCall, tag: str, grad: Tensor) -> Tensor:
@@ -1068,60 +1117,6 @@ def _kept_rows(call: AttentionCall, tag: str, grad: Tensor) -> Tensor:
 
 def _mask_heads(mask: Tensor) -> Tensor:
     return mask.unsqueeze(1) if mask.dim() == 3 else mask
-
-
-def _mha_call(
-    name: str, p: dict, y: Tensor, rows: int, keep: Keep, batch_first: bool
-) -> AttentionCall:
-    r"""A site of ``F.multi_head_attention_forward`` on the first ``rows`` batch rows.
-
-    Inputs and output ``y`` are ``[L, N, E]`` (as that function takes them); what the heads
-    need is kept as it is, on the traced rows (``[L, R, E]``), with copies of the projection
-    weights the step used (the optimizer changes them in place): the heads are recomputed at
-    the flush (:func:`projected_heads`). The output gradient arrives ``[N, L, E]`` when
-    ``batch_first`` (the module's own output), else ``[L, N, E]``.
-    """
-    heads = p["num_heads"]
-    sources = {"query_in": p["query"][:, :rows]}
-    if p["use_separate_proj_weight"] or not p["self_attention"]:
-        sources["key_in"] = p["key"][:, :rows]
-        sources["value_in"] = p["value"][:, :rows]
-    if p["use_separate_proj_weight"]:
-        for n in ("q", "k", "v"):
-            sources[f"{n}_weight"] = p[f"{n}_proj_weight"]
-    else:
-        sources["in_weight"] = p["in_proj_weight"]
-    if p["in_proj_bias"] is not None:
-        sources["in_bias"] = p["in_proj_bias"]
-    if p["attn_mask"] is not None:
-        m = p["attn_mask"]
-        sources["attn_mask"] = m[: rows * heads] if m.dim() == 3 else m
-    if p["key_padding_mask"] is not None:
-        sources["key_padding_mask"] = p["key_padding_mask"][:rows]
-    sources["output"] = y[:, :rows]
-    sources["out_weight"] = p["out_proj_weight"]
-    if p["out_proj_bias"] is not None:
-        sources["out_bias"] = p["out_proj_bias"]
-    projection = dict(zip(sources, keep("forward", list(sources.values())), strict=True))
-    output, out_weight = projection.pop("output"), projection.pop("out_weight")
-    e = p["query"].shape[-1]
-    call = AttentionCall(
-        name,
-        scale=1.0 / math.sqrt(e // heads),
-        output=output,
-        reconstruct="projection",
-        projection=projection,
-        heads=heads,
-        out_weight=out_weight,
-        out_bias=projection.pop("out_bias", None),
-        grad_rows=(
-            (lambda g: keep("grad", [g[:rows].transpose(0, 1)])[0])
-            if batch_first
-            else (lambda g: keep("grad", [g[:, :rows]])[0])
-        ),
-        rows=rows,
-    )
-    return call
 
 
 def _stock_mha(module: nn.Module) -> bool:
