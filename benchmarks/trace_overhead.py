@@ -4,7 +4,7 @@ Overhead: one model and one loop, traced with ``every=1`` and then with ``every=
 each ``with Tracer(...)`` block, short traced blocks alternate with untraced blocks of the same
 length run under ``tracer.paused()`` (the same loop, nothing captured), in ABBA order. This
 machine's speed drifts by several percent within a second, so blocks are short (one flush
-window for ``every=1``: 64 steps; one 10-step cycle for ``every=10``, a flush every 6th) and many.
+window for ``every=1``: 64 steps; one 10-step cycle for ``every=10``, a flush every 64th) and many.
 The overhead is (summed traced time) / (summed untraced time) - 1, which counts measured steps,
 unmeasured steps and flushes in their true proportions, with its standard error over pairs;
 the median of the per-pair ratios is printed beside it. The tracer's first two measurements
@@ -13,6 +13,14 @@ timed apart; periodic rediscovery (every ``rediscover`` = 100 measurements) fall
 Memory: peak RSS of fresh processes tracing 100 and 1000 steps (JSONL sink, and the in-memory
 history). Targets: <= 5% (every=1), <= 1% (every=10); memory independent of the number of steps.
 
+The allocator: glibc trims the heap when a large block at its top is freed, and this loop then
+page-faults hundreds of times per step as it grows the heap again, traced or not (the minor
+faults per step of both arms are printed). How many it takes varies from one process to the
+next by hundreds of microseconds per step, more than the tracer costs, so by default the
+timing runs with trimming off (``mallopt(M_TRIM_THRESHOLD)``, ``M_MMAP_THRESHOLD``, as the
+``MALLOC_TRIM_THRESHOLD_`` environment variable would); ``--malloc default`` leaves glibc as
+it is.
+
     .venv/bin/python benchmarks/trace_overhead.py [--pairs 40] [--pairs-10 200] [--max-rows R]
         [--device cuda]
 """
@@ -20,8 +28,10 @@ history). Targets: <= 5% (every=1), <= 1% (every=10); memory independent of the 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import math
+import resource
 import statistics
 import subprocess
 import sys
@@ -116,13 +126,16 @@ def overhead(
             if i % every == 0:
                 discoveries += time.perf_counter() - start
         traced, plain = [], []
+        faults = {True: 0, False: 0}
         for i in range(pairs):
             for is_traced in (True, False) if i % 2 == 0 else (False, True):
+                before = _minor_faults()
                 if is_traced:
                     traced.append(_timed(model, opt, ids, y, steps, tracer))
                 else:
                     with tracer.paused():
                         plain.append(_timed(model, opt, ids, y, steps, None))
+                faults[is_traced] += _minor_faults() - before
     diffs = [t - p for t, p in zip(traced, plain, strict=True)]
     step = sum(plain) / (pairs * steps)
     return {
@@ -133,8 +146,26 @@ def overhead(
         "plain_ms": 1e3 * step,
         "traced_ms": 1e3 * sum(traced) / (pairs * steps),
         "block_steps": steps,
+        "faults_traced": faults[True] / (pairs * steps),
+        "faults_plain": faults[False] / (pairs * steps),
         "discovery_ms": 1e3 * (discoveries - 2 * step),
     }
+
+
+def _no_trim() -> None:
+    """Keep freed memory in the heap instead of returning it to the system (glibc only)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    libc.mallopt(-1, 2**30)  # M_TRIM_THRESHOLD
+    libc.mallopt(-3, 2**25)  # M_MMAP_THRESHOLD: fixed, so large blocks stay in the heap
+
+
+def _minor_faults() -> int:
+    """Minor page faults of this process so far (a heap trimmed and grown again faults on
+    every page it touches anew; both arms are counted to tell that apart from the tracer)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def peak_rss(steps: int, sink: str) -> float:
@@ -165,8 +196,16 @@ def main() -> None:
     parser.add_argument(
         "--device", default="cpu", help="where the model trains (cuda: a GPU figure; no target)"
     )
+    parser.add_argument(
+        "--malloc",
+        choices=("no-trim", "default"),
+        default="no-trim",
+        help="glibc heap trimming during the timing (see the module docstring)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.malloc == "no-trim":
+        _no_trim()
     torch.set_num_threads(1)
     model, opt, ids, y = make(args.device)
     block(model, opt, ids, y, 30, None)
@@ -185,12 +224,12 @@ def main() -> None:
         return
     print(
         f"small transformer: {LAYERS} layers, width {WIDTH}, {HEADS} heads, seq {SEQ}, "
-        f"batch {BATCH}; {args.device} (1 CPU thread); max_rows {Tracer(model, **kwargs).capture.max_rows}; "
+        f"batch {BATCH}; {args.device} (1 CPU thread); malloc {args.malloc}; max_rows {Tracer(model, **kwargs).capture.max_rows}; "
         "ABBA pairs of traced / paused blocks"
     )
     print(
         f"{'config':<9} {'pairs':>5} {'block':>5} {'untraced ms':>11} {'traced ms':>9} "
-        f"{'overhead':>15} {'median':>7} {'target':>6} {'discovery ms':>12}"
+        f"{'overhead':>15} {'median':>7} {'target':>6} {'discovery ms':>12} {'faults/step':>13}"
     )
     for (k, r), pairs, target in zip(
         result.items(), (args.pairs, args.pairs_10), (5.0, 1.0), strict=True
@@ -199,7 +238,8 @@ def main() -> None:
         print(
             f"{k:<9} {pairs:>5} {r['block_steps']:>5} {r['plain_ms']:>11.2f} "
             f"{r['traced_ms']:>9.2f} {spread:>15} {r['median_pct']:>6.2f}% "
-            f"{target:>5.0f}% {r['discovery_ms']:>12.1f}"
+            f"{target:>5.0f}% {r['discovery_ms']:>12.1f} "
+            f"{r['faults_traced']:>6.0f}/{r['faults_plain']:<6.0f}"
         )
     if rss:
         print("peak RSS (MiB, fresh process, traced every=1):")

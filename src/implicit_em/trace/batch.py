@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from implicit_em.attention import attention_scores
 from implicit_em.trace.metrics import (
     Stats,
     attention_stats_steps,
@@ -181,7 +182,8 @@ def attention_steps(
     x: Inputs, is_causal: bool, scale: float | None, reconstruct: str | None, heads: int = 0
 ) -> Stats:
     r"""Statistics of ``S`` stacked attention calls (in float32): the weights (recomputed from
-    ``q``, ``k`` when not captured, after recomputing ``heads`` heads from kept
+    ``q``, ``k`` when not captured, as :math:`\exp` of the log-softmax of the scores when no
+    mask excludes any entry, after recomputing ``heads`` heads from kept
     ``nn.MultiheadAttention`` inputs, :func:`~implicit_em.trace.sites.projected_heads`),
     :func:`~implicit_em.trace.metrics.attention_stats_steps`, and for recomputed weights the
     forward residual :math:`\max|\hat y - y|` of the output rebuilt from :math:`\alpha` and
@@ -191,10 +193,15 @@ def attention_steps(
         x = {**x, "q": q, "k": k, "v": v}
         if mask is not None:
             x["mask"] = mask
+    log_alpha = None
     if "alpha" in x:
         alpha = x["alpha"].float()
-    else:
+    elif "mask" in x or is_causal:
         alpha = attention_weights(x["q"], x["k"], x.get("mask"), is_causal, scale).float()
+    else:
+        log_alpha = torch.log_softmax(attention_scores(x["q"], x["k"], None, False, scale), -1)
+        log_alpha = log_alpha.float()
+        alpha = log_alpha.exp()
     v = x.get("v")
     v = None if v is None else v.float().expand(*alpha.shape[:-2], -1, -1)
     if "g_output" in x:
@@ -211,6 +218,7 @@ def attention_steps(
         None if grad_alpha is None else grad_alpha.float(),
         None if used is None else used.float(),
         grad_v,
+        log_alpha,
     )
     if reconstruct is not None and v is not None:
         out = x["output"].float()

@@ -423,8 +423,8 @@ class CapturedPass:
     """What one forward pass (training step or probe) captured."""
 
     calls: list[Call] = field(default_factory=list)
-    counts: Counter = field(default_factory=Counter)
-    keys: Counter = field(default_factory=Counter)
+    counts: dict[str, int] = field(default_factory=dict)
+    keys: dict[tuple[str | None, str], int] = field(default_factory=dict)
     found: dict[SiteKey, str] = field(default_factory=dict)
     early: set[SiteKey] = field(default_factory=set)
     skipped: set[str] = field(default_factory=set)
@@ -594,11 +594,12 @@ class SiteCapture:
         self._hooks = []
 
     def suspend(self) -> tuple[Plan | None, bool] | None:
-        """Stop observing for a while; returns what :meth:`resume` needs (None if not armed)."""
+        """Stop observing for a while, with every hook removed (suspended code runs as if
+        untraced); returns what :meth:`resume` needs (None if not armed)."""
         if not self._open:
             return None
         state = (self.current.plan, self._tail)
-        self.close()
+        self.disarm()
         return state
 
     def resume(self, state: tuple[Plan | None, bool] | None) -> None:
@@ -706,18 +707,24 @@ class SiteCapture:
         p = self.current
         if scope is None and self.stack:
             scope = self.stack[-1]
-        p.keys[(scope, suffix)] += 1
-        key = (scope, suffix, p.keys[(scope, suffix)])
+        n = p.keys.get((scope, suffix), 0) + 1
+        p.keys[(scope, suffix)] = n
+        key = (scope, suffix, n)
         self._key = key
-        if p.plan is None:
-            name = self._discovered_name(suffix, source)
-            if scope is None and not self._model_ran:
-                p.early.add(key)
-        else:
+        if p.plan is not None:
             name = p.plan.names.get(key)
             if name is None:
                 p.unplanned = True
                 return None
+            p.found[key] = name
+            if key not in p.plan.selected:
+                p.skipped.add(name)
+                return None
+            p.selected.add(key)
+            return name
+        name = self._discovered_name(suffix, source)
+        if scope is None and not self._model_ran:
+            p.early.add(key)
         p.found[key] = name
         self.seen.add(name)
         if not self._selected(name):
@@ -730,8 +737,8 @@ class SiteCapture:
         origin = self._origin(source)
         path = origin if origin is not None else (self.stack[-1] if self.stack else "")
         base = f"{path}.{suffix}" if path and suffix else (path or suffix or "attention")
-        self.current.counts[base] += 1
-        count = self.current.counts[base]
+        count = self.current.counts.get(base, 0) + 1
+        self.current.counts[base] = count
         return base if count == 1 else f"{base}#{count}"
 
     def _selected(self, name: str) -> bool:

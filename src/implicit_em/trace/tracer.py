@@ -64,10 +64,6 @@ _GRADIENT_METRICS = {
 }
 
 
-_FLUSH_STEPS = 64
-"""Training steps between two flushes by default (``flush_every = max(1, 64 // every)``)."""
-
-
 class NoSiteError(RuntimeError):
     """A measured step found no traceable site."""
 
@@ -131,10 +127,11 @@ class Tracer:
             that finds a different set of sites triggers a discovery at the next measurement.
         flush_every: measurements buffered before their statistics are computed (in one batched
             pass per group of equally shaped sites) and written; records reach the sinks in
-            batches of this many measured steps, and on leaving the ``with`` block. By default
-            about 64 training steps: ``max(1, 64 // every)`` measurements. A flush costs
-            mostly a fixed number of tensor operations, so longer batches cost less per step;
-            memory is bounded by ``flush_every`` times the captured rows of every site.
+            batches of this many measured steps, and on leaving the ``with`` block (also after an
+            exception); a process killed outright loses at most ``flush_every - 1``
+            measurements. A flush costs mostly a fixed number of tensor operations, so longer
+            batches cost less per measurement; memory is bounded by ``flush_every`` times the
+            captured rows of every site.
         flush_bytes: the bytes of the buffers that keep what measured steps capture
             (:class:`~implicit_em.trace.slots.Slots`, 256 MiB by default); sites beyond it keep
             copies of their own, and the tracer flushes early once those hold this many bytes,
@@ -152,15 +149,13 @@ class Tracer:
         max_components: int = 256,
         thresholds: Thresholds = Thresholds(),
         rediscover: int = 100,
-        flush_every: int | None = None,
+        flush_every: int = 64,
         flush_bytes: int = 2**28,
     ) -> None:
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be a positive integer, got {every!r}")
         if not isinstance(rediscover, int) or rediscover < 1:
             raise ValueError(f"rediscover must be a positive integer, got {rediscover!r}")
-        if flush_every is None:
-            flush_every = max(1, _FLUSH_STEPS // every)
         if not isinstance(flush_every, int) or flush_every < 1:
             raise ValueError(f"flush_every must be a positive integer, got {flush_every!r}")
         if not isinstance(flush_bytes, int) or flush_bytes < 1:
