@@ -761,25 +761,43 @@ class SiteCapture:
 
         self.current.handles.append(t.register_hook(run))
 
+    def _keep_gradient(
+        self,
+        t: Tensor,
+        call: Any,
+        attr: str,
+        key: tuple,
+        like: Tensor,
+        take: Callable[[Tensor], Tensor] | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        """A gradient hook on ``t`` that sets ``call.<attr>`` to a copy of its gradient (or of
+        ``take(gradient)``, shaped like ``like``): copied into the destination row resolved
+        now, in the pass's slot buffers (a clone when there is none or the shape differs)."""
+        slots, slot = self.slots, self.slot
+        destination = slots.destination(key, slot, like, dtype)
+
+        def hook(g: Tensor) -> None:
+            with untraced():
+                if take is not None:
+                    g = take(g)
+                if destination is not None and g.shape == destination.shape:
+                    destination.copy_(g.detach())
+                    setattr(call, attr, destination)
+                else:
+                    setattr(call, attr, slots.keep(key, None, [g], (dtype,))[0])
+
+        self.current.handles.append(t.register_hook(hook))
+
     def _responsibility_hooks(self, call: ResponsibilityCall, out: Tensor, source: Tensor) -> None:
         """Gradient hooks that keep the gradient of the loss output ``out`` (the call's
         ``upstream``) and of its ``source`` (logits or distances, as ``grad``, in the logits'
         dtype) in the call's slot row."""
-        slots, slot, name, handles = self.slots, self.slot, call.name, self.current.handles
-        dtypes = (call.logits.dtype,)
-
-        def keep_upstream(g: Tensor) -> None:
-            with untraced():
-                call.upstream = slots.keep((name, "upstream"), slot, [g])[0]
-
-        def keep_grad(g: Tensor) -> None:
-            with untraced():
-                call.grad = slots.keep((name, "grad"), slot, [g], dtypes)[0]
-
         if isinstance(out, Tensor) and out.requires_grad:
-            handles.append(out.register_hook(keep_upstream))
+            self._keep_gradient(out, call, "upstream", (call.name, "upstream"), out)
         if source.requires_grad:
-            handles.append(source.register_hook(keep_grad))
+            dtype = call.logits.dtype
+            self._keep_gradient(source, call, "grad", (call.name, "grad"), source, dtype=dtype)
 
     # -- classification and mixture sites -------------------------------------------------------
 
@@ -1089,8 +1107,9 @@ class SiteCapture:
         if p["key_padding_mask"] is not None:
             names.append("key_padding_mask")
             sources.append(p["key_padding_mask"][:rows])
+        output = y[:rows].transpose(0, 1) if batch_first else y[:, :rows]
         names += ("output", "out_weight")
-        sources += (y[:rows].transpose(0, 1) if batch_first else y[:, :rows], p["out_proj_weight"])
+        sources += (output, p["out_proj_weight"])
         slots, slot = self.slots, self.slot
         projection = dict(zip(names, slots.keep((name, "forward"), slot, sources), strict=True))
         call = AttentionCall(
@@ -1105,16 +1124,18 @@ class SiteCapture:
             rows=rows,
         )
         self.current.calls.append(call)
-        if not y.requires_grad:
-            return
-        key = (name, "grad")
+        if y.requires_grad:
+            self._keep_gradient(
+                y, call, "g", (name, "grad"), output, _rows_first(rows, batch_first)
+            )
 
-        def keep_gradient(g: Tensor) -> None:
-            with untraced():
-                g = g[:rows].transpose(0, 1) if batch_first else g[:, :rows]
-                call.g = slots.keep(key, slot, [g])[0]
 
-        self.current.handles.append(y.register_hook(keep_gradient))
+def _rows_first(rows: int, batch_first: bool) -> Callable[[Tensor], Tensor]:
+    """The first ``rows`` batch rows of a ``[N, L, E]`` (``batch_first``) or ``[L, N, E]``
+    tensor, as ``[L, R, E]``."""
+    if batch_first:
+        return lambda g: g[:rows].transpose(0, 1)
+    return lambda g: g[:, :rows]
 
 
 def _kept_rows(call: AttentionCall, tag: str, grad: Tensor) -> Tensor:

@@ -100,6 +100,21 @@ class Slots:
         finally:
             torch._C._set_grad_enabled(enabled)
 
+    def destination(
+        self, key: tuple, slot: int | None, like: Tensor, dtype: torch.dtype | None = None
+    ) -> Tensor | None:
+        """Row ``slot`` of the buffer of ``key`` for a tensor shaped like ``like`` (in
+        ``dtype``, else ``like``'s), for a copy made later (a gradient hook's); None when there
+        is no slot or no room (the copy is then a clone, :meth:`keep` with no slot)."""
+        if slot is None or slot >= self.capacity:
+            return None
+        dtypes = None if dtype is None else (dtype,)
+        shapes = (key, dtypes, like.shape)
+        store = self._stores.get(shapes, _MISSING)
+        if store is _MISSING:
+            store = self._store(key, shapes, [like], self._types([like], dtypes))
+        return None if store is None else store.rows[slot][0]
+
     @staticmethod
     def _types(
         sources: Sequence[Tensor], dtypes: Sequence[torch.dtype | None] | None
