@@ -94,9 +94,10 @@ def _weights_per_call(x: Inputs, heads: int) -> int:
     """The number of attention weights one call's inputs give."""
     if "alpha" in x:
         return x["alpha"].numel()
-    if "query_in" in x:
-        keys = x.get("key_in", x["query_in"]).shape[0]
-        return x["query_in"].shape[:-1].numel() * keys * heads
+    if "qkv" in x or "q_proj" in x:
+        q = x["qkv"] if "qkv" in x else x["q_proj"]
+        keys = q.shape[0] if "qkv" in x else x["k_proj"].shape[0]
+        return q.shape[:-1].numel() * keys * heads
     return x["q"].shape[:-1].numel() * x["k"].shape[-2]
 
 
@@ -183,12 +184,12 @@ def attention_steps(
 ) -> Stats:
     r"""Statistics of ``S`` stacked attention calls (in float32): the weights (recomputed from
     ``q``, ``k`` when not captured, as :math:`\exp` of the log-softmax of the scores when no
-    mask excludes any entry, after recomputing ``heads`` heads from kept
-    ``nn.MultiheadAttention`` inputs, :func:`~implicit_em.trace.sites.projected_heads`),
+    mask excludes any entry, after splitting ``heads`` heads from the kept
+    ``nn.MultiheadAttention`` projections, :func:`~implicit_em.trace.sites.projected_heads`),
     :func:`~implicit_em.trace.metrics.attention_stats_steps`, and for recomputed weights the
     forward residual :math:`\max|\hat y - y|` of the output rebuilt from :math:`\alpha` and
     :math:`v` with its maximum :math:`\max|y|`."""
-    if "query_in" in x:
+    if "qkv" in x or "q_proj" in x:
         q, k, v, mask = projected_heads(x, heads)
         x = {**x, "q": q, "k": k, "v": v}
         if mask is not None:

@@ -223,11 +223,9 @@ class AttentionCall:
     r"""An attention site: weights :math:`\alpha` ``[R, H, Lq, Lk]`` on the traced rows.
 
     ``alpha`` is the model's own weight tensor (eager softmax) or is recomputed at the flush
-    from ``q``, ``k`` and the mask (fused SDPA) or from the inputs and in-projections kept in
-    ``projection`` (``nn.MultiheadAttention``: ``query_in`` ``[Lq, R, E]``, ``key_in`` and
-    ``value_in`` unless it is self-attention, ``in_weight`` or ``q_weight``/``k_weight``/
-    ``v_weight``, ``in_bias``, ``attn_mask``, ``key_padding_mask`` on the traced rows; ``heads``
-    heads). ``reconstruct`` says how weights and values map to the captured ``output`` (for the
+    from ``q``, ``k`` and the mask (fused SDPA) or from the projections kept in ``projection``
+    (``nn.MultiheadAttention``: ``qkv`` ``[Lq, R, 3E]``, or ``q_proj``, ``k_proj``, ``v_proj``,
+    and ``attn_mask``, ``key_padding_mask`` on the traced rows; ``heads`` heads). ``reconstruct`` says how weights and values map to the captured ``output`` (for the
     forward residual of recomputed weights): ``"matmul"`` (:math:`o = \alpha v`) or
     ``"projection"`` (heads merged, then :math:`y = o W_o^\top + b_o` with ``out_weight``,
     ``out_bias``). For ``"projection"`` the output gradient ``g`` is the gradient of :math:`y`
@@ -309,40 +307,23 @@ def attention_weights(
 
 
 def projected_heads(x: Inputs, heads: int) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-    r"""The heads of ``nn.MultiheadAttention`` recomputed from its kept inputs (see
-    :class:`AttentionCall`), each with a leading step axis ``S``: the inputs ``[S, L, R, E]``
-    are taken rows first and projected, :math:`q = x W_q^\top + b_q` (one packed product for
-    self-attention, as the module computes it), then split into ``heads``; ``q``, ``k``, ``v``
-    are ``[S, R, H, L, E/H]`` (in at least float32) and the mask is additive, broadcastable to
+    r"""The heads of ``nn.MultiheadAttention`` from its kept projections (see
+    :class:`AttentionCall`), each with a leading step axis ``S``: ``qkv`` (or ``q_proj``,
+    ``k_proj``, ``v_proj``), ``[S, L, R, E]``, split into ``heads``; ``q``, ``k``, ``v`` are
+    ``[S, R, H, L, E/H]`` (in at least float32) and the mask is additive, broadcastable to
     ``[S, R, H, Lq, Lk]`` (boolean masks mark positions left out), or None."""
-    query = x["query_in"]
-    dtype = torch.promote_types(query.dtype, torch.float32)
-    bias = x.get("in_bias")
-    s, lq, rows = query.shape[:3]
-
-    def project(t: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
-        """:math:`x W^\top + b` of ``t[S, L, R, E]`` as ``[S, R, L, E']`` (one batched product)."""
-        flat = t.to(dtype).transpose(1, 2).reshape(s, -1, t.shape[-1])
-        w = w.to(dtype).transpose(-2, -1)
-        y = torch.bmm(flat, w) if b is None else torch.baddbmm(b.to(dtype).unsqueeze(1), flat, w)
-        return y.reshape(s, rows, t.shape[1], -1)
-
-    if "key_in" not in x and "in_weight" in x:
-        q, k, v = project(query, x["in_weight"], bias).chunk(3, dim=-1)
+    if "qkv" in x:
+        q, k, v = x["qkv"].chunk(3, dim=-1)
     else:
-        if "in_weight" in x:
-            ws = x["in_weight"].chunk(3, dim=1)
-        else:
-            ws = (x["q_weight"], x["k_weight"], x["v_weight"])
-        bs = (None,) * 3 if bias is None else bias.chunk(3, dim=-1)
-        xs = (query, x.get("key_in", query), x.get("value_in", query))
-        q, k, v = (project(t, w, b) for t, w, b in zip(xs, ws, bs, strict=True))
+        q, k, v = x["q_proj"], x["k_proj"], x["v_proj"]
+    dtype = torch.promote_types(q.dtype, torch.float32)
 
     def split(t: Tensor) -> Tensor:
-        return t.reshape(*t.shape[:3], heads, -1).transpose(2, 3)
+        s, length, r, e = t.shape
+        return t.to(dtype).reshape(s, length, r, heads, e // heads).permute(0, 2, 3, 1, 4)
 
     q, k, v = split(q), split(k), split(v)
-    lk = k.shape[-2]
+    s, lq, lk = q.shape[0], q.shape[-2], k.shape[-2]
     parts = []
     if "attn_mask" in x:
         m = x["attn_mask"]
@@ -775,7 +756,9 @@ class SiteCapture:
         ``take(gradient)``, shaped like ``like``): copied into the destination row resolved
         now, in the pass's slot buffers (a clone when there is none or the shape differs)."""
         slots, slot = self.slots, self.slot
-        destination = slots.destination(key, slot, like, dtype)
+        destination = slots.destination(
+            key, slot, like.shape, like.dtype if dtype is None else dtype, like.device
+        )
 
         def hook(g: Tensor) -> None:
             with untraced():
@@ -1078,28 +1061,33 @@ class SiteCapture:
 
         ``p`` holds what that function takes (inputs ``[L, N, E]``, see :func:`_module_mha`);
         the output ``y`` is ``[N, L, E]`` when ``batch_first`` (the module's own output), else
-        ``[L, N, E]``. What the heads need is kept as it is, on the traced rows (``[L, R, E]``),
-        with copies of the projection weights the step used (the optimizer changes them in
-        place), in one copy into the site's slot row; the heads are recomputed at the flush
-        (:func:`projected_heads`). One gradient hook keeps the traced rows of the output's
-        gradient.
+        ``[L, N, E]``. The in-projections of the traced rows (``[L, R, E]``) are computed into
+        the site's slot row (``qkv``, one product for self-attention, as the module computes
+        it; else ``q_proj``, ``k_proj``, ``v_proj``); the output rows, a copy of the output
+        projection the step used (the optimizer changes it in place) and the masks are kept in
+        one copy; the heads are split at the flush (:func:`projected_heads`). One gradient hook
+        keeps the traced rows of the output's gradient.
         """
         rows, heads = self.max_rows, p["num_heads"]
-        names = ["query_in"]
-        sources = [p["query"][:, :rows]]
-        if p["use_separate_proj_weight"] or not p["self_attention"]:
-            names += ("key_in", "value_in")
-            sources += (p["key"][:, :rows], p["value"][:, :rows])
-        if p["use_separate_proj_weight"]:
-            names += ("q_weight", "k_weight", "v_weight")
-            sources += (p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"])
+        query = p["query"][:, :rows]
+        weight, bias = p["in_proj_weight"], p["in_proj_bias"]
+        if not p["use_separate_proj_weight"] and p["self_attention"]:
+            projection = {"qkv": self._project(name, "qkv", query, weight, bias)}
         else:
-            names.append("in_weight")
-            sources.append(p["in_proj_weight"])
-        for n, kept_as in (("in_proj_bias", "in_bias"), ("out_proj_bias", "out_bias")):
-            if p[n] is not None:
-                names.append(kept_as)
-                sources.append(p[n])
+            if p["use_separate_proj_weight"]:
+                ws = (p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"])
+            else:
+                ws = weight.chunk(3)
+            bs = (None,) * 3 if bias is None else bias.chunk(3)
+            xs = (query, p["key"][:, :rows], p["value"][:, :rows])
+            projection = {
+                tag: self._project(name, tag, x, w, b)
+                for tag, x, w, b in zip(("q_proj", "k_proj", "v_proj"), xs, ws, bs, strict=True)
+            }
+        names, sources = [], []
+        if p["out_proj_bias"] is not None:
+            names.append("out_bias")
+            sources.append(p["out_proj_bias"])
         if p["attn_mask"] is not None:
             m = p["attn_mask"]
             names.append("attn_mask")
@@ -1110,8 +1098,8 @@ class SiteCapture:
         output = y[:rows].transpose(0, 1) if batch_first else y[:, :rows]
         names += ("output", "out_weight")
         sources += (output, p["out_proj_weight"])
-        slots, slot = self.slots, self.slot
-        projection = dict(zip(names, slots.keep((name, "forward"), slot, sources), strict=True))
+        kept = self.slots.keep((name, "forward"), self.slot, sources)
+        projection.update(zip(names, kept, strict=True))
         call = AttentionCall(
             name,
             scale=1.0 / math.sqrt(p["query"].shape[-1] // heads),
@@ -1125,9 +1113,28 @@ class SiteCapture:
         )
         self.current.calls.append(call)
         if y.requires_grad:
-            self._keep_gradient(
-                y, call, "g", (name, "grad"), output, _rows_first(rows, batch_first)
-            )
+            take = _rows_first(rows, batch_first)
+            self._keep_gradient(y, call, "g", (name, "grad"), output, take)
+
+    def _project(
+        self, name: str, tag: str, x: Tensor, weight: Tensor, bias: Tensor | None
+    ) -> Tensor:
+        r"""The projection :math:`x W^\top + b` of the traced rows ``x[L, R, E]``, ``[L, R, E']``,
+        computed into the site's slot row (a tensor of its own without one)."""
+        lq, r, e = x.shape
+        out = self.slots.destination(
+            (name, tag), self.slot, (lq, r, weight.shape[0]), x.dtype, x.device
+        )
+        with torch.no_grad():
+            flat = x.reshape(lq * r, e)
+            if out is None:
+                out = F.linear(flat, weight, bias).reshape(lq, r, -1)
+                self.slots.cloned += out.nbytes
+            elif bias is None:
+                torch.mm(flat, weight.t(), out=out.view(lq * r, -1))
+            else:
+                torch.addmm(bias, flat, weight.t(), out=out.view(lq * r, -1))
+        return out
 
 
 def _rows_first(rows: int, batch_first: bool) -> Callable[[Tensor], Tensor]:

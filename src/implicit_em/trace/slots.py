@@ -17,6 +17,7 @@ are plain clones.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -43,11 +44,8 @@ class _Store:
     """The buffers of one site and one set of shapes: ``[capacity, *shape]`` each, with the
     per-row views precomputed."""
 
-    def __init__(self, like: Sequence[Tensor], dtypes: Sequence[torch.dtype], capacity: int):
-        buffers = [
-            torch.empty((capacity, *t.shape), dtype=d, device=t.device)
-            for t, d in zip(like, dtypes, strict=True)
-        ]
+    def __init__(self, specs: Sequence[tuple[tuple, torch.dtype, torch.device]], capacity: int):
+        buffers = [torch.empty((capacity, *shape), dtype=d, device=dev) for shape, d, dev in specs]
         self.rows = [[b[s] for b in buffers] for s in range(capacity)]
 
 
@@ -85,7 +83,9 @@ class Slots:
             shapes = (key, dtypes, *[s.shape for s in sources])
             store = self._stores.get(shapes, _MISSING)
             if store is _MISSING:
-                store = self._store(key, shapes, sources, self._types(sources, dtypes))
+                types = self._types(sources, dtypes)
+                specs = [(t.shape, d, t.device) for t, d in zip(sources, types, strict=True)]
+                store = self._store(key, shapes, specs)
         enabled = torch.is_grad_enabled()
         torch._C._set_grad_enabled(False)
         try:
@@ -101,18 +101,22 @@ class Slots:
             torch._C._set_grad_enabled(enabled)
 
     def destination(
-        self, key: tuple, slot: int | None, like: Tensor, dtype: torch.dtype | None = None
+        self,
+        key: tuple,
+        slot: int | None,
+        shape: tuple,
+        dtype: torch.dtype,
+        device: torch.device,
     ) -> Tensor | None:
-        """Row ``slot`` of the buffer of ``key`` for a tensor shaped like ``like`` (in
-        ``dtype``, else ``like``'s), for a copy made later (a gradient hook's); None when there
-        is no slot or no room (the copy is then a clone, :meth:`keep` with no slot)."""
+        """Row ``slot`` of the buffer of ``key`` for a tensor of this shape, dtype and device,
+        to be written later (by a gradient hook, or as the ``out=`` of a product); None when
+        there is no slot or no room (the caller then makes a tensor of its own)."""
         if slot is None or slot >= self.capacity:
             return None
-        dtypes = None if dtype is None else (dtype,)
-        shapes = (key, dtypes, like.shape)
+        shapes = (key, (dtype,), shape)
         store = self._stores.get(shapes, _MISSING)
         if store is _MISSING:
-            store = self._store(key, shapes, [like], self._types([like], dtypes))
+            store = self._store(key, shapes, [(shape, dtype, device)])
         return None if store is None else store.rows[slot][0]
 
     @staticmethod
@@ -124,19 +128,17 @@ class Slots:
         return [s.dtype if d is None else d for s, d in zip(sources, dtypes, strict=True)]
 
     def _store(
-        self, key: tuple, shapes: tuple, sources: Sequence[Tensor], types: list[torch.dtype]
+        self, key: tuple, shapes: tuple, specs: list[tuple[tuple, torch.dtype, torch.device]]
     ) -> _Store | None:
         """A new store for ``shapes`` (the key, the dtypes asked for and the sources' shapes),
         or None (remembered) when the site has ``max_shapes`` stores already or the buffers
         would take the total past ``max_bytes``. A store's dtypes and device are those of its
         first sources; later copies are cast to them."""
         n = self._count.get(key, 0)
-        size = self.capacity * sum(
-            s.numel() * d.itemsize for s, d in zip(sources, types, strict=True)
-        )
+        size = self.capacity * sum(math.prod(shape) * d.itemsize for shape, d, _ in specs)
         store = None
         if n < self.max_shapes and self.allocated + size <= self.max_bytes:
-            store = _Store(sources, types, self.capacity)
+            store = _Store(specs, self.capacity)
             self._count[key] = n + 1
             self.allocated += size
         self._stores[shapes] = store
