@@ -46,3 +46,16 @@ def test_each_site_keeps_at_most_max_shapes_sets_of_buffers():
         slots.keep(("site", "forward"), 0, [torch.ones(n)])
     assert slots.allocated == 2 * (3 + 4) * 4
     assert slots.cloned == 5 * 4
+
+
+def test_a_destination_row_is_the_row_keep_would_fill():
+    """A gradient hook (or a product's ``out=``) writes into a row chosen in advance: the same
+    buffers as :meth:`Slots.keep` for that key, shape and dtype; None without a slot or room."""
+    slots = Slots(capacity=2, max_bytes=2**20)
+    g = torch.randn(3, 4)
+    row = slots.destination(("site", "grad"), 1, g.shape, torch.float32, g.device)
+    (kept,) = slots.keep(("site", "grad"), 1, [g], (torch.float32,))
+    assert row is not None and row.data_ptr() == kept.data_ptr()
+    assert slots.destination(("site", "grad"), None, g.shape, torch.float32, g.device) is None
+    full = Slots(capacity=2, max_bytes=0)
+    assert full.destination(("site", "grad"), 0, g.shape, torch.float32, g.device) is None
