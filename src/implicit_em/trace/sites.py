@@ -2,14 +2,17 @@ r"""Sites: the places in a model where responsibilities can be read, found witho
 
 One uniform abstraction (the TransformerLens hook-point idea) over every kind of site: a *call*
 captured during a measured forward pass, named by the module path that produced it, which
-receives its gradients through ``Tensor.register_hook`` and keeps the small detached tensors
-its statistics need (``prepare``), reduced later in batches of steps
-(:mod:`implicit_em.trace.batch`). Attention keeps only its first ``max_rows`` batch rows.
+receives its gradients through ``Tensor.register_hook`` and keeps copies of the small tensors
+its statistics need in the pass's slot buffers (:mod:`implicit_em.trace.slots`), reduced later
+in batches of steps (:mod:`implicit_em.trace.batch`). Attention keeps only its first
+``max_rows`` batch rows.
 
 Discovery uses PyTorch's own mechanisms: a :class:`~torch.overrides.TorchFunctionMode` sees
 ``F.cross_entropy``, ``F.nll_loss`` of a ``log_softmax``, ``F.scaled_dot_product_attention``
 (weights recomputed from the captured ``q``, ``k`` for the traced rows, so fused kernels need no
-change), ``F.multi_head_attention_forward`` (heads recomputed from its projections), the
+change), ``F.multi_head_attention_forward`` (its in-projections of the traced rows computed at
+capture, the heads split at the flush; a narrow pass reads a stock ``nn.MultiheadAttention``
+from the module's own forward hook instead), the
 softmax of eager attention (a softmax over the last axis of a tensor with three or more axes,
 followed by a matmul with the values) and this package's :func:`~implicit_em.objectives.mixture_nll`
 and :func:`~implicit_em.objectives.cross_entropy` (recognized by their code objects on the stack

@@ -9,8 +9,8 @@ r"""The :class:`Tracer`: responsibilities read from gradients during ordinary tr
     tracer.history.to_pandas()
 
 On a measured step (every ``every``-th, starting with the first) the tracer arms the site capture
-(:mod:`implicit_em.trace.sites`) for the forward and backward pass; at :meth:`Tracer.step` it
-keeps the small detached tensors each captured site needs and runs the probe batch. Every
+(:mod:`implicit_em.trace.sites`) for the forward and backward pass, which copies what each site
+needs into preallocated slot buffers; at :meth:`Tracer.step` it runs the probe batch. Every
 ``flush_every`` measurements (and on leaving the ``with`` block) it reduces all buffered
 measurements to statistics in batches (:mod:`implicit_em.trace.batch`), all-reduces them under
 DDP, raises collapse alarms and writes one record per site per measured step. Between measured
