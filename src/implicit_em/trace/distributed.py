@@ -79,6 +79,29 @@ def _all_reduce(t: torch.Tensor, op: dist.ReduceOp, timeout: float = 5.0) -> Non
         time.sleep(1e-4)
 
 
+def _on_cpu(stats: list[Stats]) -> list[Stats]:
+    """The statistics in float64 on the CPU, with one transfer per device (a transfer from a GPU
+    waits for its queued work: one wait per flush instead of one per statistic)."""
+    by_device: dict[torch.device, list[torch.Tensor]] = {}
+    for s in stats:
+        for v in s.values():
+            by_device.setdefault(v.device, []).append(v.reshape(-1).double())
+    flat = {
+        d: (torch.cat(parts) if d.type == "cpu" else torch.cat(parts).cpu())
+        for d, parts in by_device.items()
+    }
+    offsets = dict.fromkeys(flat, 0)
+    out = []
+    for s in stats:
+        moved = {}
+        for k, v in s.items():
+            n, i = v.numel(), offsets[v.device]
+            moved[k] = flat[v.device][i : i + n].reshape(v.shape)
+            offsets[v.device] = i + n
+        out.append(moved)
+    return out
+
+
 def reduce_stats(stats: list[Stats], across_ranks: bool = True) -> list[Stats]:
     """All-reduce the statistics of every site (returned in float64 on the CPU); a no-op on one
     process or with ``across_ranks=False``.
@@ -86,7 +109,7 @@ def reduce_stats(stats: list[Stats], across_ranks: bool = True) -> list[Stats]:
     Every rank must have captured the same sites with the same shapes (as under DDP); a
     mismatch raises ``RuntimeError`` instead of silently mixing sites.
     """
-    stats = [{k: v.double().cpu() for k, v in s.items()} for s in stats]
+    stats = _on_cpu(stats)
     if not (across_ranks and is_distributed()):
         return stats
     device = _collective_device()
