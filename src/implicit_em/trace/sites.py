@@ -143,11 +143,6 @@ def _signature(inputs: Inputs) -> tuple:
     return tuple([(n, t.shape, t.dtype) for n, t in inputs.items()])
 
 
-Keep = Callable[..., list[Tensor]]
-"""``keep(tag, sources, dtypes=None)``: copies of ``sources`` that outlive the step (in the
-site's slot buffers for the measured step, :class:`~implicit_em.trace.slots.Slots`)."""
-
-
 @dataclass(eq=False)
 class ResponsibilityCall:
     r"""A classification (cross-entropy) or mixture (LSE) site captured in one forward pass.
@@ -251,7 +246,6 @@ class AttentionCall:
     heads: int = 0
     out_weight: Tensor | None = None
     out_bias: Tensor | None = None
-    keep: Keep | None = None
     rows: int = 0
     g: Tensor | None = None
     grad_alpha: Tensor | None = None
@@ -735,16 +729,6 @@ class SiteCapture:
             self._selection[name] = chosen
         return chosen
 
-    def _hook(self, t: Tensor, fn: Callable[[Tensor], None]) -> None:
-        if not (isinstance(t, Tensor) and t.requires_grad):
-            return
-
-        def run(grad: Tensor) -> None:
-            with untraced():
-                fn(grad)
-
-        self.current.handles.append(t.register_hook(run))
-
     def _keep_gradient(
         self,
         t: Tensor,
@@ -754,14 +738,19 @@ class SiteCapture:
         like: Tensor,
         take: Callable[[Tensor], Tensor] | None = None,
         dtype: torch.dtype | None = None,
+        post: Callable[[Tensor], Tensor] | None = None,
     ) -> None:
-        """A gradient hook on ``t`` that sets ``call.<attr>`` to a copy of its gradient (or of
-        ``take(gradient)``, shaped like ``like``): copied into the destination row resolved
-        now, in the pass's slot buffers (a clone when there is none or the shape differs)."""
+        """A gradient hook on ``t`` (if it requires grad) that sets ``call.<attr>`` to a copy of
+        its gradient (or of ``take(gradient)``, shaped like ``like``; seen through ``post``):
+        copied into the destination row resolved now, in the pass's slot buffers (a clone when
+        there is none or the shape differs)."""
+        if not (isinstance(t, Tensor) and t.requires_grad):
+            return
         slots, slot = self.slots, self.slot
         destination = slots.destination(
             key, slot, like.shape, like.dtype if dtype is None else dtype, like.device
         )
+        kept = destination if destination is None or post is None else post(destination)
 
         def hook(g: Tensor) -> None:
             with untraced():
@@ -769,32 +758,36 @@ class SiteCapture:
                     g = take(g)
                 if destination is not None and g.shape == destination.shape:
                     destination.copy_(g.detach())
-                    setattr(call, attr, destination)
+                    setattr(call, attr, kept)
                 else:
-                    setattr(call, attr, slots.keep(key, None, [g], (dtype,))[0])
+                    clone = slots.keep(key, None, [g], (dtype,))[0]
+                    setattr(call, attr, clone if post is None else post(clone))
 
         self.current.handles.append(t.register_hook(hook))
+
+    def _keep(
+        self, name: str, tag: str, sources: Sequence[Tensor], dtypes: tuple | None = None
+    ) -> list[Tensor]:
+        """Copies of ``sources`` kept for site ``name`` in this pass's slot row
+        (:meth:`~implicit_em.trace.slots.Slots.keep`)."""
+        return self.slots.keep((name, tag), self.slot, sources, dtypes)
+
+    def _keep_rows_gradient(self, t: Tensor, call: AttentionCall, attr: str) -> None:
+        """Keep the first ``call.rows`` batch rows of the gradient of ``t`` as ``call.<attr>``,
+        with a head axis (:func:`_heads`)."""
+        rows = call.rows
+        like = t[:rows]
+        self._keep_gradient(t, call, attr, (call.name, attr), like, lambda g: g[:rows], post=_heads)
 
     def _responsibility_hooks(self, call: ResponsibilityCall, out: Tensor, source: Tensor) -> None:
         """Gradient hooks that keep the gradient of the loss output ``out`` (the call's
         ``upstream``) and of its ``source`` (logits or distances, as ``grad``, in the logits'
         dtype) in the call's slot row."""
-        if isinstance(out, Tensor) and out.requires_grad:
-            self._keep_gradient(out, call, "upstream", (call.name, "upstream"), out)
-        if source.requires_grad:
-            dtype = call.logits.dtype
-            self._keep_gradient(source, call, "grad", (call.name, "grad"), source, dtype=dtype)
+        self._keep_gradient(out, call, "upstream", (call.name, "upstream"), out)
+        dtype = call.logits.dtype
+        self._keep_gradient(source, call, "grad", (call.name, "grad"), source, dtype=dtype)
 
     # -- classification and mixture sites -------------------------------------------------------
-
-    def _keeper(self, name: str) -> Keep:
-        """The :data:`Keep` of site ``name`` in this pass (its slot, if the pass has one)."""
-        slots, slot = self.slots, self.slot
-
-        def keep(tag: str, sources: Sequence[Tensor], dtypes: tuple | None = None) -> list:
-            return slots.keep((name, tag), slot, sources, dtypes)
-
-        return keep
 
     def _add_classification(
         self,
@@ -821,12 +814,11 @@ class SiteCapture:
         name = self._name(suffix, z)
         if name is None:
             return None
-        keep = self._keeper(name)
         dtype = torch.float32 if z.dtype in (torch.float16, torch.bfloat16) else z.dtype
         logits = z if z.dim() == 2 else _rows(z.detach(), 1)
         if target.is_floating_point():
             soft = target if target.dim() == 2 else _rows(target.detach(), 1)
-            logits, soft = keep("forward", [logits, soft], (dtype, dtype))
+            logits, soft = self._keep(name, "forward", [logits, soft], (dtype, dtype))
             call = ResponsibilityCall(
                 name,
                 "classification",
@@ -839,7 +831,7 @@ class SiteCapture:
             )
         else:
             sources = [logits, target.reshape(-1)] + ([] if weight is None else [weight])
-            kept = keep("forward", sources, (dtype, None, dtype)[: len(sources)])
+            kept = self._keep(name, "forward", sources, (dtype, None, dtype)[: len(sources)])
             call = ResponsibilityCall(
                 name,
                 "classification",
@@ -902,9 +894,8 @@ class SiteCapture:
         name = self._name("ce", d)
         if name is None:
             return
-        keep = self._keeper(name)
-        logits, target = keep(
-            "forward", [_rows(safe.detach(), dim), _rows(t.detach(), dim)], (None, safe.dtype)
+        logits, target = self._keep(
+            name, "forward", [_rows(safe.detach(), dim), _rows(t.detach(), dim)], (None, safe.dtype)
         )
         call = ResponsibilityCall(
             name,
@@ -927,8 +918,7 @@ class SiteCapture:
         name = self._name("mixture", d)
         if name is None:
             return out
-        keep = self._keeper(name)
-        (logits,) = keep("forward", [_rows(args[0].detach(), dim)])
+        (logits,) = self._keep(name, "forward", [_rows(args[0].detach(), dim)])
         call = ResponsibilityCall(
             name,
             "mixture",
@@ -952,12 +942,12 @@ class SiteCapture:
         name = self._name("", None)
         if name is None:
             return out
-        rows, keep = self.max_rows, self._keeper(name)
-        (alpha,) = keep("alpha", [out[:rows]])
-        call = AttentionCall(name, alpha=_heads(alpha), keep=keep, rows=rows)
+        rows = self.max_rows
+        (alpha,) = self._keep(name, "alpha", [out[:rows]])
+        call = AttentionCall(name, alpha=_heads(alpha), rows=rows)
         self.current.calls.append(call)
         self.tracked[id(out)] = (weakref.ref(out), call)
-        self._hook(out, lambda g, c=call: setattr(c, "grad_alpha", _kept_rows(c, "grad_alpha", g)))
+        self._keep_rows_gradient(out, call, "grad_alpha")
         return out
 
     def _tracked(self, t: Any) -> AttentionCall | None:
@@ -988,10 +978,10 @@ class SiteCapture:
         if call is None or call.v is not None:
             return out
         rows = call.rows
-        used, v = call.keep("matmul", [args[0][:rows], args[1][:rows]])
+        used, v = self._keep(call.name, "matmul", [args[0][:rows], args[1][:rows]])
         call.used, call.v = _heads(used), _heads(v)
-        self._hook(out, lambda g, c=call: setattr(c, "g", _kept_rows(c, "g", g)))
-        self._hook(args[1], lambda g, c=call: setattr(c, "grad_v", _kept_rows(c, "grad_v", g)))
+        self._keep_rows_gradient(out, call, "g")
+        self._keep_rows_gradient(args[1], call, "grad_v")
         return out
 
     def _sdpa(self, func: Any, args: Sequence, kwargs: dict) -> Any:
@@ -1001,12 +991,12 @@ class SiteCapture:
         name = self._name("", None)
         if name is None:
             return out
-        rows, keep = self.max_rows, self._keeper(name)
+        rows = self.max_rows
         sources = [p["query"][:rows], p["key"][:rows], p["value"][:rows], out[:rows]]
         mask = p.get("attn_mask")
         if isinstance(mask, Tensor):
             sources.append(mask[:rows] if mask.dim() == sources[0].dim() else mask)
-        kept = keep("forward", sources)
+        kept = self._keep(name, "forward", sources)
         q, k, v = kept[:3]
         if p.get("enable_gqa") and k.shape[-3] != q.shape[-3]:
             k = k.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3)
@@ -1021,12 +1011,11 @@ class SiteCapture:
             v=_heads(v),
             output=_heads(kept[3]),
             reconstruct="matmul",
-            keep=keep,
             rows=rows,
         )
         self.current.calls.append(call)
-        self._hook(out, lambda g, c=call: setattr(c, "g", _kept_rows(c, "g", g)))
-        self._hook(p["value"], lambda g, c=call: setattr(c, "grad_v", _kept_rows(c, "grad_v", g)))
+        self._keep_rows_gradient(out, call, "g")
+        self._keep_rows_gradient(p["value"], call, "grad_v")
         return out
 
     def _mha(self, func: Any, args: Sequence, kwargs: dict) -> Any:
@@ -1146,11 +1135,6 @@ def _rows_first(rows: int, batch_first: bool) -> Callable[[Tensor], Tensor]:
     if batch_first:
         return lambda g: g[:rows].transpose(0, 1)
     return lambda g: g[:, :rows]
-
-
-def _kept_rows(call: AttentionCall, tag: str, grad: Tensor) -> Tensor:
-    """The kept copy of the traced rows of a gradient, with a head axis (:func:`_heads`)."""
-    return _heads(call.keep(tag, [grad[: call.rows]])[0])
 
 
 def _mask_heads(mask: Tensor) -> Tensor:
