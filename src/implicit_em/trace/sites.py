@@ -128,10 +128,6 @@ def _rows1(t: Tensor) -> Tensor:
     return t if t.dim() == 2 else _rows(t, 1)
 
 
-def _detach(t: Tensor | None) -> Tensor | None:
-    return None if t is None else t.detach()
-
-
 Inputs = dict[str, Tensor]
 """The small detached tensors a site's statistics need, by name (see ``prepare``)."""
 
@@ -223,7 +219,8 @@ class AttentionCall:
     ``alpha`` is the model's own weight tensor (eager softmax) or is recomputed at the flush
     from ``q``, ``k`` and the mask (fused SDPA) or from the projections kept in ``projection``
     (``nn.MultiheadAttention``: ``qkv`` ``[Lq, R, 3E]``, or ``q_proj``, ``k_proj``, ``v_proj``,
-    and ``attn_mask``, ``key_padding_mask`` on the traced rows; ``heads`` heads). ``reconstruct`` says how weights and values map to the captured ``output`` (for the
+    and ``attn_mask``, ``key_padding_mask`` on the traced rows; ``heads`` heads).
+    ``reconstruct`` says how weights and values map to the captured ``output`` (for the
     forward residual of recomputed weights): ``"matmul"`` (:math:`o = \alpha v`) or
     ``"projection"`` (heads merged, then :math:`y = o W_o^\top + b_o` with ``out_weight``,
     ``out_bias``). For ``"projection"`` the output gradient ``g`` is the gradient of :math:`y`
@@ -258,17 +255,19 @@ class AttentionCall:
             return self.alpha
         with torch.no_grad():
             if self.projection is not None:
-                x = {n: t.unsqueeze(0) for n, t in self.projection.items()}
-                q, k, _, mask = projected_heads(x, self.heads)
+                q, k, _, mask = self._heads()
                 return attention_weights(q, k, mask, False, self.scale)[0]
             return attention_weights(self.q, self.k, self.mask, self.is_causal, self.scale)
 
     def values(self) -> Tensor | None:
         if self.projection is not None and self.v is None:
-            x = {n: t.unsqueeze(0) for n, t in self.projection.items()}
             with torch.no_grad():
-                return projected_heads(x, self.heads)[2][0]
+                return self._heads()[2][0]
         return self.v
+
+    def _heads(self) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        """:func:`projected_heads` of this one call (a leading step axis of 1)."""
+        return projected_heads({n: t.unsqueeze(0) for n, t in self.projection.items()}, self.heads)
 
     def prepare(self) -> tuple[GroupKey, Inputs]:
         """The inputs of the statistics: the weights (``alpha``; ``q``, ``k`` and a 4-D
@@ -1090,7 +1089,7 @@ class SiteCapture:
         output = y[:rows].transpose(0, 1) if batch_first else y[:, :rows]
         names += ("output", "out_weight")
         sources += (output, p["out_proj_weight"])
-        kept = self.slots.keep((name, "forward"), self.slot, sources)
+        kept = self._keep(name, "forward", sources)
         projection.update(zip(names, kept, strict=True))
         call = AttentionCall(
             name,
