@@ -1,4 +1,5 @@
-"""Shared helpers of the tracer tests: a seeded training loop run with and without the tracer."""
+"""Shared helpers of the tracer tests: a seeded training loop run with and without the tracer,
+and a small Hugging Face GPT-2 built from a config (random weights, no download)."""
 
 from __future__ import annotations
 
@@ -41,3 +42,25 @@ def train(
 def assert_same_parameters(a: nn.Module, b: nn.Module) -> None:
     for (name, p), (_, q) in zip(a.named_parameters(), b.named_parameters(), strict=True):
         assert torch.equal(p, q), f"parameter {name} changed by tracing"
+
+
+def small_gpt2(
+    impl: str, vocab_size: int = 40, n_positions: int = 12, n_embd: int = 32
+) -> nn.Module:
+    """A 2-layer, 4-head ``GPT2LMHeadModel`` without dropout, with attention ``impl``
+    (``"eager"`` or ``"sdpa"``); needs ``transformers``."""
+    import transformers
+
+    cfg = transformers.GPT2Config(
+        vocab_size=vocab_size,
+        n_positions=n_positions,
+        n_embd=n_embd,
+        n_layer=2,
+        n_head=4,
+        attn_pdrop=0.0,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    return transformers.GPT2LMHeadModel._from_config(cfg, attn_implementation=impl)

@@ -10,7 +10,7 @@ from torch import nn
 from implicit_em.attention import attention
 from implicit_em.trace import Tracer
 
-from .conftest import assert_same_parameters, train
+from .conftest import assert_same_parameters, small_gpt2, train
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
@@ -117,19 +117,7 @@ def test_package_attention_is_an_eager_site():
 
 
 def _gpt2(impl: str) -> nn.Module:
-    cfg = transformers.GPT2Config(
-        vocab_size=40,
-        n_positions=12,
-        n_embd=32,
-        n_layer=2,
-        n_head=4,
-        attn_pdrop=0.0,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        bos_token_id=0,
-        eos_token_id=0,
-    )
-    return transformers.GPT2LMHeadModel._from_config(cfg, attn_implementation=impl)
+    return small_gpt2(impl)
 
 
 def _bert(impl: str) -> nn.Module:

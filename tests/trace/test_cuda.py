@@ -14,28 +14,11 @@ from torch import nn
 from implicit_em.objectives import mixture_nll
 from implicit_em.trace import Tracer
 
+from .conftest import assert_same_parameters, small_gpt2, train
+
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 CUDA = torch.device("cuda")
-
-
-def _train(model: nn.Module, step, n: int, tracer_kwargs: dict | None) -> Tracer | None:
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-
-    def loop(tracer: Tracer | None) -> None:
-        for _ in range(n):
-            step(model).backward()
-            opt.step()
-            opt.zero_grad()
-            if tracer is not None:
-                tracer.step()
-
-    if tracer_kwargs is None:
-        loop(None)
-        return None
-    with Tracer(model, **tracer_kwargs) as tracer:
-        loop(tracer)
-    return tracer
 
 
 def _sites(tracer: Tracer) -> list[dict]:
@@ -43,7 +26,6 @@ def _sites(tracer: Tracer) -> list[dict]:
 
 
 def _encoder() -> nn.Module:
-    torch.manual_seed(0)
     layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
     model = nn.Sequential(nn.TransformerEncoder(layer, 2), nn.Flatten(), nn.Linear(32 * 8, 5))
     return model.to(CUDA)
@@ -60,14 +42,10 @@ def _encoder_step(m: nn.Module) -> torch.Tensor:
 def test_transformer_encoder_on_cuda_reads_gradients_and_leaves_training_unchanged():
     """Discovery, then narrow capture of nn.MultiheadAttention from its module, with slot
     buffers on the GPU and a probe: identities hold and training is unchanged."""
-    plain = _encoder()
-    _train(plain, _encoder_step, 6, None)
-    traced = _encoder()
-    tracer = _train(
-        traced, _encoder_step, 6, {"every": 1, "flush_every": 4, "probe": XS[:4].to(CUDA)}
-    )
-    for p, q in zip(plain.parameters(), traced.parameters(), strict=True):
-        assert torch.equal(p, q)
+    plain, _ = train(_encoder, _encoder_step, 6, None)
+    kwargs = {"every": 1, "flush_every": 4, "probe": XS[:4].to(CUDA)}
+    traced, tracer = train(_encoder, _encoder_step, 6, kwargs)
+    assert_same_parameters(plain, traced)
     assert tracer.capture.slots.allocated > 0
     assert tracer.history.sites() == ["0.layers.0.self_attn", "0.layers.1.self_attn", "2.ce"]
     for r in _sites(tracer):
@@ -79,25 +57,11 @@ def test_transformer_encoder_on_cuda_reads_gradients_and_leaves_training_unchang
     assert steps == list(range(1, 6)) and all(d >= 0 for d in drift)
 
 
-transformers = pytest.importorskip("transformers")
+pytest.importorskip("transformers")
 
 
 def _gpt2(dtype: torch.dtype) -> nn.Module:
-    torch.manual_seed(0)
-    cfg = transformers.GPT2Config(
-        vocab_size=64,
-        n_positions=32,
-        n_embd=64,
-        n_layer=2,
-        n_head=4,
-        attn_pdrop=0.0,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        bos_token_id=0,
-        eos_token_id=0,
-    )
-    model = transformers.GPT2LMHeadModel._from_config(cfg, attn_implementation="sdpa")
-    return model.to(CUDA, dtype)
+    return small_gpt2("sdpa", vocab_size=64, n_positions=32, n_embd=64).to(CUDA, dtype)
 
 
 IDS = torch.randint(0, 64, (8, 32), generator=torch.Generator().manual_seed(3))
@@ -115,10 +79,11 @@ def test_gpt2_under_a_fused_sdpa_kernel(dtype, backend, tolerance):
     recomputed from the captured q and k: they rebuild the kernel's output."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    model = _gpt2(dtype)
+    ids = IDS.to(CUDA)
     with sdpa_kernel(getattr(SDPBackend, backend)):
-        ids = IDS.to(CUDA)
-        tracer = _train(model, lambda m: m(input_ids=ids, labels=ids).loss, 3, {"every": 1})
+        _, tracer = train(
+            lambda: _gpt2(dtype), lambda m: m(input_ids=ids, labels=ids).loss, 3, {"every": 1}
+        )
     assert tracer.history.sites() == ["lm_head.ce", "transformer.h.0.attn", "transformer.h.1.attn"]
     for r in _sites(tracer):
         if r["type"] == "attention":
