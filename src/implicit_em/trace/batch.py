@@ -94,9 +94,9 @@ def _weights_per_call(x: Inputs, heads: int) -> int:
     """The number of attention weights one call's inputs give."""
     if "alpha" in x:
         return x["alpha"].numel()
-    if "qkv" in x or "q_proj" in x:
-        q = x["qkv"] if "qkv" in x else x["q_proj"]
-        keys = q.shape[0] if "qkv" in x else x["k_proj"].shape[0]
+    if "x" in x or "query" in x:
+        q = x["x"] if "x" in x else x["query"]
+        keys = q.shape[0] if "x" in x else x["key"].shape[0]
         return q.shape[:-1].numel() * keys * heads
     return x["q"].shape[:-1].numel() * x["k"].shape[-2]
 
@@ -189,7 +189,7 @@ def attention_steps(
     :func:`~implicit_em.trace.metrics.attention_stats_steps`, and for recomputed weights the
     forward residual :math:`\max|\hat y - y|` of the output rebuilt from :math:`\alpha` and
     :math:`v` with its maximum :math:`\max|y|`."""
-    if "qkv" in x or "q_proj" in x:
+    if "in_weight" in x or "q_weight" in x:
         q, k, v, mask = projected_heads(x, heads)
         x = {**x, "q": q, "k": k, "v": v}
         if mask is not None:

@@ -10,10 +10,9 @@ in batches of steps (:mod:`implicit_em.trace.batch`). Attention keeps only its f
 Discovery uses PyTorch's own mechanisms: a :class:`~torch.overrides.TorchFunctionMode` sees
 ``F.cross_entropy``, ``F.nll_loss`` of a ``log_softmax``, ``F.scaled_dot_product_attention``
 (weights recomputed from the captured ``q``, ``k`` for the traced rows, so fused kernels need no
-change), ``F.multi_head_attention_forward`` (its in-projections of the traced rows computed at
-capture, the heads split at the flush; a narrow pass reads a stock ``nn.MultiheadAttention``
-from the module's own forward hook instead), the
-softmax of eager attention (a softmax over the last axis of a tensor with three or more axes,
+change), ``F.multi_head_attention_forward`` (its traced input rows and projection weights kept at
+capture, the in-projections and heads computed at the flush; a narrow pass reads a stock
+``nn.MultiheadAttention`` from the module's own forward hook instead), the softmax of eager attention (a softmax over the last axis of a tensor with three or more axes,
 followed by a matmul with the values) and this package's :func:`~implicit_em.objectives.mixture_nll`
 and :func:`~implicit_em.objectives.cross_entropy` (recognized by their code objects on the stack
 when they call ``logsumexp`` / ``log_softmax``). Global module forward hooks keep the stack of
@@ -218,8 +217,10 @@ class AttentionCall:
 
     ``alpha`` is the model's own weight tensor (eager softmax) or is recomputed at the flush
     from ``q``, ``k`` and the mask (fused SDPA) or from the projections kept in ``projection``
-    (``nn.MultiheadAttention``: ``qkv`` ``[Lq, R, 3E]``, or ``q_proj``, ``k_proj``, ``v_proj``,
-    and ``attn_mask``, ``key_padding_mask`` on the traced rows; ``heads`` heads).
+    (``nn.MultiheadAttention``: the traced input rows ``x`` ``[L, R, E]``, or ``query``,
+    ``key``, ``value``, the in-projection ``in_weight`` (or ``q_weight``, ``k_weight``,
+    ``v_weight``) and ``in_bias``, and ``attn_mask``, ``key_padding_mask`` on the traced rows;
+    ``heads`` heads).
     ``reconstruct`` says how weights and values map to the captured ``output`` (for the
     forward residual of recomputed weights): ``"matmul"`` (:math:`o = \alpha v`) or
     ``"projection"`` (heads merged, then :math:`y = o W_o^\top + b_o` with ``out_weight``,
@@ -303,15 +304,26 @@ def attention_weights(
 
 
 def projected_heads(x: Inputs, heads: int) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-    r"""The heads of ``nn.MultiheadAttention`` from its kept projections (see
-    :class:`AttentionCall`), each with a leading step axis ``S``: ``qkv`` (or ``q_proj``,
-    ``k_proj``, ``v_proj``), ``[S, L, R, E]``, split into ``heads``; ``q``, ``k``, ``v`` are
-    ``[S, R, H, L, E/H]`` (in at least float32) and the mask is additive, broadcastable to
+    r"""The heads of ``nn.MultiheadAttention`` from its kept inputs and weights (see
+    :class:`AttentionCall`), each with a leading step axis ``S``.
+
+    The in-projections :math:`x W^\top + b` of the traced rows (``x``, or ``query``, ``key``,
+    ``value``, ``[S, L, R, E]``) with ``in_weight`` ``[S, 3E, E]`` (or ``q_weight``,
+    ``k_weight``, ``v_weight``) and ``in_bias`` ``[S, 3E]`` are computed in the kept dtype, as
+    the module computes them, and split into ``heads``: ``q``, ``k``, ``v`` are
+    ``[S, R, H, L, E/H]`` (in at least float32); the mask is additive, broadcastable to
     ``[S, R, H, Lq, Lk]`` (boolean masks mark positions left out), or None."""
-    if "qkv" in x:
-        q, k, v = x["qkv"].chunk(3, dim=-1)
+    bias = x.get("in_bias")
+    biases = (None,) * 3 if bias is None else bias.chunk(3, dim=-1)
+    if "x" in x:
+        q, k, v = _linear_steps(x["x"], x["in_weight"], bias).chunk(3, dim=-1)
     else:
-        q, k, v = x["q_proj"], x["k_proj"], x["v_proj"]
+        if "in_weight" in x:
+            weights = x["in_weight"].chunk(3, dim=-2)
+        else:
+            weights = (x["q_weight"], x["k_weight"], x["v_weight"])
+        inputs = (x["query"], x["key"], x["value"])
+        q, k, v = (_linear_steps(*a) for a in zip(inputs, weights, biases, strict=True))
     dtype = torch.promote_types(q.dtype, torch.float32)
 
     def split(t: Tensor) -> Tensor:
@@ -339,6 +351,16 @@ def projected_heads(x: Inputs, heads: int) -> tuple[Tensor, Tensor, Tensor, Tens
 
 
 Call = ResponsibilityCall | AttentionCall
+
+
+def _linear_steps(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    r""":math:`x_s W_s^\top + b_s` for each step ``s``: ``x[S, L, R, E]``, ``weight[S, E', E]``,
+    ``bias[S, E']`` or None; ``[S, L, R, E']``."""
+    s, length, r, e = x.shape
+    flat = x.reshape(s, length * r, e)
+    w = weight.transpose(-2, -1)
+    y = torch.bmm(flat, w) if bias is None else torch.baddbmm(bias.unsqueeze(1), flat, w)
+    return y.reshape(s, length, r, -1)
 
 
 def _heads(t: Tensor) -> Tensor:
@@ -1052,33 +1074,32 @@ class SiteCapture:
 
         ``p`` holds what that function takes (inputs ``[L, N, E]``, see :func:`_module_mha`);
         the output ``y`` is ``[N, L, E]`` when ``batch_first`` (the module's own output), else
-        ``[L, N, E]``. The in-projections of the traced rows (``[L, R, E]``) are computed into
-        the site's slot row (``qkv``, one product for self-attention, as the module computes
-        it; else ``q_proj``, ``k_proj``, ``v_proj``); the output rows, a copy of the output
-        projection the step used (the optimizer changes it in place) and the masks are kept in
-        one copy; the heads are split at the flush (:func:`projected_heads`). One gradient hook
+        ``[L, N, E]``. One copy into the site's slot row keeps the traced input rows
+        (``[L, R, E]``: ``x`` for self-attention; else ``query``, ``key``, ``value``), the
+        projection weights and biases the step used (the optimizer changes them in place), the
+        masks and the output rows; the in-projections and heads are computed at the flush,
+        batched over steps (:func:`projected_heads`): a capture runs no product, whose first
+        run after the model's own kernels costs several times its warm time. One gradient hook
         keeps the traced rows of the output's gradient.
         """
         rows, heads = self.max_rows, p["num_heads"]
-        query = p["query"][:, :rows]
-        weight, bias = p["in_proj_weight"], p["in_proj_bias"]
-        if not p["use_separate_proj_weight"] and p["self_attention"]:
-            projection = {"qkv": self._project(name, "qkv", query, weight, bias)}
-        else:
-            if p["use_separate_proj_weight"]:
-                ws = (p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"])
-            else:
-                ws = weight.chunk(3)
-            bs = (None,) * 3 if bias is None else bias.chunk(3)
-            xs = (query, p["key"][:, :rows], p["value"][:, :rows])
-            projection = {
-                tag: self._project(name, tag, x, w, b)
-                for tag, x, w, b in zip(("q_proj", "k_proj", "v_proj"), xs, ws, bs, strict=True)
-            }
         names, sources = [], []
-        if p["out_proj_bias"] is not None:
-            names.append("out_bias")
-            sources.append(p["out_proj_bias"])
+        if not p["use_separate_proj_weight"] and p["self_attention"]:
+            names.append("x")
+            sources.append(p["query"][:, :rows])
+        else:
+            names += ("query", "key", "value")
+            sources += (p["query"][:, :rows], p["key"][:, :rows], p["value"][:, :rows])
+        if p["use_separate_proj_weight"]:
+            names += ("q_weight", "k_weight", "v_weight")
+            sources += (p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"])
+        else:
+            names.append("in_weight")
+            sources.append(p["in_proj_weight"])
+        for n, t in (("in_bias", p["in_proj_bias"]), ("out_bias", p["out_proj_bias"])):
+            if t is not None:
+                names.append(n)
+                sources.append(t)
         if p["attn_mask"] is not None:
             m = p["attn_mask"]
             names.append("attn_mask")
@@ -1089,8 +1110,7 @@ class SiteCapture:
         output = y[:rows].transpose(0, 1) if batch_first else y[:, :rows]
         names += ("output", "out_weight")
         sources += (output, p["out_proj_weight"])
-        kept = self._keep(name, "forward", sources)
-        projection.update(zip(names, kept, strict=True))
+        projection = dict(zip(names, self._keep(name, "forward", sources), strict=True))
         call = AttentionCall(
             name,
             scale=1.0 / math.sqrt(p["query"].shape[-1] // heads),
@@ -1106,26 +1126,6 @@ class SiteCapture:
         if y.requires_grad:
             take = _rows_first(rows, batch_first)
             self._keep_gradient(y, call, "g", (name, "grad"), output, take)
-
-    def _project(
-        self, name: str, tag: str, x: Tensor, weight: Tensor, bias: Tensor | None
-    ) -> Tensor:
-        r"""The projection :math:`x W^\top + b` of the traced rows ``x[L, R, E]``, ``[L, R, E']``,
-        computed into the site's slot row (a tensor of its own without one)."""
-        lq, r, e = x.shape
-        out = self.slots.destination(
-            (name, tag), self.slot, (lq, r, weight.shape[0]), x.dtype, x.device
-        )
-        with torch.no_grad():
-            flat = x.reshape(lq * r, e)
-            if out is None:
-                out = F.linear(flat, weight, bias).reshape(lq, r, -1)
-                self.slots.cloned += out.nbytes
-            elif bias is None:
-                torch.mm(flat, weight.t(), out=out.view(lq * r, -1))
-            else:
-                torch.addmm(bias, flat, weight.t(), out=out.view(lq * r, -1))
-        return out
 
 
 def _rows_first(rows: int, batch_first: bool) -> Callable[[Tensor], Tensor]:
