@@ -32,6 +32,7 @@ from implicit_em.trace.sites import (
     Inputs,
     ResponsibilityCall,
     attention_weights,
+    lengths_first,
     projected_heads,
 )
 
@@ -71,9 +72,9 @@ def group_stats(calls: Sequence[ResponsibilityCall | AttentionCall]) -> list[Gro
                 stats = responsibility_steps(_stack(inputs), key[1], key[2])
                 out.append(Group("responsibility", index, stats))
                 continue
-            size = max(1, _SLICE_WEIGHTS // _weights_per_call(inputs[0], key[4]))
+            size = max(1, _SLICE_WEIGHTS // _weights_per_call(inputs[0], key[4], key[5]))
             parts = [
-                attention_steps(_stack(inputs[i : i + size]), *key[1:5])
+                attention_steps(_stack(inputs[i : i + size]), *key[1:6])
                 for i in range(0, len(inputs), size)
             ]
             stats = (
@@ -90,13 +91,13 @@ def _stack(inputs: Sequence[Inputs]) -> Inputs:
     return {name: torch.stack([d[name] for d in inputs]) for name in inputs[0]}
 
 
-def _weights_per_call(x: Inputs, heads: int) -> int:
+def _weights_per_call(x: Inputs, heads: int, rows_first: bool) -> int:
     """The number of attention weights one call's inputs give."""
     if "alpha" in x:
         return x["alpha"].numel()
     if "x" in x or "query" in x:
         q = x["x"] if "x" in x else x["query"]
-        keys = q.shape[0] if "x" in x else x["key"].shape[0]
+        keys = (x["x"] if "x" in x else x["key"]).shape[1 if rows_first else 0]
         return q.shape[:-1].numel() * keys * heads
     return x["q"].shape[:-1].numel() * x["k"].shape[-2]
 
@@ -180,7 +181,12 @@ def cross_entropy_terms(x: Inputs, form: tuple) -> tuple[Tensor, Tensor, Tensor 
 
 
 def attention_steps(
-    x: Inputs, is_causal: bool, scale: float | None, reconstruct: str | None, heads: int = 0
+    x: Inputs,
+    is_causal: bool,
+    scale: float | None,
+    reconstruct: str | None,
+    heads: int = 0,
+    rows_first: bool = False,
 ) -> Stats:
     r"""Statistics of ``S`` stacked attention calls (in float32): the weights (recomputed from
     ``q``, ``k`` when not captured, as :math:`\exp` of the log-softmax of the scores when no
@@ -188,7 +194,10 @@ def attention_steps(
     ``nn.MultiheadAttention`` projections, :func:`~implicit_em.trace.sites.projected_heads`),
     :func:`~implicit_em.trace.metrics.attention_stats_steps`, and for recomputed weights the
     forward residual :math:`\max|\hat y - y|` of the output rebuilt from :math:`\alpha` and
-    :math:`v` with its maximum :math:`\max|y|`."""
+    :math:`v` with its maximum :math:`\max|y|`. ``rows_first``: the kept
+    ``nn.MultiheadAttention`` rows are ``[S, R, L, E]`` (:func:`~implicit_em.trace.sites.lengths_first`)."""
+    if rows_first:
+        x = lengths_first(x)
     if "in_weight" in x or "q_weight" in x:
         q, k, v, mask = projected_heads(x, heads)
         x = {**x, "q": q, "k": k, "v": v}

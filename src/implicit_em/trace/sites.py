@@ -220,7 +220,7 @@ class AttentionCall:
     (``nn.MultiheadAttention``: the traced input rows ``x`` ``[L, R, E]``, or ``query``,
     ``key``, ``value``, the in-projection ``in_weight`` (or ``q_weight``, ``k_weight``,
     ``v_weight``) and ``in_bias``, and ``attn_mask``, ``key_padding_mask`` on the traced rows;
-    ``heads`` heads).
+    ``heads`` heads; ``rows_first``: the rows, ``output`` and ``g`` are ``[R, L, E]``).
     ``reconstruct`` says how weights and values map to the captured ``output`` (for the
     forward residual of recomputed weights): ``"matmul"`` (:math:`o = \alpha v`) or
     ``"projection"`` (heads merged, then :math:`y = o W_o^\top + b_o` with ``out_weight``,
@@ -245,6 +245,7 @@ class AttentionCall:
     out_weight: Tensor | None = None
     out_bias: Tensor | None = None
     rows: int = 0
+    rows_first: bool = False
     g: Tensor | None = None
     grad_alpha: Tensor | None = None
     grad_v: Tensor | None = None
@@ -268,7 +269,8 @@ class AttentionCall:
 
     def _heads(self) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
         """:func:`projected_heads` of this one call (a leading step axis of 1)."""
-        return projected_heads({n: t.unsqueeze(0) for n, t in self.projection.items()}, self.heads)
+        x = {n: t.unsqueeze(0) for n, t in self.projection.items()}
+        return projected_heads(lengths_first(x) if self.rows_first else x, self.heads)
 
     def prepare(self) -> tuple[GroupKey, Inputs]:
         """The inputs of the statistics: the weights (``alpha``; ``q``, ``k`` and a 4-D
@@ -289,7 +291,8 @@ class AttentionCall:
             if t is not None:
                 x["g_output" if n == "g" and self.reconstruct == "projection" else n] = t
         recon = self.reconstruct if self.output is not None else None
-        return ("attention", self.is_causal, self.scale, recon, self.heads, _signature(x)), x
+        key = ("attention", self.is_causal, self.scale, recon, self.heads, self.rows_first)
+        return (*key, _signature(x)), x
 
 
 def attention_weights(
@@ -351,6 +354,15 @@ def projected_heads(x: Inputs, heads: int) -> tuple[Tensor, Tensor, Tensor, Tens
 
 
 Call = ResponsibilityCall | AttentionCall
+
+
+_ROW_TENSORS = ("x", "query", "key", "value", "output", "g_output")
+
+
+def lengths_first(x: Inputs) -> Inputs:
+    """Kept ``nn.MultiheadAttention`` tensors of a ``batch_first`` module, ``[S, R, L, E]``, as
+    ``[S, L, R, E]`` (views; masks and weights unchanged)."""
+    return {n: t.transpose(1, 2) if n in _ROW_TENSORS else t for n, t in x.items()}
 
 
 def _linear_steps(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -1069,13 +1081,14 @@ class SiteCapture:
             return
         self._mha_site(name, p, output[0], module.batch_first)
 
-    def _mha_site(self, name: str, p: dict, y: Tensor, batch_first: bool) -> None:
+    def _mha_site(self, name: str, p: dict, y: Tensor, rows_first: bool) -> None:
         r"""A site of ``F.multi_head_attention_forward`` on the first ``max_rows`` batch rows.
 
-        ``p`` holds what that function takes (inputs ``[L, N, E]``, see :func:`_module_mha`);
-        the output ``y`` is ``[N, L, E]`` when ``batch_first`` (the module's own output), else
-        ``[L, N, E]``. One copy into the site's slot row keeps the traced input rows
-        (``[L, R, E]``: ``x`` for self-attention; else ``query``, ``key``, ``value``), the
+        ``p`` holds what that function takes, see :func:`_module_mha`; its inputs and the
+        output ``y`` are ``[N, L, E]`` when ``rows_first`` (a ``batch_first`` module's own
+        tensors), else ``[L, N, E]``, and are kept in that layout (the flush swaps the axes,
+        :func:`lengths_first`). One copy into the site's slot row keeps the traced input rows
+        (``x`` for self-attention; else ``query``, ``key``, ``value``), the
         projection weights and biases the step used (the optimizer changes them in place), the
         masks and the output rows; the in-projections and heads are computed at the flush,
         batched over steps (:func:`projected_heads`): a capture runs no product, whose first
@@ -1086,10 +1099,11 @@ class SiteCapture:
         names, sources = [], []
         if not p["use_separate_proj_weight"] and p["self_attention"]:
             names.append("x")
-            sources.append(p["query"][:, :rows])
+            sources.append(p["query"][:rows] if rows_first else p["query"][:, :rows])
         else:
             names += ("query", "key", "value")
-            sources += (p["query"][:, :rows], p["key"][:, :rows], p["value"][:, :rows])
+            inputs = (p["query"], p["key"], p["value"])
+            sources += [t[:rows] if rows_first else t[:, :rows] for t in inputs]
         if p["use_separate_proj_weight"]:
             names += ("q_weight", "k_weight", "v_weight")
             sources += (p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"])
@@ -1107,7 +1121,7 @@ class SiteCapture:
         if p["key_padding_mask"] is not None:
             names.append("key_padding_mask")
             sources.append(p["key_padding_mask"][:rows])
-        output = y[:rows].transpose(0, 1) if batch_first else y[:, :rows]
+        output = y[:rows] if rows_first else y[:, :rows]
         names += ("output", "out_weight")
         sources += (output, p["out_proj_weight"])
         projection = dict(zip(names, self._keep(name, "forward", sources), strict=True))
@@ -1121,19 +1135,12 @@ class SiteCapture:
             projection=projection,
             heads=heads,
             rows=rows,
+            rows_first=rows_first,
         )
         self.current.calls.append(call)
         if y.requires_grad:
-            take = _rows_first(rows, batch_first)
+            take = (lambda g: g[:rows]) if rows_first else (lambda g: g[:, :rows])
             self._keep_gradient(y, call, "g", (name, "grad"), output, take)
-
-
-def _rows_first(rows: int, batch_first: bool) -> Callable[[Tensor], Tensor]:
-    """The first ``rows`` batch rows of a ``[N, L, E]`` (``batch_first``) or ``[L, N, E]``
-    tensor, as ``[L, R, E]``."""
-    if batch_first:
-        return lambda g: g[:rows].transpose(0, 1)
-    return lambda g: g[:, :rows]
 
 
 def _mask_heads(mask: Tensor) -> Tensor:
@@ -1152,7 +1159,7 @@ _MODULE_MHA_ARGS = ("query", "key", "value", "key_padding_mask", "need_weights",
 
 def _module_mha(module: nn.MultiheadAttention, args: tuple, kwargs: dict) -> dict | None:
     """What ``nn.MultiheadAttention.forward`` passes to ``F.multi_head_attention_forward``:
-    the inputs as ``[L, N, E]`` (transposed views when ``batch_first``), boolean masks made
+    the inputs (as the module has them: ``[N, L, E]`` when ``batch_first``), boolean masks made
     additive (``-inf`` where True) in the inputs' dtype, the projection weights; None for the
     forms the tracer leaves alone (unbatched inputs, ``bias_k``, ``add_zero_attn``)."""
     b = dict(zip(_MODULE_MHA_ARGS, args, strict=False)) if args else {}
@@ -1162,11 +1169,6 @@ def _module_mha(module: nn.MultiheadAttention, args: tuple, kwargs: dict) -> dic
     if query.dim() != 3 or module.bias_k is not None or module.add_zero_attn:
         return None
     self_attention = query is key is value
-    if module.batch_first:
-        query = query.transpose(0, 1)
-        key, value = (
-            (query, query) if self_attention else (key.transpose(0, 1), value.transpose(0, 1))
-        )
     params = module._parameters
     out = module.out_proj._parameters
     separate = not module._qkv_same_embed_dim
