@@ -219,3 +219,59 @@ def test_multihead_attention_captured_by_its_module_equals_a_discovery(batch_fir
                 torch.testing.assert_close(value, rb[key], rtol=1e-6, atol=1e-9)
             else:
                 assert value == rb[key], key
+
+
+class _InPlace(nn.Module):
+    """Self-attention whose output (or input) is changed in place after the module returns."""
+
+    def __init__(self, changed: str) -> None:
+        super().__init__()
+        self.changed = changed
+        self.embed = nn.Linear(5, 8)
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.embed(x)
+        out, _ = self.attn(h, h, h, need_weights=False)
+        if self.changed == "output":
+            out.mul_(2.0)
+        else:
+            h.add_(1.0)
+        return self.head(out.mean(1))
+
+
+@pytest.mark.parametrize("changed", ["output", "input"])
+def test_multihead_attention_changed_in_place_after_the_module_is_captured_at_once(changed):
+    """A narrow pass captures module sites when the model's forward ends; a site whose output
+    was changed in place since keeps no output on that step (no forward residual), one whose
+    input was changed is left out of that step, and later steps capture at the module."""
+    torch.manual_seed(0)
+    x, y = torch.randn(4, 6, 5), torch.randint(0, 3, (4,))
+    runs = []
+    for rediscover in (100, 1):
+        torch.manual_seed(1)
+        model = _InPlace(changed)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with Tracer(model, every=1, rediscover=rediscover) as tracer:
+            for _ in range(5):
+                if changed == "output":
+                    F.cross_entropy(model(x), y).backward()
+                    opt.step()
+                    opt.zero_grad()
+                else:
+                    with torch.no_grad():
+                        model(x)
+                tracer.step()
+        runs.append(_sites(tracer))
+    deferred, immediate = ([r for r in run if r["site"] == "attn"] for run in runs)
+    assert [r["step"] for r in immediate] == [0, 1, 2, 3, 4]
+    steps = [0, 1, 2, 3, 4] if changed == "output" else [0, 1, 3, 4]
+    assert [r["step"] for r in deferred] == steps
+    kept = [r for r in immediate if r["step"] in steps]
+    for rd, ri in zip(deferred, kept, strict=True):
+        assert rd["entropy"] == pytest.approx(ri["entropy"], rel=1e-6)
+        if rd["step"] == 2:
+            assert rd["alpha_residual"] is None
+        else:
+            assert rd["alpha_residual"] <= 1e-5

@@ -517,6 +517,9 @@ class SiteCapture:
         self._model_ran = False
         self._key: SiteKey | None = None
         self._hooks: list[Any] = []
+        self._deferred: list[tuple[int, tuple, tuple]] = []
+        self._defer = False
+        self._deferrable = True
         self.handlers: dict[Any, Callable[[Any, Sequence, dict], Any]] = {
             F.cross_entropy: self._cross_entropy,
             F.nll_loss: self._nll_loss,
@@ -584,12 +587,14 @@ class SiteCapture:
                 module.register_forward_pre_hook(self._enter_scope),
                 module.register_forward_hook(self._exit_scope, always_call=True),
             ]
-        if plan.tail and self.root is not None:
-            self._hooks.append(self.root.register_forward_hook(self._start_tail, always_call=True))
+        self._defer = bool(plan.modules) and self.root is not None and self._deferrable
+        if (plan.tail or self._defer) and self.root is not None:
+            self._hooks.append(self.root.register_forward_hook(self._model_done, always_call=True))
 
     def close(self) -> None:
         """Stop observing (the mode is left, the hooks stay registered but do nothing) until
         the next :meth:`arm`."""
+        self._materialize()
         self._switch(False)
         self._open = False
         self._depth = 0
@@ -637,7 +642,9 @@ class SiteCapture:
 
     def take(self) -> CapturedPass:
         """Hand over the captured pass and start a new one (gradient hooks are removed)."""
+        self._materialize()
         done, self.current = self.current, CapturedPass()
+        done.calls = [c for c in done.calls if c is not None]
         for h in done.handles:
             h.remove()
         self.stack.clear()
@@ -689,12 +696,31 @@ class SiteCapture:
             self._depth -= 1
             self._switch(self._depth > 0 or self._tail)
 
-    def _start_tail(self, module: nn.Module, args: Any, output: Any) -> None:
-        """Narrow pass: the model's forward is over; sites outside it (the loss) follow."""
+    def _model_done(self, module: nn.Module, args: Any, output: Any) -> None:
+        """Narrow pass: the model's forward is over. The deferred module sites are captured
+        now; sites outside the model (the loss) follow."""
         if not self._open:
             return
-        self._tail = True
-        self._switch(True)
+        self._materialize()
+        if self.current.plan.tail:
+            self._tail = True
+            self._switch(True)
+
+    def _materialize(self) -> None:
+        """Capture the module sites deferred since the last call (:meth:`_mha_module`), in
+        their places in the pass. If a site's activations were changed in place since its
+        module returned, later passes capture at once, and this pass keeps the site without its
+        output (changed output: no forward residual) or not at all (changed inputs)."""
+        if not self._deferred:
+            return
+        deferred, self._deferred = self._deferred, []
+        for index, versions, args in deferred:
+            now = _versions(args[1], args[2])
+            if now != versions:
+                self._defer = self._deferrable = False
+                if now[:3] != versions[:3]:
+                    continue
+            self.current.calls[index] = self._mha_site(*args, with_output=now == versions)
 
     def _origin(self, t: Any) -> str | None:
         entry = _entry(self.origins, t)
@@ -1061,7 +1087,7 @@ class SiteCapture:
         if name is None:
             return out
         p["self_attention"] = p["query"] is p["key"] is p["value"]
-        self._mha_site(name, p, out[0], False)
+        self.current.calls.append(self._mha_site(name, p, out[0], False))
         if self._key[2] == 1 and self._key[0] is not None:
             module = self.modules[self._key[0]]
             if _stock_mha(module) and p["out_proj_weight"] is module.out_proj.weight:
@@ -1070,7 +1096,9 @@ class SiteCapture:
 
     def _mha_module(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
         """Narrow pass: the site of a stock ``nn.MultiheadAttention`` from its inputs and
-        output (what ``F.multi_head_attention_forward`` received, see :func:`_module_mha`)."""
+        output (what ``F.multi_head_attention_forward`` received, see :func:`_module_mha`).
+        Inside the model it is captured when the model's forward ends (:meth:`_materialize`),
+        with the other module sites of the pass."""
         if not self._open:
             return
         p = _module_mha(module, args, kwargs)
@@ -1079,9 +1107,18 @@ class SiteCapture:
         name = self._name("", None, self.names[id(module)])
         if name is None:
             return
-        self._mha_site(name, p, output[0], module.batch_first)
+        args = (name, p, output[0], module.batch_first)
+        if not self._defer:
+            self.current.calls.append(self._mha_site(*args))
+            return
+        # Capture at the model's end, together with the other deferred sites: a capture's
+        # first run after the model's own kernels costs several times the next one's.
+        self._deferred.append((len(self.current.calls), _versions(p, output[0]), args))
+        self.current.calls.append(None)
 
-    def _mha_site(self, name: str, p: dict, y: Tensor, rows_first: bool) -> None:
+    def _mha_site(
+        self, name: str, p: dict, y: Tensor, rows_first: bool, with_output: bool = True
+    ) -> AttentionCall:
         r"""A site of ``F.multi_head_attention_forward`` on the first ``max_rows`` batch rows.
 
         ``p`` holds what that function takes, see :func:`_module_mha`; its inputs and the
@@ -1090,7 +1127,8 @@ class SiteCapture:
         :func:`lengths_first`). One copy into the site's slot row keeps the traced input rows
         (``x`` for self-attention; else ``query``, ``key``, ``value``), the
         projection weights and biases the step used (the optimizer changes them in place), the
-        masks and the output rows; the in-projections and heads are computed at the flush,
+        masks and the output rows (unless ``with_output`` is False: no forward residual); the
+        in-projections and heads are computed at the flush,
         batched over steps (:func:`projected_heads`): a capture runs no product, whose first
         run after the model's own kernels costs several times its warm time. One gradient hook
         keeps the traced rows of the output's gradient.
@@ -1122,13 +1160,16 @@ class SiteCapture:
             names.append("key_padding_mask")
             sources.append(p["key_padding_mask"][:rows])
         output = y[:rows] if rows_first else y[:, :rows]
-        names += ("output", "out_weight")
-        sources += (output, p["out_proj_weight"])
+        if with_output:
+            names.append("output")
+            sources.append(output)
+        names.append("out_weight")
+        sources.append(p["out_proj_weight"])
         projection = dict(zip(names, self._keep(name, "forward", sources), strict=True))
         call = AttentionCall(
             name,
             scale=1.0 / math.sqrt(p["query"].shape[-1] // heads),
-            output=projection.pop("output"),
+            output=projection.pop("output", None),
             reconstruct="projection",
             out_weight=projection.pop("out_weight"),
             out_bias=projection.pop("out_bias", None),
@@ -1137,10 +1178,16 @@ class SiteCapture:
             rows=rows,
             rows_first=rows_first,
         )
-        self.current.calls.append(call)
         if y.requires_grad:
             take = (lambda g: g[:rows]) if rows_first else (lambda g: g[:, :rows])
             self._keep_gradient(y, call, "g", (name, "grad"), output, take)
+        return call
+
+
+def _versions(p: dict, y: Tensor) -> tuple[int, ...]:
+    """The version counters of a ``nn.MultiheadAttention`` call's activations (in-place
+    changes increment them)."""
+    return (p["query"]._version, p["key"]._version, p["value"]._version, y._version)
 
 
 def _mask_heads(mask: Tensor) -> Tensor:
