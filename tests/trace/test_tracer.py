@@ -168,6 +168,24 @@ def test_without_backward_gradient_metrics_are_missing_not_zero():
         assert abs(sum(r["mass"]) - 1) < 1e-6
 
 
+def test_a_backward_after_its_step_changes_no_measurement():
+    """The gradient hooks of a measured step do nothing once ``tracer.step()`` took it: a
+    backward after the step leaves its measurement without gradients."""
+    model = nn.Linear(4, 3)
+    x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
+    with Tracer(model, flush_every=4) as tracer:
+        late = F.cross_entropy(model(x), y)
+        tracer.step()
+        late.backward()
+        for _ in range(3):
+            F.cross_entropy(model(x), y).backward()
+            tracer.step()
+    first, *rest = tracer.history
+    assert first["source"] == "forward" and first["residual"] is None
+    assert [r["source"] for r in rest] == ["gradient"] * 3
+    assert all(r["residual"] <= 1e-5 for r in rest)
+
+
 def test_nonfinite_gradients_raise_an_alarm_and_stay_out_of_averages():
     z = torch.randn(6, 3, requires_grad=True)
     y = torch.tensor([0, 1, 2, 0, 1, 2])

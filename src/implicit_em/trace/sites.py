@@ -439,7 +439,7 @@ class CapturedPass:
     found: dict[SiteKey, str] = field(default_factory=dict)
     early: set[SiteKey] = field(default_factory=set)
     skipped: set[str] = field(default_factory=set)
-    handles: list[Any] = field(default_factory=list)
+    live: bool = True
     selected: set[SiteKey] = field(default_factory=set)
     module_sites: set[SiteKey] = field(default_factory=set)
     plan: Plan | None = None
@@ -641,12 +641,12 @@ class SiteCapture:
         self.close()
 
     def take(self) -> CapturedPass:
-        """Hand over the captured pass and start a new one (gradient hooks are removed)."""
+        """Hand over the captured pass and start a new one (its gradient hooks do nothing
+        from now on)."""
         self._materialize()
         done, self.current = self.current, CapturedPass()
         done.calls = [c for c in done.calls if c is not None]
-        for h in done.handles:
-            h.remove()
+        done.live = False
         self.stack.clear()
         self.origins.clear()
         self.tracked.clear()
@@ -802,7 +802,8 @@ class SiteCapture:
         """A gradient hook on ``t`` (if it requires grad) that sets ``call.<attr>`` to a copy of
         its gradient (or of ``take(gradient)``, shaped like ``like``; seen through ``post``):
         copied into the destination row resolved now, in the pass's slot buffers (a clone when
-        there is none or the shape differs)."""
+        there is none or the shape differs). Once the pass is taken the hook does nothing (it
+        is not removed: removing costs more, and the tensor rarely outlives the step)."""
         if not (isinstance(t, Tensor) and t.requires_grad):
             return
         slots, slot = self.slots, self.slot
@@ -810,19 +811,23 @@ class SiteCapture:
             key, slot, like.shape, like.dtype if dtype is None else dtype, like.device
         )
         kept = destination if destination is None or post is None else post(destination)
+        captured = self.current
 
         def hook(g: Tensor) -> None:
+            if not captured.live:
+                return
             with untraced():
                 if take is not None:
                     g = take(g)
                 if destination is not None and g.shape == destination.shape:
-                    destination.copy_(g.detach())
+                    # Hooks run with grad mode on only under create_graph=True.
+                    destination.copy_(g.detach() if g.requires_grad else g)
                     setattr(call, attr, kept)
                 else:
                     clone = slots.keep(key, None, [g], (dtype,))[0]
                     setattr(call, attr, clone if post is None else post(clone))
 
-        self.current.handles.append(t.register_hook(hook))
+        t.register_hook(hook)
 
     def _keep(
         self, name: str, tag: str, sources: Sequence[Tensor], dtypes: tuple | None = None
