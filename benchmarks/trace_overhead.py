@@ -4,7 +4,8 @@ Overhead: one model and one loop, traced with ``every=1`` and then with ``every=
 each ``with Tracer(...)`` block, short traced blocks alternate with untraced blocks of the same
 length run under ``tracer.paused()`` (the same loop, nothing captured), in ABBA order. This
 machine's speed drifts by several percent within a second, so blocks are short (one flush
-window for ``every=1``: 64 steps; one 10-step cycle for ``every=10``, a flush every 64th) and many.
+window for ``every=1``: ``flush_every`` = 128 steps; one 10-step cycle for ``every=10``, a flush
+every 128th) and many.
 The overhead is (summed traced time) / (summed untraced time) - 1, which counts measured steps,
 unmeasured steps and flushes in their true proportions, with its standard error over pairs;
 the median of the per-pair ratios is printed beside it. The tracer's first two measurements

@@ -149,7 +149,7 @@ class Tracer:
         max_components: int = 256,
         thresholds: Thresholds = Thresholds(),
         rediscover: int = 100,
-        flush_every: int = 64,
+        flush_every: int = 128,
         flush_bytes: int = 2**28,
     ) -> None:
         if not isinstance(every, int) or every < 1:
