@@ -105,6 +105,20 @@ def test_transformer_encoder_training_unchanged_and_two_timescales():
     assert all(r <= 1e-5 for r in tracer.history.series("2.ce", "residual")[1])
 
 
+def test_attention_dropout_shows_in_the_forward_residual():
+    """Recomputed weights are those before dropout, so with attention dropout they do not
+    rebuild the output: the forward residual (along a random direction) says so, on every
+    measurement, in both the discovery and the narrow passes."""
+
+    def dropped() -> nn.Module:
+        layer = nn.TransformerEncoderLayer(16, 4, 32, dropout=0.5, batch_first=True)
+        return nn.Sequential(nn.TransformerEncoder(layer, 1), nn.Flatten(), nn.Linear(16 * 6, 3))
+
+    _, tracer = train(dropped, lambda m: F.cross_entropy(m(XS), YS), 4, {"every": 1})
+    steps, residual = tracer.history.series("0.layers.0.self_attn", "alpha_residual")
+    assert steps == [0, 1, 2, 3] and min(residual) > 1e-2
+
+
 def test_package_attention_is_an_eager_site():
     torch.manual_seed(3)
     q, k, v = (torch.randn(2, 2, 5, 4, requires_grad=True) for _ in range(3))

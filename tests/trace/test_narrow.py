@@ -28,6 +28,15 @@ def _sites(tracer: Tracer) -> list[dict]:
     return [r for r in tracer.history if r["kind"] == "site"]
 
 
+def _assert_same_metric(key: str, a: float, b: float) -> None:
+    """Equal to float round-off; the residuals are themselves round-off (~1e-7), which a
+    different order of summation changes by its own size."""
+    if key.endswith("residual"):
+        assert abs(a - b) <= 1e-6, key
+    else:
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-9)
+
+
 def test_narrow_passes_equal_a_discovery_on_every_step():
     narrow_model, narrow = train(_encoder, _step, 5, {"every": 1})
     full_model, full = train(_encoder, _step, 5, {"every": 1, "rediscover": 1})
@@ -39,7 +48,7 @@ def test_narrow_passes_equal_a_discovery_on_every_step():
         assert ra.keys() == rb.keys()
         for key, value in ra.items():
             if isinstance(value, float):
-                torch.testing.assert_close(value, rb[key], rtol=1e-6, atol=1e-9)
+                _assert_same_metric(key, value, rb[key])
             else:
                 assert value == rb[key], key
 
@@ -216,7 +225,7 @@ def test_multihead_attention_captured_by_its_module_equals_a_discovery(batch_fir
     for ra, rb in zip(a, b, strict=True):
         for key, value in ra.items():
             if isinstance(value, float):
-                torch.testing.assert_close(value, rb[key], rtol=1e-6, atol=1e-9)
+                _assert_same_metric(key, value, rb[key])
             else:
                 assert value == rb[key], key
 

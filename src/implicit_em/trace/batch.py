@@ -265,10 +265,9 @@ def attention_steps(
         log_alpha,
     )
     if reconstruct is not None and v is not None:
-        out = x["output"].float()
-        rebuilt = _rebuild(alpha @ v, reconstruct, x)
-        stats["alpha_residual_max"] = per_step((rebuilt - out).abs(), "amax").double()
-        stats["output_max"] = per_step(out.abs(), "amax").double()
+        stats["alpha_residual_max"], stats["output_max"] = _forward_residual(
+            alpha, v, reconstruct, x
+        )
     return stats
 
 
@@ -281,17 +280,45 @@ def _output_gradient_heads(g_output: Tensor, out_weight: Tensor, heads: int) -> 
     return g.reshape(s, r, lq, heads, e // heads).transpose(2, 3)
 
 
-def _rebuild(o: Tensor, reconstruct: str, x: Inputs) -> Tensor:
-    r"""The attention output from the per-head outputs ``o = alpha @ v`` (``[S, N, H, Lq, Ev]``):
-    ``o`` itself (``"matmul"``), or the heads merged to ``[S, Lq, N, H·Ev]`` and projected,
-    :math:`y = o W_o^\top + b_o` (``"projection"``, ``nn.MultiheadAttention``)."""
+def _forward_residual(
+    alpha: Tensor, v: Tensor, reconstruct: str, x: Inputs
+) -> tuple[Tensor, Tensor]:
+    r"""How well the weights ``alpha`` and values ``v`` (``[S, N, H, Lk, Ev]``) rebuild the
+    captured output :math:`y`, seen along a fixed random unit direction :math:`u`
+    (:func:`_direction`): per step :math:`\max_i |u \cdot (\hat y_i - y_i)|` and
+    :math:`\max_i |u \cdot y_i|`.
+
+    :math:`\hat y` is the per-head output :math:`\alpha v` (``"matmul"``; :math:`y` is
+    ``[S, N, H, Lq, Ev]``) or the heads merged and projected, :math:`\hat y = o W_o^\top + b_o`
+    (``"projection"``, ``nn.MultiheadAttention``; :math:`y` is ``[S, Lq, N, E]``). Along
+    :math:`u` neither product is formed: :math:`u \cdot \hat y_i = \sum_h \alpha_{h,i}
+    (v_h w_h) + u \cdot b_o` with :math:`w = W_o^\top u` split into heads (Freivalds' check:
+    a rebuild that differs from :math:`y` differs along a random :math:`u` with probability 1)."""
+    out = x["output"].float()
+    u = _direction(out.shape[-1], out.device)
+    # Products with a vector as elementwise products and sums: batched matrix-vector
+    # products of small matrices run several times slower on a CPU.
     if reconstruct == "matmul":
-        return o
-    s, n, _, lq, _ = o.shape
-    merged = o.permute(0, 3, 1, 2, 4).reshape(s, lq * n, -1)
-    w = x["out_weight"].float()
-    if "out_bias" in x:
-        y = torch.baddbmm(x["out_bias"].float().unsqueeze(1), merged, w.transpose(1, 2))
+        rebuilt = (alpha * (v * u).sum(-1).unsqueeze(-2)).sum(-1)
+        seen = (out * u).sum(-1)
     else:
-        y = torch.bmm(merged, w.transpose(1, 2))
-    return y.reshape(s, lq, n, -1)
+        s, _, heads, _, ev = v.shape
+        w = (x["out_weight"].float() * u.unsqueeze(-1)).sum(-2).reshape(s, 1, heads, 1, ev)
+        rebuilt = (alpha * (v * w).sum(-1).unsqueeze(-2)).sum(-1).sum(2)
+        if "out_bias" in x:
+            rebuilt = rebuilt + (x["out_bias"].float() * u).sum(-1).reshape(s, 1, 1)
+        seen = (out * u).sum(-1).transpose(1, 2)
+    return per_step((rebuilt - seen).abs(), "amax").double(), per_step(seen.abs(), "amax").double()
+
+
+_DIRECTIONS: dict[tuple[int, torch.device], Tensor] = {}
+
+
+def _direction(n: int, device: torch.device) -> Tensor:
+    """A fixed random unit vector of length ``n`` (float32, seeded: the same in every run)."""
+    u = _DIRECTIONS.get((n, device))
+    if u is None:
+        u = torch.randn(n, generator=torch.Generator().manual_seed(n))
+        u = (u / u.norm()).to(device)
+        _DIRECTIONS[(n, device)] = u
+    return u
