@@ -714,13 +714,13 @@ class SiteCapture:
         if not self._deferred:
             return
         deferred, self._deferred = self._deferred, []
-        for index, versions, args in deferred:
-            now = _versions(args[1], args[2])
+        for index, tensors, versions, site in deferred:
+            now = tuple(t._version for t in tensors)
             if now != versions:
                 self._defer = self._deferrable = False
                 if now[:3] != versions[:3]:
                     continue
-            self.current.calls[index] = self._mha_site(*args, with_output=now == versions)
+            self.current.calls[index] = self._module_site(*site, with_output=now == versions)
 
     def _origin(self, t: Any) -> str | None:
         entry = _entry(self.origins, t)
@@ -1106,20 +1106,34 @@ class SiteCapture:
         with the other module sites of the pass."""
         if not self._open:
             return
-        p = _module_mha(module, args, kwargs)
-        if p is None:
+        query, key, value = _mha_inputs(args, kwargs)
+        if query.dim() != 3 or module.bias_k is not None or module.add_zero_attn:
             return
         name = self._name("", None, self.names[id(module)])
         if name is None:
             return
-        args = (name, p, output[0], module.batch_first)
+        site = (name, module, args, kwargs, output[0])
         if not self._defer:
-            self.current.calls.append(self._mha_site(*args))
+            self.current.calls.append(self._module_site(*site))
             return
         # Capture at the model's end, together with the other deferred sites: a capture's
         # first run after the model's own kernels costs several times the next one's.
-        self._deferred.append((len(self.current.calls), _versions(p, output[0]), args))
+        tensors = (query, key, value, output[0])
+        versions = tuple(t._version for t in tensors)
+        self._deferred.append((len(self.current.calls), tensors, versions, site))
         self.current.calls.append(None)
+
+    def _module_site(
+        self,
+        name: str,
+        module: nn.MultiheadAttention,
+        args: tuple,
+        kwargs: dict,
+        y: Tensor,
+        with_output: bool = True,
+    ) -> AttentionCall:
+        p = _module_mha(module, args, kwargs)
+        return self._mha_site(name, p, y, module.batch_first, with_output)
 
     def _mha_site(
         self, name: str, p: dict, y: Tensor, rows_first: bool, with_output: bool = True
@@ -1189,12 +1203,6 @@ class SiteCapture:
         return call
 
 
-def _versions(p: dict, y: Tensor) -> tuple[int, ...]:
-    """The version counters of a ``nn.MultiheadAttention`` call's activations (in-place
-    changes increment them)."""
-    return (p["query"]._version, p["key"]._version, p["value"]._version, y._version)
-
-
 def _mask_heads(mask: Tensor) -> Tensor:
     return mask.unsqueeze(1) if mask.dim() == 3 else mask
 
@@ -1209,17 +1217,25 @@ def _stock_mha(module: nn.Module) -> bool:
 _MODULE_MHA_ARGS = ("query", "key", "value", "key_padding_mask", "need_weights", "attn_mask")
 
 
-def _module_mha(module: nn.MultiheadAttention, args: tuple, kwargs: dict) -> dict | None:
-    """What ``nn.MultiheadAttention.forward`` passes to ``F.multi_head_attention_forward``:
+def _mha_inputs(args: tuple, kwargs: dict) -> tuple[Tensor, Tensor, Tensor]:
+    """The query, key and value of a ``nn.MultiheadAttention.forward`` call."""
+    n = len(args)
+    return (
+        args[0] if n > 0 else kwargs["query"],
+        args[1] if n > 1 else kwargs["key"],
+        args[2] if n > 2 else kwargs["value"],
+    )
+
+
+def _module_mha(module: nn.MultiheadAttention, args: tuple, kwargs: dict) -> dict:
+    """What ``nn.MultiheadAttention.forward`` passes to ``F.multi_head_attention_forward`` for
+    batched inputs without ``bias_k`` and ``add_zero_attn`` (the forms the tracer follows):
     the inputs (as the module has them: ``[N, L, E]`` when ``batch_first``), boolean masks made
-    additive (``-inf`` where True) in the inputs' dtype, the projection weights; None for the
-    forms the tracer leaves alone (unbatched inputs, ``bias_k``, ``add_zero_attn``)."""
+    additive (``-inf`` where True) in the inputs' dtype, the projection weights."""
     b = dict(zip(_MODULE_MHA_ARGS, args, strict=False)) if args else {}
     if kwargs:
         b.update(kwargs)
     query, key, value = b["query"], b["key"], b["value"]
-    if query.dim() != 3 or module.bias_k is not None or module.add_zero_attn:
-        return None
     self_attention = query is key is value
     params = module._parameters
     out = module.out_proj._parameters
