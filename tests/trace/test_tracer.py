@@ -168,6 +168,36 @@ def test_without_backward_gradient_metrics_are_missing_not_zero():
         assert abs(sum(r["mass"]) - 1) < 1e-6
 
 
+@pytest.mark.parametrize(
+    "backward",
+    [
+        lambda loss: loss.backward(),
+        lambda loss: (0.5 * loss).backward(),
+        lambda loss: loss.backward(torch.tensor(3.0)),
+        lambda loss: torch.autograd.backward(loss),
+        lambda loss: (loss + loss.detach() ** 2).backward(),
+        lambda loss: (loss.item(), loss.backward()),
+    ],
+    ids=["plain", "scaled", "seed", "autograd", "sum", "item-first"],
+)
+def test_responsibilities_are_read_whichever_way_backward_is_called(backward):
+    """The loss's upstream gradient is 1 for ``loss.backward()`` (no hook needed) and read by a
+    hook otherwise: either way the responsibilities read from the gradient equal the forward
+    softmax, in discovery and narrow passes alike."""
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3))
+    x, y = torch.randn(16, 4), torch.randint(0, 3, (16,))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with Tracer(model) as tracer:
+        for _ in range(5):
+            backward(F.cross_entropy(model(x), y))
+            opt.step()
+            opt.zero_grad()
+            tracer.step()
+    assert tracer.discoveries == 2
+    for r in tracer.history:
+        assert r["source"] == "gradient" and r["residual"] <= 1e-6
+
+
 def test_a_backward_after_its_step_changes_no_measurement():
     """The gradient hooks of a measured step do nothing once ``tracer.step()`` took it: a
     backward after the step leaves its measurement without gradients."""
