@@ -108,9 +108,11 @@ def _stack_rows(tensors: Sequence[Tensor]) -> Tensor:
     start = first.storage_offset()
     if first.stride() != base.stride()[1:] or (start - base.storage_offset()) % step:
         return torch.stack(tensors)
-    for i, t in enumerate(tensors):
-        if t._base is not base or t.storage_offset() != start + i * step:
-            return torch.stack(tensors)
+    # Rows of one buffer, distinct and in step order (each measurement has its own slot, and
+    # a site's calls come in step order): consecutive when the last is len - 1 rows on.
+    last = tensors[-1].storage_offset() - start
+    if last != (len(tensors) - 1) * step or any(t._base is not base for t in tensors):
+        return torch.stack(tensors)
     row = (start - base.storage_offset()) // step
     return base[row : row + len(tensors)]
 

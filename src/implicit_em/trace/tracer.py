@@ -57,6 +57,12 @@ __all__ = ["CollapseWarning", "NoSiteError", "Thresholds", "Tracer"]
 
 logger = logging.getLogger("implicit_em.trace")
 
+_FLAGS = ("n_grad", "churn_n", "drift_rows", "value_prev_sq")
+"""Statistics that decide which metrics are missing (``_<flag>`` in a call's values)."""
+
+_PRIVATE = ("n_grad", *("_" + flag for flag in _FLAGS))
+"""Keys of a call's values that are not written to its record."""
+
 _GRADIENT_METRICS = {
     "classification": ("residual", "wrong_entropy", "wrong_top"),
     "mixture": ("residual",),
@@ -350,7 +356,7 @@ class Tracer:
                 metrics = finish_attention(s)
             if self.probe is not None:
                 metrics |= finish_probe(s)
-            for flag in ("n_grad", "churn_n", "drift_rows", "value_prev_sq"):
+            for flag in _FLAGS:
                 if flag in s:
                     metrics["_" + flag] = s[flag]
             rows = len(g.index)
@@ -460,9 +466,9 @@ class Tracer:
                 if metric in v and not v[flag] > 0:
                     v[metric] = None
         record: Record = {"kind": "site", "step": step, "site": call.name, "type": kind}
-        for key, value in v.items():
-            if not key.startswith("_") and key != "n_grad":
-                record[key] = value
+        record.update(v)
+        for key in _PRIVATE:
+            record.pop(key, None)
         if kind == "attention":
             for key in ("alpha_residual", "nonfinite", *_GRADIENT_METRICS[kind]):
                 record.setdefault(key, None)
