@@ -138,7 +138,7 @@ def _signature(inputs: Inputs) -> tuple:
     return tuple([(n, t.shape, t.dtype) for n, t in inputs.items()])
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class ResponsibilityCall:
     r"""A classification (cross-entropy) or mixture (LSE) site captured in one forward pass.
 
@@ -211,7 +211,7 @@ class ResponsibilityCall:
         return self.logits.argmax(-1)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class AttentionCall:
     r"""An attention site: weights :math:`\alpha` ``[R, H, Lq, Lk]`` on the traced rows.
 
@@ -431,7 +431,7 @@ class Plan:
     modules: frozenset[str] = frozenset()
 
 
-@dataclass
+@dataclass(slots=True)
 class CapturedPass:
     """What one forward pass (training step or probe) captured."""
 
