@@ -169,16 +169,31 @@ def _minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
-def peak_rss(steps: int, sink: str) -> float:
-    """Peak RSS (MiB) of a fresh process training ``steps`` traced steps."""
+def _peak_rss_mib() -> float:
+    """This process's peak resident memory (MiB): ``VmHWM`` of ``/proc/self/status`` where
+    there is one. ``ru_maxrss`` of a child process can report its parent's size (Linux counts
+    the memory map the child had before ``exec``)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def peak_rss(steps: int, sink: str | None) -> float:
+    """Peak RSS (MiB) of a fresh process training ``steps`` steps, traced into ``sink``
+    (``"memory"`` or ``"jsonl"``) or untraced (None)."""
     with tempfile.TemporaryDirectory() as tmp:
         sinks = ["memory"] if sink == "memory" else [f"jsonl:{Path(tmp) / 'run.jsonl'}"]
+        every = None if sink is None else 1
         here = str(Path(__file__).parent)
         code = (
-            f"import resource, sys, torch; sys.path.insert(0, {here!r}); torch.set_num_threads(1)\n"
-            "from trace_overhead import make, block\n"
-            f"m, o, i, y = make(); block(m, o, i, y, {steps}, 1, {sinks!r})\n"
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"
+            f"import sys, torch; sys.path.insert(0, {here!r}); torch.set_num_threads(1)\n"
+            "from trace_overhead import make, block, _peak_rss_mib\n"
+            f"m, o, i, y = make(); block(m, o, i, y, {steps}, {every}, {sinks!r})\n"
+            "print(_peak_rss_mib())"
         )
         out = subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, check=True
@@ -218,7 +233,11 @@ def main() -> None:
     rss = (
         {}
         if args.no_memory or args.device != "cpu"
-        else {f"{s} steps, {k}": peak_rss(s, k) for k in ("jsonl", "memory") for s in (100, 1000)}
+        else {
+            f"{s} steps, {k or 'untraced'}": peak_rss(s, k)
+            for k in (None, "jsonl", "memory")
+            for s in (100, 1000)
+        }
     )
     if args.json:
         print(json.dumps({**result, "peak_rss_mib": rss}, indent=2))
@@ -243,7 +262,7 @@ def main() -> None:
             f"{r['faults_traced']:>6.0f}/{r['faults_plain']:<6.0f}"
         )
     if rss:
-        print("peak RSS (MiB, fresh process, traced every=1):")
+        print("peak RSS (MiB, fresh process, every=1):")
     for k, v in rss.items():
         print(f"  {k:<22} {v:8.1f}")
 
