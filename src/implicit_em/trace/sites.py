@@ -11,9 +11,11 @@ Discovery uses PyTorch's own mechanisms: a :class:`~torch.overrides.TorchFunctio
 ``F.cross_entropy``, ``F.nll_loss`` of a ``log_softmax``, ``F.scaled_dot_product_attention``
 (weights recomputed from the captured ``q``, ``k`` for the traced rows, so fused kernels need no
 change), ``F.multi_head_attention_forward`` (its traced input rows and projection weights kept at
-capture, the in-projections and heads computed at the flush; a narrow pass reads a stock
-``nn.MultiheadAttention`` from the module's own forward hook instead), the softmax of eager attention (a softmax over the last axis of a tensor with three or more axes,
-followed by a matmul with the values) and this package's :func:`~implicit_em.objectives.mixture_nll`
+capture, the in-projections and heads computed at the flush; a narrow pass notes a stock
+``nn.MultiheadAttention`` in the module's own forward hook instead and captures it when the
+model's forward pass ends), the softmax of eager attention (a softmax over the last axis of a
+tensor with three or more axes, followed by a matmul with the values) and this package's
+:func:`~implicit_em.objectives.mixture_nll`
 and :func:`~implicit_em.objectives.cross_entropy` (recognized by their code objects on the stack
 when they call ``logsumexp`` / ``log_softmax``). Global module forward hooks keep the stack of
 module paths and remember which module produced which tensor.
