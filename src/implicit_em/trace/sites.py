@@ -15,10 +15,10 @@ capture, the in-projections and heads computed at the flush; a narrow pass notes
 ``nn.MultiheadAttention`` in the module's own forward hook instead and captures it when the
 model's forward pass ends), the softmax of eager attention (a softmax over the last axis of a
 tensor with three or more axes, followed by a matmul with the values) and this package's
-:func:`~implicit_em.objectives.mixture_nll`
-and :func:`~implicit_em.objectives.cross_entropy` (recognized by their code objects on the stack
-when they call ``logsumexp`` / ``log_softmax``). Global module forward hooks keep the stack of
-module paths and remember which module produced which tensor.
+:func:`~implicit_em.objectives.mixture_nll` and :func:`~implicit_em.objectives.cross_entropy`
+(recognized by their code objects on the stack when they call ``logsumexp`` / ``log_softmax``).
+Global module forward hooks keep the stack of module paths and remember which module produced
+which tensor.
 """
 
 from __future__ import annotations
