@@ -229,9 +229,10 @@ def attention_steps(
     mask excludes any entry, after splitting ``heads`` heads from the kept
     ``nn.MultiheadAttention`` projections, :func:`~implicit_em.trace.sites.projected_heads`),
     :func:`~implicit_em.trace.metrics.attention_stats_steps`, and for recomputed weights the
-    forward residual :math:`\max|\hat y - y|` of the output rebuilt from :math:`\alpha` and
-    :math:`v` with its maximum :math:`\max|y|`. ``rows_first``: the kept
-    ``nn.MultiheadAttention`` rows are ``[S, R, L, E]`` (:func:`~implicit_em.trace.sites.lengths_first`)."""
+    forward residual of the output rebuilt from :math:`\alpha` and :math:`v` along a random
+    direction, with the output's size along it (:func:`_forward_residual`). ``rows_first``: the
+    kept ``nn.MultiheadAttention`` rows are ``[S, R, L, E]``
+    (:func:`~implicit_em.trace.sites.lengths_first`)."""
     if rows_first:
         x = lengths_first(x)
     if "in_weight" in x or "q_weight" in x:
