@@ -284,3 +284,42 @@ def test_multihead_attention_changed_in_place_after_the_module_is_captured_at_on
             assert rd["alpha_residual"] is None
         else:
             assert rd["alpha_residual"] <= 1e-5
+
+
+class _After(nn.Module):
+    """A model whose attention module the training step calls after the model's forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Linear(5, 8)
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.embed(x)
+
+
+def test_multihead_attention_called_after_the_model_is_captured_at_once():
+    """A module site outside the model's forward pass is captured at its module (not when the
+    model's forward ends, which came before it): its gradient is read as in a discovery."""
+    torch.manual_seed(0)
+    x, y = torch.randn(4, 6, 5), torch.randint(0, 3, (4,))
+    runs = []
+    for rediscover in (100, 1):
+        torch.manual_seed(1)
+        model = _After()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with Tracer(model, every=1, rediscover=rediscover) as tracer:
+            for _ in range(4):
+                h = model(x)
+                a, _ = model.attn(h, h, h, need_weights=False)
+                F.cross_entropy(model.head(a.mean(1)), y).backward()
+                opt.step()
+                opt.zero_grad()
+                tracer.step()
+        runs.append([r for r in _sites(tracer) if r["site"] == "attn"])
+    narrow, full = runs
+    assert [r["step"] for r in narrow] == [0, 1, 2, 3]
+    for rn, rf in zip(narrow, full, strict=True):
+        for key in ("entropy", "routing_norm", "value_norm"):
+            _assert_same_metric(key, rn[key], rf[key])

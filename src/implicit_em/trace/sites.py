@@ -522,6 +522,7 @@ class SiteCapture:
         self._key: SiteKey | None = None
         self._hooks: list[Any] = []
         self._deferred: list[tuple[int, tuple, tuple, tuple]] = []
+        self._in_model = False
         self._upstream: list[tuple[ResponsibilityCall, Tensor]] = []
         self._defer = False
         self._deferrable = True
@@ -593,6 +594,8 @@ class SiteCapture:
                 module.register_forward_hook(self._exit_scope, always_call=True),
             ]
         self._defer = bool(plan.modules) and self.root is not None and self._deferrable
+        if self._defer:
+            self._hooks.append(self.root.register_forward_pre_hook(self._model_starts))
         if (plan.tail or self._defer) and self.root is not None:
             self._hooks.append(self.root.register_forward_hook(self._model_done, always_call=True))
 
@@ -652,6 +655,7 @@ class SiteCapture:
         from now on)."""
         self._materialize()
         self._upstream.clear()
+        self._in_model = False
         done, self.current = self.current, CapturedPass()
         done.calls = [c for c in done.calls if c is not None]
         done.live = False
@@ -704,9 +708,13 @@ class SiteCapture:
             self._depth -= 1
             self._switch(self._depth > 0 or self._tail)
 
+    def _model_starts(self, module: nn.Module, args: Any) -> None:
+        self._in_model = self._open
+
     def _model_done(self, module: nn.Module, args: Any, output: Any) -> None:
         """Narrow pass: the model's forward is over. The deferred module sites are captured
         now; sites outside the model (the loss) follow."""
+        self._in_model = False
         if not self._open:
             return
         self._materialize()
@@ -1137,8 +1145,8 @@ class SiteCapture:
     def _mha_module(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
         """Narrow pass: the site of a stock ``nn.MultiheadAttention`` from its inputs and
         output (what ``F.multi_head_attention_forward`` received, see :func:`_module_mha`).
-        Inside the model it is captured when the model's forward ends (:meth:`_materialize`),
-        with the other module sites of the pass."""
+        Inside the model's forward pass it is captured when that ends (:meth:`_materialize`),
+        with the other module sites of the pass; called outside it, at once."""
         if not self._open:
             return
         query, key, value = _mha_inputs(args, kwargs)
@@ -1148,7 +1156,7 @@ class SiteCapture:
         if name is None:
             return
         site = (name, module, args, kwargs, output[0])
-        if not self._defer:
+        if not (self._defer and self._in_model):
             self.current.calls.append(self._module_site(*site))
             return
         # Capture at the model's end, together with the other deferred sites: a capture's
