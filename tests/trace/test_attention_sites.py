@@ -130,10 +130,6 @@ def test_package_attention_is_an_eager_site():
     assert r["value_residual"] <= 1e-5 and r["routing_norm"] > 0
 
 
-def _gpt2(impl: str) -> nn.Module:
-    return small_gpt2(impl)
-
-
 def _bert(impl: str) -> nn.Module:
     cfg = transformers.BertConfig(
         vocab_size=40,
@@ -167,7 +163,7 @@ def _bert_step(m: nn.Module) -> torch.Tensor:
 @pytest.mark.parametrize(
     ("make", "step", "sites"),
     [
-        (_gpt2, _gpt2_step, ["lm_head.ce", "transformer.h.0.attn", "transformer.h.1.attn"]),
+        (small_gpt2, _gpt2_step, ["lm_head.ce", "transformer.h.0.attn", "transformer.h.1.attn"]),
         (
             _bert,
             _bert_step,

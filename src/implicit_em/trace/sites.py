@@ -319,10 +319,10 @@ def projected_heads(x: Inputs, heads: int) -> tuple[Tensor, Tensor, Tensor, Tens
     ``[S, R, H, L, E/H]`` (in at least float32); the mask is additive, broadcastable to
     ``[S, R, H, Lq, Lk]`` (boolean masks mark positions left out), or None."""
     bias = x.get("in_bias")
-    biases = (None,) * 3 if bias is None else bias.chunk(3, dim=-1)
     if "x" in x:
         q, k, v = _linear_steps(x["x"], x["in_weight"], bias).chunk(3, dim=-1)
     else:
+        biases = (None,) * 3 if bias is None else bias.chunk(3, dim=-1)
         if "in_weight" in x:
             weights = x["in_weight"].chunk(3, dim=-2)
         else:
@@ -883,9 +883,12 @@ class SiteCapture:
         ``Tensor.backward`` with the default gradient, else a gradient hook (``func`` None: the
         mode is being left)."""
         pending, self._upstream = self._upstream, []
+        default_backward = (
+            func is Tensor.backward
+            and (args[1] if len(args) > 1 else kwargs.get("gradient")) is None
+        )
         for call, out in pending:
-            seed = args[1] if len(args) > 1 else kwargs.get("gradient")
-            if func is Tensor.backward and args[0] is out and seed is None and out.numel() == 1:
+            if default_backward and args[0] is out and out.numel() == 1:
                 one = self.slots.destination(
                     (call.name, "upstream"), self.slot, out.shape, out.dtype, out.device
                 )
