@@ -57,8 +57,8 @@ def _numpy_blas() -> str:
 
 def _torch_blas() -> str:
     for part in torch.__config__.show().replace("\n", ",").split(","):
-        if part.strip().startswith("BLAS_INFO="):
-            return part.strip().removeprefix("BLAS_INFO=")
+        if "BLAS_INFO=" in part:
+            return part.split("BLAS_INFO=", 1)[1].strip()
     return "unknown"
 
 
