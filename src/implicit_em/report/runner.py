@@ -130,8 +130,8 @@ def check_output_folder(out: Path) -> None:
     """Create ``out`` if needed and check that it is writable (``ValueError`` naming it if not)."""
     try:
         out.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-", delete=True)
-        probe.close()
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
+            pass
     except OSError as err:
         raise ValueError(f"--out {out}: not a writable folder ({err.strerror or err})") from err
 
