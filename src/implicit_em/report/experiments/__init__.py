@@ -4,3 +4,7 @@ To add one: write ``eN_name.py`` that calls :func:`implicit_em.report.register`,
 """
 
 from implicit_em.report.experiments import e1_identities  # noqa: F401
+from implicit_em.report.experiments import e2_trajectories  # noqa: F401
+from implicit_em.report.experiments import e3_fixed_points  # noqa: F401
+from implicit_em.report.experiments import e4_competition  # noqa: F401
+from implicit_em.report.experiments import e5_volume  # noqa: F401
