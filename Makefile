@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 TORCH  ?= torch==2.13.0
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: setup verify test test-fast lint docs docs-serve wheel-check clean
+.PHONY: setup report verify test test-fast lint docs docs-serve wheel-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,6 +16,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# The main job: every claim -> experiment -> verdict computed from measurements (E1 runs verify).
+report: setup
+	$(BIN)/implicit-em report --quick --out report
 
 verify: setup
 	$(BIN)/implicit-em verify
@@ -43,4 +47,4 @@ wheel-check: setup
 	PYTHON=$(PYTHON) TORCH=$(TORCH) .ci/wheel_check.sh $(BIN)/python
 
 clean:
-	rm -rf $(VENV) build dist site *.egg-info src/*.egg-info .pytest_cache
+	rm -rf $(VENV) build dist site *.egg-info src/*.egg-info .pytest_cache report

@@ -9,7 +9,12 @@ from urllib.parse import unquote
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCUMENTS = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
+DOCS = ROOT / "docs"
+DOCUMENTS = sorted([ROOT / "README.md", *DOCS.rglob("*.md")])
+
+# Links to pages that are announced but not written yet: (document, target). Each must still be
+# broken (the test below says when one resolves, so that it leaves this list).
+PENDING = {("docs/report.md", "results-neural.md")}
 
 _FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", flags=re.S | re.M)
 _CODE_SPAN = re.compile(r"(`+)(?!`).*?(?<!`)\1(?!`)", flags=re.S)
@@ -38,14 +43,34 @@ def test_the_parser_finds_links_and_skips_code() -> None:
     assert relative_links(text) == ["docs/a.md", "b.png", "f g.md", "../up.md"]
 
 
+def _problem(document: Path, target: str) -> str | None:
+    path = unquote(target.split("#", 1)[0].split("?", 1)[0])
+    resolved = (document.parent / path).resolve()
+    if not resolved.is_relative_to(ROOT):
+        return "outside the repository"
+    if document.is_relative_to(DOCS) and not resolved.is_relative_to(DOCS):
+        return "outside docs/, so not on the site"
+    if not resolved.exists():
+        return "no such file"
+    return None
+
+
 @pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_relative_links_resolve_inside_the_repository(document: Path) -> None:
-    broken = []
-    for target in relative_links(document.read_text(encoding="utf-8")):
-        path = unquote(target.split("#", 1)[0].split("?", 1)[0])
-        resolved = (document.parent / path).resolve()
-        if not resolved.is_relative_to(ROOT):
-            broken.append(f"{target} (outside the repository)")
-        elif not resolved.exists():
-            broken.append(f"{target} (no such file)")
-    assert not broken, f"{document.relative_to(ROOT)}: broken links {broken}"
+    name = document.relative_to(ROOT).as_posix()
+    broken = [
+        f"{target} ({problem})"
+        for target in relative_links(document.read_text(encoding="utf-8"))
+        if (name, target) not in PENDING and (problem := _problem(document, target))
+    ]
+    assert not broken, f"{name}: broken links {broken}"
+
+
+@pytest.mark.parametrize("pending", sorted(PENDING))
+def test_pending_links_are_still_unwritten(pending: tuple[str, str]) -> None:
+    name, target = pending
+    document = ROOT / name
+    assert target in relative_links(document.read_text(encoding="utf-8")), (
+        f"{name} no longer links {target}"
+    )
+    assert _problem(document, target) == "no such file", f"{target} exists: remove it from PENDING"

@@ -1,11 +1,12 @@
 r"""Executable identities: each fact the theory rests on, checked against autograd.
 
 Each [Identity][] names the paper section and the claim or objection IDs it checks (C are the
-paper's claims, R the referee's objections), computes a closed form and the same quantity by
-autograd in float64 on random inputs, and reports the largest absolute difference. Where a
-function of the package is involved it is also passed through `torch.autograd.gradcheck`.
-`implicit-em verify` runs the registry and prints one line per identity; an identity passes when
-its error is at most `TOLERANCE` ($10^{-12}$) and gradcheck succeeded.
+paper's claims, R the referee's objections; the theory page, `docs/theory.md`, lists them),
+computes a closed form and the same quantity by autograd in float64 on random inputs, and reports
+the largest absolute difference. Where a function of the package is involved it is also passed
+through `torch.autograd.gradcheck`. `implicit-em verify` runs the registry and prints one line per
+identity; an identity passes when its error is at most `TOLERANCE` ($10^{-12}$) and gradcheck
+succeeded.
 
 Examples
 --------
