@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the sdist and the wheel, install the wheel into a fresh virtual environment beside the
-# pinned torch wheel, and run `implicit-em verify` and the README's first example from a
-# temporary folder, so that the installed package is used and not the source tree.
+# pinned torch wheel, and run `implicit-em verify` and the README's three-regimes example from a
+# temporary folder, so that the installed package is used and not the source tree. The
+# environment is thrown away afterwards, so pip skips compiling bytecode (--no-compile).
 # Usage: .ci/wheel_check.sh BUILD_PYTHON   (a Python with `build` installed: .venv/bin/python)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,8 +20,8 @@ ls dist
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$python" -m venv "$work/venv"
-"$work/venv/bin/python" -m pip install --quiet "$torch_spec"
-"$work/venv/bin/python" -m pip install --quiet "$root/$wheel"
+"$work/venv/bin/python" -m pip install --quiet --no-compile "$torch_spec"
+"$work/venv/bin/python" -m pip install --quiet --no-compile "$root/$wheel"
 
 cd "$work"
 "$work/venv/bin/implicit-em" verify
