@@ -66,6 +66,7 @@ __all__ = [
     "build_model",
     "config_differences",
     "evaluate",
+    "held_out",
     "learning_rate",
     "loss_fn",
     "preset",
@@ -275,6 +276,12 @@ def _parameter_groups(model: nn.Module, config: RunConfig) -> list[dict[str, Any
     ]
 
 
+def held_out(config: RunConfig) -> Batch:
+    """The fixed held-out batch of ``config`` (``n_test`` sequences from their own generator)."""
+    generator = torch.Generator().manual_seed(config.seed + _EVAL_SEED_OFFSET)
+    return config.make_task().sample(config.n_test, generator)
+
+
 def loss_fn(logits: Tensor, batch: Batch, objective: str, targets: str) -> Tensor:
     """The training objective on the supervised positions (distances ``d = -logits``)."""
     d = -logits[batch.mask]
@@ -445,10 +452,7 @@ def run(
         betas=(0.9, 0.95),
     )
     data = torch.Generator().manual_seed(config.seed)
-    test = task.sample(
-        config.n_test, torch.Generator().manual_seed(config.seed + _EVAL_SEED_OFFSET)
-    )
-    test = test.to(device)
+    test = held_out(config).to(device)
     history: dict[str, list[float]] = {
         "step": [],
         "loss": [],
