@@ -41,11 +41,11 @@ _SMOKE_OVERRIDES: dict[str, Any] = {
     "n_layer": 1,
     "n_head": 2,
     "n_embd": 16,
-    "steps": 40,
+    "steps": 20,
     "warmup": 5,
-    "eval_every": 20,
-    "ckpt_every": 40,
-    "n_test": 64,
+    "eval_every": 10,
+    "ckpt_every": 20,
+    "n_test": 32,
     "batch_size": 16,
 }
 

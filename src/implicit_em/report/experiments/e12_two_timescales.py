@@ -162,7 +162,7 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
 
 def _configs() -> dict[str, dict[str, Any]]:
     sizes = {
-        "smoke": {"overrides": {}, "snapshot_every": 10, "kl_threshold_of_floor": 0.5},
+        "smoke": {"overrides": {}, "snapshot_every": 5, "kl_threshold_of_floor": 0.5},
         "quick": {
             "overrides": {"eval_every": 100},
             "snapshot_every": 50,
