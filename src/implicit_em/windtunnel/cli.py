@@ -51,6 +51,11 @@ class Scale(StrEnum):
     reference_cpu = "reference-cpu"
 
 
+class Norm(StrEnum):
+    layernorm = "layernorm"
+    rmsnorm = "rmsnorm"
+
+
 class Targets(StrEnum):
     sample = "sample"
     posterior = "posterior"
@@ -169,7 +174,7 @@ def windtunnel(
     replacement: bool = typer.Option(
         None, "--replacement/--no-replacement", help="Bijection: keys drawn with replacement."
     ),
-    norm: str = typer.Option(None, "--norm", help="layernorm or rmsnorm (default: scale)."),
+    norm: Norm = typer.Option(None, "--norm", help="Normalization layers (default: per scale)."),
     out: Path = typer.Option(Path("outputs/windtunnel"), help="Base directory of runs."),
     batch_size: int = typer.Option(None, help="Sequences per step (default: per scale)."),
     lr: float = typer.Option(
@@ -244,7 +249,7 @@ def _base_config(
     lr: float | None,
     ckpt_every: int | None,
     targets: Targets | None,
-    norm: str | None,
+    norm: Norm | None,
 ) -> RunConfig:
     overrides: dict[str, Any] = {"seed": seed, "sdpa": not eager}
     for key, value in (
@@ -258,7 +263,7 @@ def _base_config(
     if targets is not None:
         overrides["targets"] = targets.value
     if norm is not None:
-        overrides["norm"] = norm
+        overrides["norm"] = norm.value
     return preset(task, scale, **overrides)
 
 
