@@ -107,7 +107,7 @@ register(
     Experiment(
         id="E11",
         title="Wind tunnel: is normalization necessary? (CE against independent sigmoids)",
-        claims=("T1", "C11"),
+        claims=("T1", "C3", "C8", "C11"),
         hypothesis=(
             "If normalization (the log-sum-exp of cross-entropy) is necessary for the Bayesian "
             "behaviour of C11, a transformer trained with independent per-answer sigmoids does "

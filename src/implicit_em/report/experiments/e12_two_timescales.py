@@ -181,7 +181,7 @@ register(
     Experiment(
         id="E12",
         title="Wind tunnel: two timescales (attention before values) and an EM-like schedule",
-        claims=("C12",),
+        claims=("C12", "C5"),
         hypothesis=(
             "During training the attention patterns reach their final state well before the "
             "value projections do (E-step fast, M-step slow), so t_α, the step after which the "
