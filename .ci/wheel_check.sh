@@ -11,14 +11,14 @@ build_python=${1:?usage: .ci/wheel_check.sh BUILD_PYTHON}
 python=${PYTHON:-python3}
 torch_spec=${TORCH:-torch==2.13.0}
 
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
 rm -rf dist
-"$build_python" -m build --outdir dist . >dist.log 2>&1 || { cat dist.log; exit 1; }
-rm -f dist.log
+"$build_python" -m build --outdir dist . >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
 wheel=$(ls dist/implicit_em-*.whl)
 ls dist
 
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 "$python" -m venv "$work/venv"
 "$work/venv/bin/python" -m pip install --quiet --no-compile "$torch_spec"
 "$work/venv/bin/python" -m pip install --quiet --no-compile "$root/$wheel"
