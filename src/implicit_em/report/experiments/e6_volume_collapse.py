@@ -203,6 +203,7 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
             "entropy",
             "l0",
             "probe",
+            "weight_norm",
         ):
             mean, std = mean_std([f[key] for f in finals])
             numbers[f"{key}_{v}"] = mean
@@ -271,6 +272,28 @@ def _notes(n: dict[str, Any]) -> list[str]:
         )
     else:
         notes.append("The tracer raised no alarm on the collapsing encoder.")
+    probe_change = n["probe_lse_var_decor"] - n["probe_var_decor"]
+    l0_change = n["l0_lse_var_decor"] - n["l0_var_decor"]
+    notes.append(
+        (
+            "The LSE term changes little"
+            if abs(probe_change) <= 0.01 and abs(l0_change) <= 0.02
+            else "The LSE term changes the features"
+        )
+        + f" once the surrogates are on: probe accuracy {n['probe_lse_var_decor']:.3f} with it "
+        f"and {n['probe_var_decor']:.3f} without, L0 {n['l0_lse_var_decor']:.3f} and "
+        f"{n['l0_var_decor']:.3f}."
+    )
+    grows = n["weight_norm_lse_var"] > 1.5 * n["weight_norm_lse_var_decor"]
+    notes.append(
+        f"‖W‖_F at the end: {n['weight_norm_lse_var']:.1f} with the variance term alone, "
+        f"{n['weight_norm_lse_var_decor']:.1f} with decorrelation"
+        + (
+            " (−log Var is unbounded below: with nothing else to stop it the scale keeps growing)."
+            if grows
+            else "."
+        )
+    )
     healthy = n["alarms_lse_var_decor"]
     notes.append(
         "On LSE + variance + decorrelation the tracer raised "

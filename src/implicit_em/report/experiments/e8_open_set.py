@@ -91,7 +91,8 @@ def open_set_metrics(score: np.ndarray, unknown: np.ndarray) -> dict[str, float]
         raise ValueError("open-set metrics need both known and unknown inputs")
     if not np.isfinite(score).all():
         raise ValueError("score has non-finite values")
-    fpr, tpr, _ = roc_curve(unknown, score)
+    # Every threshold is kept: a dropped collinear point may be the first to reach 95% TPR.
+    fpr, tpr, _ = roc_curve(unknown, score, drop_intermediate=False)
     return {
         "auroc": float(roc_auc_score(unknown, score)),
         "aupr_in": float(average_precision_score(~unknown, -score)),
