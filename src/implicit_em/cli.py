@@ -70,3 +70,7 @@ app.command("trace-demo")(trace_demo)
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

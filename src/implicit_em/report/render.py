@@ -65,6 +65,10 @@ def _headline(entry: Mapping[str, Any]) -> str:
     return "; ".join(f"{k} = {format_number(v)}" for k, v in entry["headline"].items())
 
 
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
 def render_markdown(document: Mapping[str, Any]) -> str:
     """The summary table in Markdown: claims, experiment, verdict, key numbers."""
     meta = document["meta"]
@@ -76,8 +80,8 @@ def render_markdown(document: Mapping[str, Any]) -> str:
     ]
     for e in document["experiments"]:
         lines.append(
-            f"| {', '.join(e['claims'])} | {e['id']}: {e['title']} | **{e['verdict']}** | "
-            f"{_headline(e).replace('|', '/')} |"
+            f"| {', '.join(e['claims'])} | {e['id']}: {_cell(e['title'])} | **{e['verdict']}** | "
+            f"{_cell(_headline(e))} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -102,9 +102,20 @@ def progress(items: Iterable[T], desc: str, total: int | None = None) -> Iterato
     yield from tqdm(items, desc=desc, total=total, leave=False, dynamic_ncols=True)
 
 
+def _source(experiment: Experiment) -> str:
+    """The source of the experiment's module and of the private helper modules beside it
+    (``_*.py`` in the same folder), so that a change to either reruns it."""
+    module = inspect.getmodule(experiment.run)
+    if module is None or module.__file__ is None:
+        return inspect.getsource(experiment.run)
+    path = Path(module.__file__)
+    helpers = sorted(p for p in path.parent.glob("_*.py") if p.name != "__init__.py")
+    return "\n".join(p.read_text(encoding="utf-8") for p in [path, *helpers])
+
+
 def cache_key(experiment: Experiment, size: str, config: dict[str, Any]) -> str:
-    """Hash of the experiment's id, size, configuration and the source of its module."""
-    source = inspect.getsource(inspect.getmodule(experiment.run) or experiment.run)
+    """Hash of the experiment's id, size, configuration and source (its module and helpers)."""
+    source = _source(experiment)
     blob = json.dumps(
         {"v": CACHE_VERSION, "id": experiment.id, "size": size, "config": config, "source": source},
         sort_keys=True,

@@ -3,10 +3,12 @@
 To add one: write ``eN_name.py`` that calls :func:`implicit_em.report.register`, and import it here.
 """
 
-from implicit_em.report.experiments import (
-    e1_identities,  # noqa: F401
-    e6_volume_collapse,  # noqa: F401
-    e7_competition,  # noqa: F401
-    e8_open_set,  # noqa: F401
-    e9_moe_gates,  # noqa: F401
-)
+from implicit_em.report.experiments import e1_identities  # noqa: F401
+from implicit_em.report.experiments import e2_trajectories  # noqa: F401
+from implicit_em.report.experiments import e3_fixed_points  # noqa: F401
+from implicit_em.report.experiments import e4_competition  # noqa: F401
+from implicit_em.report.experiments import e5_volume  # noqa: F401
+from implicit_em.report.experiments import e6_volume_collapse  # noqa: F401
+from implicit_em.report.experiments import e7_competition  # noqa: F401
+from implicit_em.report.experiments import e8_open_set  # noqa: F401
+from implicit_em.report.experiments import e9_moe_gates  # noqa: F401
