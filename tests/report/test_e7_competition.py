@@ -79,6 +79,10 @@ def test_wrong_class_entropy():
     assert float(got[1]) == pytest.approx(math.log(2))
     w = torch.tensor([2 / 3, 1 / 3], dtype=torch.float64)
     assert float(got[0]) == pytest.approx(float(-(w * w.log()).sum()))
+    # No wrong-class mass at all (as a float32 gradient can read it): no entropy, not zero.
+    assert torch.isnan(e7.wrong_class_entropy(torch.tensor([[1.0, 0.0, 0.0]]), torch.tensor([0])))[
+        0
+    ]
 
 
 def test_smoke_run(tmp_path):

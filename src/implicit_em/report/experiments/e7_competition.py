@@ -23,6 +23,7 @@ prototypes are close, since :math:`r\,\delta \propto \delta e^{-\delta^2}` falls
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -74,9 +75,15 @@ class PrototypeClassifier(nn.Module):
 
 def wrong_class_entropy(r: Tensor, labels: Tensor) -> Tensor:
     r"""Entropy (nats) of the wrong-class responsibilities renormalized, per row:
-    :math:`H(w)` with :math:`w_j \propto r_j` over :math:`j \ne y`. ``r[N, K]`` -> ``[N]``."""
-    wrong = r.scatter(1, labels[:, None], 0.0)
-    return entropy(wrong / wrong.sum(1, keepdim=True).clamp_min(torch.finfo(r.dtype).tiny))
+    :math:`H(w)` with :math:`w_j \propto r_j` over :math:`j \ne y`. ``r[N, K]`` -> ``[N]``.
+
+    A row whose wrong-class responsibilities are all zero (read from a float32 gradient, tiny
+    ones cancel to exactly 0) has no such distribution: its entropy is NaN, and averages skip it.
+    """
+    wrong = r.scatter(1, labels[:, None], 0.0).clamp_min(0)
+    total = wrong.sum(1, keepdim=True)
+    h = entropy(wrong / torch.where(total > 0, total, torch.ones_like(total)))
+    return torch.where(total[:, 0] > 0, h, torch.full_like(h, float("nan")))
 
 
 def competition(
@@ -139,7 +146,7 @@ def train_classifier(
                 c = competition(d.grad, h, model.head.prototypes, y, smoothing)
                 batch_rho.append(c["batch_rho"])
                 sample_rho.append(torch.nanmean(c["sample_rho"]))
-                own_wrong_entropy.append(wrong_class_entropy(c["r"], y).mean())
+                own_wrong_entropy.append(wrong_class_entropy(c["r"], y).nanmean())
             optimizer.step()
             tracer.step()
     frame = tracer.history.to_pandas()
@@ -147,10 +154,9 @@ def train_classifier(
     own = torch.stack(own_wrong_entropy).tolist()
     trace_steps = [int(s) for s in sites["step"]]
     trace_wrong = [float(v) for v in sites["wrong_entropy"]]
-    agreement = max(
-        (abs(own[s] - v) for s, v in zip(trace_steps, trace_wrong, strict=True)),
-        default=float("nan"),
-    )
+    # Steps at which no row had any wrong-class mass left to read have no entropy to compare.
+    gaps = [abs(own[s] - v) for s, v in zip(trace_steps, trace_wrong, strict=True)]
+    agreement = max((g for g in gaps if not math.isnan(g)), default=float("nan"))
     with torch.no_grad():
         r = responsibilities(model(images.x_test).double())
     confidence, predicted = r.max(dim=1)
@@ -164,7 +170,7 @@ def train_classifier(
         "trace_agreement": agreement,
         "accuracy": float(correct.double().mean()),
         "ece": expected_calibration_error(confidence, correct, bins=15),
-        "wrong_entropy": float(wrong_class_entropy(r, images.y_test).mean()),
+        "wrong_entropy": float(wrong_class_entropy(r, images.y_test).nanmean()),
         "confidence": float(confidence.mean()),
     }
 
