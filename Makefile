@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 TORCH  ?= torch==2.13.0
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: setup report verify test test-fast lint docs docs-serve wheel-check clean
+.PHONY: setup report verify test test-fast lint docs docs-serve wheel-check clean data
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,19 @@ test: setup
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# Fashion-MNIST for `implicit-em report --full` (E6-E9): Debian's dataset-fashion-mnist package puts
+# its IDX files in /usr/share/datasets/fashion-mnist. Nothing in the package downloads data.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+data:
+	@if command -v apt-get >/dev/null 2>&1; then \
+		$(SUDO) apt-get update && $(SUDO) apt-get install -y dataset-fashion-mnist; \
+	else \
+		echo "make data: apt-get is not available here. Copy the four Fashion-MNIST files"; \
+		echo "(train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz,"; \
+		echo "t10k-labels-idx1-ubyte.gz) into a folder and set IMPLICIT_EM_DATA to that folder."; \
+		exit 1; \
+	fi
 
 lint: setup
 	$(BIN)/ruff check src tests benchmarks tools

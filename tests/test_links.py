@@ -12,10 +12,6 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 DOCUMENTS = sorted([ROOT / "README.md", *DOCS.rglob("*.md")])
 
-# Links to pages that are announced but not written yet: (document, target). Each must still be
-# broken (the test below says when one resolves, so that it leaves this list).
-PENDING = {("docs/report.md", "results-neural.md")}
-
 _FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", flags=re.S | re.M)
 _CODE_SPAN = re.compile(r"(`+)(?!`).*?(?<!`)\1(?!`)", flags=re.S)
 _INLINE = re.compile(
@@ -61,16 +57,6 @@ def test_relative_links_resolve_inside_the_repository(document: Path) -> None:
     broken = [
         f"{target} ({problem})"
         for target in relative_links(document.read_text(encoding="utf-8"))
-        if (name, target) not in PENDING and (problem := _problem(document, target))
+        if (problem := _problem(document, target))
     ]
     assert not broken, f"{name}: broken links {broken}"
-
-
-@pytest.mark.parametrize("pending", sorted(PENDING))
-def test_pending_links_are_still_unwritten(pending: tuple[str, str]) -> None:
-    name, target = pending
-    document = ROOT / name
-    assert target in relative_links(document.read_text(encoding="utf-8")), (
-        f"{name} no longer links {target}"
-    )
-    assert _problem(document, target) == "no such file", f"{target} exists: remove it from PENDING"

@@ -103,14 +103,17 @@ def progress(items: Iterable[T], desc: str, total: int | None = None) -> Iterato
 
 
 def _source(experiment: Experiment) -> str:
-    """The source of the experiment's module and of the private helper modules beside it
-    (``_*.py`` in the same folder), so that a change to either reruns it."""
+    """The source of the experiment's module and of the private helper modules beside it that
+    it names (``_*.py`` in the same folder), so that a change to either reruns it."""
     module = inspect.getmodule(experiment.run)
     if module is None or module.__file__ is None:
         return inspect.getsource(experiment.run)
     path = Path(module.__file__)
-    helpers = sorted(p for p in path.parent.glob("_*.py") if p.name != "__init__.py")
-    return "\n".join(p.read_text(encoding="utf-8") for p in [path, *helpers])
+    own = path.read_text(encoding="utf-8")
+    helpers = sorted(
+        p for p in path.parent.glob("_*.py") if p.name != "__init__.py" and p.stem in own
+    )
+    return "\n".join([own, *(p.read_text(encoding="utf-8") for p in helpers)])
 
 
 def cache_key(experiment: Experiment, size: str, config: dict[str, Any]) -> str:

@@ -1,0 +1,96 @@
+"""E6: the encoder objectives, the feature statistics, a smoke run and the verdict rule."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from implicit_em import data
+from implicit_em.objectives import decorrelation_penalty, mixture_nll, variance_penalty
+from implicit_em.report.experiments import e6_volume_collapse as e6
+from implicit_em.report.registry import REGISTRY, VERDICTS
+from implicit_em.report.runner import run_experiments
+
+E6 = REGISTRY["E6"]
+PASSING = {
+    "dead_fraction_lse": 0.9,
+    "dead_fraction_lse_var_decor": 0.05,
+    "probe_gain_var_decor": 0.2,
+    "alarm_seed_share_lse": 1.0,
+    "alarm_seed_share_lse_var_decor": 0.0,
+}
+FAILING = {
+    "dead_fraction_lse": 0.89,
+    "dead_fraction_lse_var_decor": 0.06,
+    "probe_gain_var_decor": 0.19,
+    "alarm_seed_share_lse": 2 / 3,
+    "alarm_seed_share_lse_var_decor": 1 / 3,
+}
+
+
+def test_rule_on_both_sides_of_each_threshold():
+    assert set(PASSING) == {c.number for c in E6.rule.criteria}
+    assert E6.rule.judge(PASSING).verdict == "holds"
+    assert E6.rule.judge(FAILING).verdict == "fails"
+    for name in PASSING:
+        assert E6.rule.judge({**PASSING, name: FAILING[name]}).verdict == "partly"
+        assert E6.rule.judge({**FAILING, name: PASSING[name]}).verdict == "partly"
+    assert E6.rule.judge({**PASSING, "dead_fraction_lse": math.nan}).verdict == "not run"
+
+
+def test_lse_alone_is_minimized_by_switching_every_unit_off():
+    d = torch.rand(64, 8)
+    assert mixture_nll(torch.zeros(64, 8)) == pytest.approx(-math.log(8))
+    assert mixture_nll(d) > mixture_nll(torch.zeros(64, 8))
+
+
+def test_encoder_losses():
+    torch.manual_seed(0)
+    d = torch.rand(32, 6, requires_grad=True)
+    config = {"variance_weight": 2.0, "decorrelation_weight": 0.5}
+    volume = 2.0 * variance_penalty(d) + 0.5 * decorrelation_penalty(d)
+    assert torch.allclose(e6.encoder_loss(d, "lse", config), mixture_nll(d))
+    assert torch.allclose(
+        e6.encoder_loss(d, "lse_var", config), mixture_nll(d) + 2.0 * variance_penalty(d)
+    )
+    assert torch.allclose(e6.encoder_loss(d, "lse_var_decor", config), mixture_nll(d) + volume)
+    assert torch.allclose(e6.encoder_loss(d, "var_decor", config), volume)
+    with pytest.raises(ValueError, match="variant"):
+        e6.encoder_loss(d, "lse_only", config)
+
+
+def test_feature_statistics_on_a_hand_made_matrix():
+    column = torch.tensor([0.0, 1.0, 0.0, 2.0])
+    f = torch.stack([column, column, torch.zeros(4), torch.full((4,), 3.0)], dim=1)
+    stats = e6.feature_statistics(f)
+    assert stats["dead"] == 2  # a zero unit and a constant unit
+    assert stats["redundancy"] == pytest.approx(2.0)  # two identical live units: corr 1 twice
+    assert stats["mean_sq_corr"] == pytest.approx(1.0)
+    assert stats["l0"] == pytest.approx((2 + 2 + 0 + 4) / 16)
+    r = torch.softmax(-f.double(), dim=1)
+    assert stats["entropy"] == pytest.approx(float(-(r * r.log()).sum(1).mean()))
+
+
+def test_smoke_run(tmp_path):
+    outcome = E6.run({**E6.configs["smoke"], "device": "cpu"}, tmp_path)
+    n = outcome.numbers
+    for key in ("dead_lse", "probe_lse_var_decor", "alarm_seed_share_lse", "redundancy_var_decor"):
+        assert key in n
+    assert 0 <= n["dead_fraction_lse"] <= 1 and 0 <= n["probe_lse"] <= 1
+    assert isinstance(n["alarms_lse"], list)
+    # The tracer reads the LSE term alone: its responsibilities equal softmax(-d).
+    assert n["trace_residual_max_lse_var_decor"] < 1e-5
+    assert all((tmp_path / f.path).is_file() for f in outcome.figures)
+    assert len(outcome.tables[0].rows) == len(e6.VARIANTS)
+    assert E6.judge(outcome).verdict in VERDICTS[:3]
+
+
+def test_missing_fashion_mnist_is_not_run_with_instructions(tmp_path, monkeypatch):
+    monkeypatch.setenv("IMPLICIT_EM_DATA", str(tmp_path / "empty"))
+    monkeypatch.setattr(data, "FASHION_MNIST_SYSTEM_DIR", tmp_path / "not-installed")
+    [result] = run_experiments([E6], "full", tmp_path / "out", log=lambda _: None)
+    assert result.judgement.verdict == "not run"
+    assert "DataNotFoundError" in result.judgement.reason
+    assert "make data" in result.judgement.reason
