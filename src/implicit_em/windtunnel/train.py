@@ -368,7 +368,7 @@ def run(
         if trace_every is not None
         else None
     )
-    quiet = AttentionTrace.quiet if tracer is not None else nullcontext
+    quiet = tracer.quiet if tracer is not None else nullcontext
     with _graceful_stop() as stop, tracer or nullcontext():
         while step < config.steps:
             for group in optimizer.param_groups:
