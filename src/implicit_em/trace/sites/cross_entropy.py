@@ -101,10 +101,10 @@ class CrossEntropy(ResponsibilityKind):
         if soft:
             target = target.unsqueeze(0) if unbatched else rows(target, 1)
         kept = CrossEntropyKept(
-            logits=to_float(ctx.keep(logits)),
+            logits=ctx.keep(logits),
             labels=None if soft else ctx.keep(target.reshape(-1)),
-            target=to_float(ctx.keep(target)) if soft else None,
-            class_weight=None if p["weight"] is None else to_float(ctx.keep(p["weight"])),
+            target=ctx.keep(target) if soft else None,
+            class_weight=None if p["weight"] is None else ctx.keep(p["weight"]),
             ignore_index=p.get("ignore_index", -100),
             smoothing=smoothing,
             reduction=_reduction(p),
@@ -112,16 +112,16 @@ class CrossEntropy(ResponsibilityKind):
         ctx.add(name, self, kept)
 
         def grad(g: Tensor) -> None:
-            kept.grad = to_float(ctx.keep(g.unsqueeze(0) if unbatched else rows(g, 1)))
+            kept.grad = ctx.keep(g.unsqueeze(0) if unbatched else rows(g, 1))
 
         def upstream(u: Tensor) -> None:
-            kept.upstream = to_float(ctx.keep(u))
+            kept.upstream = ctx.keep(u)
 
         ctx.on_gradient(z, grad)
         ctx.on_gradient(out, upstream)
 
     def statistics(self, k: Kept) -> Stats:
-        logits = k.logits
+        logits = to_float(k.logits)
         s, n, classes = logits.shape
         if k.labels is not None:
             kept = k.labels != k.ignore_index
@@ -132,7 +132,7 @@ class CrossEntropy(ResponsibilityKind):
                 weight = kept.to(logits.dtype)
             target = F.one_hot(index, classes).to(logits.dtype)
         else:
-            target = k.target
+            target = k.target.to(logits.dtype)
             weight = torch.ones(s, n, dtype=logits.dtype, device=logits.device)
         if k.smoothing:
             target = (1.0 - k.smoothing) * target + k.smoothing / classes

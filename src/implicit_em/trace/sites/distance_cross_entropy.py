@@ -22,7 +22,7 @@ from implicit_em.hook_points import hook_point
 from implicit_em.trace.metrics import Stats
 from implicit_em.trace.sites.base import Context, Kept
 from implicit_em.trace.sites.cross_entropy import CrossEntropy
-from implicit_em.trace.sites.responsibility import responsibility_statistics, rows, to_float
+from implicit_em.trace.sites.responsibility import responsibility_statistics, rows
 
 __all__ = ["DistanceCrossEntropy", "DistanceCrossEntropyKept"]
 
@@ -53,22 +53,21 @@ class DistanceCrossEntropy(CrossEntropy):
             logits = rows(-d, dim)
             empty = (logits == float("-inf")).all(-1, keepdim=True)
             logits = torch.where(empty, torch.zeros_like(logits), logits)
-        kept = DistanceCrossEntropyKept(
-            to_float(ctx.keep(logits)), to_float(ctx.keep(rows(kwargs["target"], dim)))
-        )
+        kept = DistanceCrossEntropyKept(ctx.keep(logits), ctx.keep(rows(kwargs["target"], dim)))
         ctx.add(name, self, kept)
 
         def grad(g: Tensor) -> None:
-            kept.grad = to_float(ctx.keep(rows(g, dim)))
+            kept.grad = ctx.keep(rows(g, dim))
 
         def factor(u: Tensor) -> None:
-            kept.factor = to_float(ctx.keep(u.reshape(-1)))
+            kept.factor = ctx.keep(u.reshape(-1))
 
         ctx.on_gradient(d, grad)
         ctx.on_gradient(loss, factor)
 
     def statistics(self, k: Kept) -> Stats:
-        weight = torch.ones(k.logits.shape[:2], dtype=k.logits.dtype, device=k.logits.device)
+        dtype = torch.promote_types(k.logits.dtype, torch.float32)
+        weight = torch.ones(k.logits.shape[:2], dtype=dtype, device=k.logits.device)
         c = None
         if k.grad is not None:
             c = torch.zeros_like(weight) if k.factor is None else k.factor.to(weight.dtype)

@@ -24,7 +24,6 @@ from implicit_em.trace.sites.responsibility import (
     ResponsibilityKind,
     responsibility_statistics,
     rows,
-    to_float,
 )
 
 __all__ = ["MixtureKept", "MixtureNLL"]
@@ -68,20 +67,21 @@ class MixtureNLL(ResponsibilityKind):
             if kwargs["log_prior"] is not None:
                 logits = logits + kwargs["log_prior"]
             logits = torch.broadcast_to(logits, d.shape)
-        kept = MixtureKept(to_float(ctx.keep(rows(logits, dim))))
+        kept = MixtureKept(ctx.keep(rows(logits, dim)))
         ctx.add(name, self, kept)
 
         def grad(g: Tensor) -> None:
-            kept.grad = to_float(ctx.keep(rows(g, dim)))
+            kept.grad = ctx.keep(rows(g, dim))
 
         def factor(u: Tensor) -> None:
-            kept.factor = to_float(ctx.keep(u.reshape(-1)))
+            kept.factor = ctx.keep(u.reshape(-1))
 
         ctx.on_gradient(d, grad)
         ctx.on_gradient(loss, factor)
 
     def statistics(self, k: Kept) -> Stats:
-        weight = torch.ones(k.logits.shape[:2], dtype=k.logits.dtype, device=k.logits.device)
+        dtype = torch.promote_types(k.logits.dtype, torch.float32)
+        weight = torch.ones(k.logits.shape[:2], dtype=dtype, device=k.logits.device)
         c = None
         if k.grad is not None:
             c = torch.zeros_like(weight) if k.factor is None else k.factor.to(weight.dtype)

@@ -53,6 +53,9 @@ def responsibility_statistics(
     :math:`\max_i\max_j|r_{ij} - \operatorname{softmax}(z_i)_j|` over valid rows. Without one,
     the forward softmax over the rows of positive weight, residual 0.
     """
+    logits = to_float(logits)
+    target = None if target is None else target.to(logits.dtype)
+    grad = None if grad is None else to_float(grad)
     forward = _softmax(logits)
     if grad is None or c is None:
         stats = responsibility_stats_steps(forward, weight > 0, target, logits)
