@@ -23,6 +23,7 @@ more often than the default (every 128 measurements) does. The overhead is (summ
 printed beside it.
 
     PYTHONPATH=src python benchmarks/trace_overhead.py [--config realistic toy] [--pairs 8]
+        [--pairs-10 12] [--block STEPS]
 """
 
 from __future__ import annotations
@@ -250,9 +251,12 @@ def main() -> None:
     parser.add_argument("--config", nargs="+", default=["realistic", "toy", "gpu"])
     parser.add_argument("--pairs", type=int, default=8, help="block pairs at every=1")
     parser.add_argument("--pairs-10", type=int, default=12, help="block pairs at every=10")
+    parser.add_argument("--block", type=int, default=None, help="steps per block at every=1")
     args = parser.parse_args()
     for name in args.config:
         cfg = CONFIGS[name]
+        if args.block is not None:
+            cfg.block = args.block
         if cfg.device == "cuda" and not torch.cuda.is_available():
             print(f"\n[{name}] skipped: no CUDA device")
             continue
