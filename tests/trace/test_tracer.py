@@ -303,3 +303,38 @@ def test_paused_outside_the_block_is_an_error():
     tracer = Tracer(_distance_classifier())
     with pytest.raises(RuntimeError, match="inside"), tracer.paused():
         pass
+
+
+def test_package_objectives_with_volume_axes_and_reductions():
+    """The objectives announce their per-sample loss at their hook point, so the row factor is
+    read whatever the reduction and whatever is done with the loss afterwards; the volume term,
+    the prior and a component axis other than the last are part of the announced logits."""
+    torch.manual_seed(5)
+    d = (torch.rand(4, 6, 3) * 3).requires_grad_()
+    log_det = torch.randn(4, 1, 1) * 0.3
+    log_prior = torch.log_softmax(torch.randn(4, 1, 1), dim=0)
+    with Tracer() as tracer:
+        objectives.mixture_nll(d, log_prior, log_det, dim=0, reduction="sum").backward()
+        tracer.step()
+        loss = objectives.cross_entropy(d, torch.randint(0, 4, (6, 3)), dim=0, reduction="none")
+        loss.pow(2).sum().backward()
+        tracer.step()
+        y = torch.randint(0, 6, (4, 3))
+        objectives.cross_entropy(d, y, dim=1, label_smoothing=0.1).backward()
+        tracer.step()
+    records = [r for r in tracer.history if r["kind"] == "site"]
+    assert [(r["site"], r["K"], r["rows"]) for r in records] == [
+        ("mixture", 4, 18.0),
+        ("ce", 4, 18.0),
+        ("ce", 6, 12.0),
+    ]
+    for r in records:
+        assert r["source"] == "gradient" and r["residual"] <= 1e-5, r
+
+
+def test_hook_point_is_a_no_op_outside_a_tracer():
+    from implicit_em.hook_points import hook_point
+
+    loss = torch.ones(3, requires_grad=True)
+    assert hook_point("mixture_nll", loss, d=loss, dim=-1) is None
+    assert loss.grad is None and loss.grad_fn is None
