@@ -338,3 +338,17 @@ def test_hook_point_is_a_no_op_outside_a_tracer():
     loss = torch.ones(3, requires_grad=True)
     assert hook_point("mixture_nll", loss, d=loss, dim=-1) is None
     assert loss.grad is None and loss.grad_fn is None
+
+
+def test_a_backward_under_pause_reaches_no_site():
+    """The gradient hooks of a measured step do nothing under ``paused()``."""
+    model = nn.Linear(4, 3)
+    x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
+    with Tracer(model) as tracer:
+        loss = F.cross_entropy(model(x), y)
+        with tracer.paused():
+            loss.backward()
+        tracer.step()
+        F.cross_entropy(model(x), y).backward()
+        tracer.step()
+    assert [r["source"] for r in tracer.history] == ["forward", "gradient"]

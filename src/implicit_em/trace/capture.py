@@ -127,6 +127,8 @@ class SiteCapture:
         self._mode = _Mode({fn: tuple(obs) for fn, obs in table.items()})
         self._handles: list[Any] = []
         self._optimizer_handle: Any = None
+        self.suspended = False
+        """While True (:meth:`~implicit_em.trace.Tracer.paused`) gradient hooks do nothing."""
 
     @property
     def installed(self) -> bool:
@@ -205,7 +207,7 @@ class SiteCapture:
         p = self.current
 
         def hook(g: Tensor) -> None:
-            if p.live:
+            if p.live and not self.suspended:
                 with torch.no_grad():
                     fn(g.detach())
 

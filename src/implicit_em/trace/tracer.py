@@ -194,8 +194,9 @@ class Tracer:
     @contextlib.contextmanager
     def paused(self) -> Iterator[Tracer]:
         """Run code untraced inside the ``with Tracer(...)`` block (an evaluation pass, a
-        baseline step): everything the tracer installed is removed meanwhile, and a measured
-        step in progress keeps what it captured before and resumes capturing after.
+        baseline step): everything the tracer installed is removed meanwhile (and the gradient
+        hooks of a measured step in progress do nothing), and that step keeps what it captured
+        before and resumes capturing after.
 
         .. code-block:: python
 
@@ -204,11 +205,13 @@ class Tracer:
         """
         if not self._active:
             raise RuntimeError("Tracer.paused() must be used inside the `with Tracer(...)` block")
-        resume = self.capture.installed
+        resume, suspended = self.capture.installed, self.capture.suspended
         self.capture.stop()
+        self.capture.suspended = True
         try:
             yield self
         finally:
+            self.capture.suspended = suspended
             if resume:
                 self.capture.start()
 
