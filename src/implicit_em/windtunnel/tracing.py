@@ -68,7 +68,7 @@ class AttentionTrace:
         self._taken = len(history)
 
     def quiet(self) -> Any:
-        """A context whose forward passes the tracer does not see (:meth:`Tracer.paused`)."""
+        """A context whose forward passes the tracer does not see (``Tracer.paused``)."""
         return self.tracer.paused()
 
 
