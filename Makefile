@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TORCH  ?= torch==2.13.0
 
-.PHONY: setup verify test test-fast lint clean
+.PHONY: setup report verify test test-fast lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,6 +15,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# The main job: every claim -> experiment -> verdict computed from measurements (E1 runs verify).
+report: setup
+	$(BIN)/implicit-em report --quick --out report
 
 verify: setup
 	$(BIN)/implicit-em verify
@@ -30,4 +34,4 @@ lint: setup
 	$(BIN)/ruff format --check src tests benchmarks
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache report

@@ -1,7 +1,7 @@
 """The ``implicit-em`` command.
 
 Each subcommand lives beside the code it drives and is registered here, so this module stays a
-table of contents: ``verify`` (the executable identities), ``fit`` (Gaussian mixtures),
+table of contents: ``report`` (the claims report), ``verify`` (the executable identities), ``fit`` (Gaussian mixtures),
 ``trace-demo`` (the tracer on digits) and ``windtunnel`` (the Bayesian wind tunnel).
 """
 
@@ -13,6 +13,7 @@ import typer
 
 from implicit_em import identities
 from implicit_em.mixture.cli import fit_command
+from implicit_em.report.cli import report_command
 from implicit_em.trace.demo import trace_demo
 from implicit_em.windtunnel.cli import windtunnel
 
@@ -59,6 +60,7 @@ def verify(
         raise typer.Exit(code=1)
 
 
+app.command("report")(report_command)
 app.command("windtunnel")(windtunnel)
 app.command("fit")(fit_command)
 
@@ -68,3 +70,7 @@ app.command("trace-demo")(trace_demo)
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

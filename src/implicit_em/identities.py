@@ -1,7 +1,7 @@
 r"""Executable identities: each fact the theory rests on, checked against autograd.
 
 Each :class:`Identity` names the paper section and the claim or objection IDs it checks
-(see ``PAPER.md``), computes a closed form and the same quantity by autograd in float64 on random
+(see ``docs/theory.md``), computes a closed form and the same quantity by autograd in float64 on random
 inputs, and reports the largest absolute difference. Where a function of the package is involved
 it is also passed through ``torch.autograd.gradcheck``. ``implicit-em verify`` runs the registry.
 

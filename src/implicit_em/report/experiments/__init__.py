@@ -1,0 +1,10 @@
+"""The experiments of the claims report, one module each; importing this package registers them.
+
+To add one: write ``eN_name.py`` that calls :func:`implicit_em.report.register`, and import it here.
+"""
+
+from implicit_em.report.experiments import e1_identities  # noqa: F401
+from implicit_em.report.experiments import e2_trajectories  # noqa: F401
+from implicit_em.report.experiments import e3_fixed_points  # noqa: F401
+from implicit_em.report.experiments import e4_competition  # noqa: F401
+from implicit_em.report.experiments import e5_volume  # noqa: F401

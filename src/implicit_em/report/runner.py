@@ -1,0 +1,302 @@
+"""Running experiments: a cache keyed by configuration, atomic writes, crashes kept as ``not run``.
+
+Each experiment's result is cached under ``<out>/cache/<ID>-<key>.json``, with ``key`` a hash of
+its id, size, configuration (device included) and the source of its module, and its figures
+under ``<out>/figures/<ID>-<key>/``. Both appear atomically (written aside, then renamed), so a
+report that is killed or run again reruns only what is not cached or has changed. The verdict is
+never cached: it is computed from the cached numbers by the experiment's rule on every load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import shutil
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tqdm.auto import tqdm
+
+from implicit_em.report.registry import (
+    SIZES,
+    Experiment,
+    Figure,
+    Judgement,
+    Outcome,
+    Table,
+)
+
+__all__ = [
+    "Result",
+    "cache_key",
+    "check_output_folder",
+    "progress",
+    "run_experiments",
+    "write_atomic",
+]
+
+T = TypeVar("T")
+CACHE_VERSION = 1
+
+
+@dataclass
+class Result:
+    """An experiment's outcome with its verdict, as the report shows it."""
+
+    experiment: Experiment
+    size: str
+    config: dict[str, Any]
+    key: str
+    outcome: Outcome | None
+    judgement: Judgement
+    seconds: float
+    cached: bool = False
+    error: str | None = None
+    figure_dir: str = ""
+    criteria: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def meaning(self) -> str:
+        return self.experiment.meaning.get(self.judgement.verdict, "")
+
+    def as_dict(self) -> dict[str, Any]:
+        e = self.experiment
+        outcome = self.outcome
+        return {
+            "id": e.id,
+            "title": e.title,
+            "claims": list(e.claims),
+            "hypothesis": e.hypothesis,
+            "setup": e.setup,
+            "rule": e.rule.statement,
+            "criteria": self.criteria,
+            "verdict": self.judgement.verdict,
+            "reason": self.judgement.reason,
+            "meaning": self.meaning,
+            "headline": {k: outcome.numbers.get(k) for k in e.headline} if outcome else {},
+            "numbers": outcome.numbers if outcome else {},
+            "tables": [t.as_dict() for t in outcome.tables] if outcome else [],
+            "figures": [
+                {"path": f"{self.figure_dir}/{f.path}", "caption": f.caption}
+                for f in (outcome.figures if outcome else [])
+            ],
+            "notes": list(outcome.notes) if outcome else [],
+            "size": self.size,
+            "config": self.config,
+            "key": self.key,
+            "seconds": self.seconds,
+            "cached": self.cached,
+            "error": self.error,
+        }
+
+
+def progress(items: Iterable[T], desc: str, total: int | None = None) -> Iterator[T]:
+    """A progress bar on standard error for an experiment's inner loop (seeds, steps)."""
+    yield from tqdm(items, desc=desc, total=total, leave=False, dynamic_ncols=True)
+
+
+def _source(experiment: Experiment) -> str:
+    """The source of the experiment's module and of the private helper modules beside it
+    (``_*.py`` in the same folder), so that a change to either reruns it."""
+    module = inspect.getmodule(experiment.run)
+    if module is None or module.__file__ is None:
+        return inspect.getsource(experiment.run)
+    path = Path(module.__file__)
+    helpers = sorted(p for p in path.parent.glob("_*.py") if p.name != "__init__.py")
+    return "\n".join(p.read_text(encoding="utf-8") for p in [path, *helpers])
+
+
+def cache_key(experiment: Experiment, size: str, config: dict[str, Any]) -> str:
+    """Hash of the experiment's id, size, configuration and source (its module and helpers)."""
+    source = _source(experiment)
+    blob = json.dumps(
+        {"v": CACHE_VERSION, "id": experiment.id, "size": size, "config": config, "source": source},
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def check_output_folder(out: Path) -> None:
+    """Create ``out`` if needed and check that it is writable (``ValueError`` naming it if not)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
+            pass
+    except OSError as err:
+        raise ValueError(f"--out {out}: not a writable folder ({err.strerror or err})") from err
+
+
+def _criteria(experiment: Experiment, numbers: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {
+            "number": c.number,
+            "op": c.op,
+            "threshold": c.threshold,
+            "means": c.means,
+            "value": c.value(numbers),
+            "met": c.met(numbers),
+        }
+        for c in experiment.rule.criteria
+    ]
+
+
+def _load(experiment: Experiment, path: Path, size: str, config: dict, key: str) -> Result | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        outcome = Outcome(
+            numbers=data["numbers"],
+            tables=[Table.from_dict(t) for t in data["tables"]],
+            figures=[Figure(**f) for f in data["figures"]],
+            notes=list(data["notes"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return Result(
+        experiment,
+        size,
+        config,
+        key,
+        outcome,
+        experiment.judge(outcome),
+        float(data.get("seconds", 0.0)),
+        cached=True,
+        figure_dir=f"figures/{experiment.id}-{key}",
+        criteria=_criteria(experiment, outcome.numbers),
+    )
+
+
+def _store(path: Path, outcome: Outcome, seconds: float) -> None:
+    data = {
+        "numbers": outcome.numbers,
+        "tables": [t.as_dict() for t in outcome.tables],
+        "figures": [{"path": f.path, "caption": f.caption} for f in outcome.figures],
+        "notes": outcome.notes,
+        "seconds": seconds,
+    }
+    write_atomic(path, json.dumps(data, indent=1, allow_nan=True, default=_json_default))
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"not JSON-serializable: {type(value).__name__}")
+
+
+def _run_one(experiment: Experiment, size: str, config: dict, key: str, out: Path) -> Result:
+    final_dir = out / "figures" / f"{experiment.id}-{key}"
+    work_dir = Path(tempfile.mkdtemp(dir=out / "figures", prefix=f".{experiment.id}-"))
+    start = time.perf_counter()
+    try:
+        outcome = experiment.run(config, work_dir)
+        if not isinstance(outcome, Outcome):
+            raise TypeError(
+                f"{experiment.id}.run returned {type(outcome).__name__}, not an Outcome"
+            )
+        for figure in outcome.figures:
+            if not (work_dir / figure.path).is_file():
+                raise FileNotFoundError(f"{experiment.id}: figure {figure.path} was not written")
+        # Round-trip through JSON now, so that what is shown is exactly what is cached.
+        outcome.numbers = json.loads(json.dumps(outcome.numbers, default=_json_default))
+    except Exception as err:
+        shutil.rmtree(work_dir, ignore_errors=True)
+        seconds = time.perf_counter() - start
+        lines = traceback.format_exception_only(type(err), err)
+        error = "".join(lines).strip()
+        return Result(
+            experiment,
+            size,
+            config,
+            key,
+            None,
+            Judgement("not run", f"crashed: {error}"),
+            seconds,
+            error=traceback.format_exc(),
+        )
+    seconds = time.perf_counter() - start
+    shutil.rmtree(final_dir, ignore_errors=True)
+    os.replace(work_dir, final_dir)
+    _store(out / "cache" / f"{experiment.id}-{key}.json", outcome, seconds)
+    return Result(
+        experiment,
+        size,
+        config,
+        key,
+        outcome,
+        experiment.judge(outcome),
+        seconds,
+        figure_dir=f"figures/{experiment.id}-{key}",
+        criteria=_criteria(experiment, outcome.numbers),
+    )
+
+
+def run_experiments(
+    experiments: Sequence[Experiment],
+    size: str,
+    out: Path,
+    device: str = "cpu",
+    log: Callable[[str], None] = print,
+    force: bool = False,
+) -> list[Result]:
+    """Run (or load from the cache) each experiment at ``size``; crashes become ``not run``."""
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {SIZES}, got {size!r}")
+    check_output_folder(out)
+    (out / "cache").mkdir(exist_ok=True)
+    (out / "figures").mkdir(exist_ok=True)
+    planned = []
+    for experiment in experiments:
+        config = {**experiment.configs[size], "device": device}
+        key = cache_key(experiment, size, config)
+        cached = (
+            None
+            if force
+            else _load(experiment, out / "cache" / f"{experiment.id}-{key}.json", size, config, key)
+        )
+        planned.append((experiment, config, key, cached))
+    to_run = [p for p in planned if p[3] is None]
+    minutes = sum(p[0].minutes[size] for p in to_run)
+    expected = f" (about {_duration(minutes)} on a 2-core CPU)" if to_run else ""
+    log(
+        f"{len(planned)} experiment(s) at size {size!r}: {len(planned) - len(to_run)} cached, "
+        f"{len(to_run)} to run{expected}"
+    )
+    results = []
+    bar = tqdm(planned, desc="report", unit="exp", dynamic_ncols=True)
+    for experiment, config, key, cached in bar:
+        bar.set_postfix_str(experiment.id)
+        result = cached or _run_one(experiment, size, config, key, out)
+        state = "cached" if result.cached else f"{result.seconds:.1f} s"
+        bar.write(f"{experiment.id:<4} {result.judgement.verdict:<8} ({state})  {experiment.title}")
+        results.append(result)
+    return results
+
+
+def _duration(minutes: float) -> str:
+    if minutes < 1:
+        return f"{max(minutes * 60, 1):.0f} s"
+    if minutes < 120:
+        return f"{minutes:.0f} min"
+    return f"{minutes / 60:.1f} h"

@@ -1,0 +1,37 @@
+"""The theory page and the report guide cover every claim and every registered experiment."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from implicit_em.report import CLAIMS, select
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def test_every_experiment_tests_known_claims_and_has_a_guide_section():
+    guide = (DOCS / "report.md").read_text(encoding="utf-8")
+    headings = set(re.findall(r"^### (E\d+) ", guide, flags=re.M))
+    for experiment in select(None):
+        assert set(experiment.claims) <= set(CLAIMS), experiment.id
+        assert experiment.id in headings, f"docs/report.md has no section for {experiment.id}"
+
+
+def test_theory_page_states_and_places_every_claim():
+    theory = (DOCS / "theory.md").read_text(encoding="utf-8")
+    table = theory.split("## Where each item is checked", 1)[1]
+    for claim in CLAIMS:
+        assert re.search(rf"\*\*{claim}[. ]", theory), f"{claim} is not stated"
+        assert re.search(rf"^\| {claim} \|", table, flags=re.M), f"{claim} is not in the table"
+
+
+def test_theory_links_point_at_guide_sections():
+    theory = (DOCS / "theory.md").read_text(encoding="utf-8")
+    guide = (DOCS / "report.md").read_text(encoding="utf-8")
+    anchors = {
+        re.sub(r"[^a-z0-9 -]", "", heading.lower()).strip().replace(" ", "-")
+        for heading in re.findall(r"^#+ (.+)$", guide, flags=re.M)
+    }
+    for anchor in re.findall(r"\(report\.md#([^)]+)\)", theory):
+        assert anchor in anchors, f"docs/theory.md links to a missing section #{anchor}"
