@@ -8,9 +8,12 @@ import torch
 from implicit_em.windtunnel.models import (
     GPT,
     GPTConfig,
+    PositionMLP,
+    PositionMLPConfig,
     PrefixMLP,
     count_parameters,
     matched_mlp,
+    matched_position_mlp,
 )
 
 CONFIGS = [
@@ -29,9 +32,61 @@ def test_mlp_parameter_count_within_ten_percent(config: GPTConfig, depth: int) -
     assert abs(n_mlp - n_gpt) <= 0.1 * n_gpt
 
 
+@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+def test_position_mlp_parameter_count_within_three_percent(config: GPTConfig, norm: str) -> None:
+    config = GPTConfig(**{**config.__dict__, "norm": norm})
+    n_gpt = count_parameters(GPT(config))
+    n_mlp = count_parameters(PositionMLP(matched_position_mlp(config)))
+    assert abs(n_mlp - n_gpt) <= 0.03 * n_gpt
+
+
+def test_position_mlp_matches_by_depth_at_the_reference_size() -> None:
+    config = GPTConfig(40, 20, 38, n_layer=6, n_head=6, n_embd=192, norm="rmsnorm")
+    matched = matched_position_mlp(config)
+    assert (matched.n_block, matched.hidden, matched.n_embd) == (9, None, 192)
+
+
 def _models(config: GPTConfig) -> list[torch.nn.Module]:
     torch.manual_seed(0)
-    return [GPT(config), PrefixMLP(matched_mlp(config))]
+    rms = GPTConfig(**{**config.__dict__, "norm": "rmsnorm"})
+    return [GPT(config), PrefixMLP(matched_mlp(config)), GPT(rms), PrefixMLP(matched_mlp(rms))]
+
+
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+def test_position_mlp_does_not_mix_positions(norm: str) -> None:
+    torch.manual_seed(0)
+    model = PositionMLP(PositionMLPConfig(20, 10, 20, n_embd=32, n_block=3, norm=norm))
+    tokens = torch.randint(0, 20, (4, 20))
+    logits = model(tokens)
+    assert logits.shape == (4, 20, 10)
+    for t in (1, 9, 19):
+        # Every token before t (and after it) changes: the output at t does not.
+        changed = tokens.clone()
+        changed[:, :t] = (changed[:, :t] + 1 + torch.arange(t)) % 20
+        changed[:, t + 1 :] = (changed[:, t + 1 :] + 3) % 20
+        torch.testing.assert_close(model(changed)[:, t], logits[:, t])
+        assert not torch.allclose(model(changed)[:, :t], logits[:, :t])
+    # Its own token does matter.
+    flipped = tokens.clone()
+    flipped[:, 5] = (flipped[:, 5] + 1) % 20
+    assert not torch.allclose(model(flipped)[:, 5], logits[:, 5])
+
+
+def test_split_qkv_computes_the_same_function() -> None:
+    torch.manual_seed(2)
+    config = CONFIGS[2]
+    joint = GPT(config)
+    split = GPT(GPTConfig(**{**config.__dict__, "split_qkv": True}))
+    state = dict(joint.state_dict())
+    for i in range(config.n_layer):
+        w = state.pop(f"blocks.{i}.attn.qkv.weight").chunk(3)
+        bias = state.pop(f"blocks.{i}.attn.qkv.bias").chunk(3)
+        for name, wi, bi in zip(("query", "key", "value"), w, bias, strict=True):
+            state[f"blocks.{i}.attn.{name}.weight"], state[f"blocks.{i}.attn.{name}.bias"] = wi, bi
+    split.load_state_dict(state)
+    tokens = torch.randint(0, config.vocab_size, (3, config.block_size))
+    torch.testing.assert_close(split(tokens), joint(tokens))
 
 
 @pytest.mark.parametrize("model", _models(CONFIGS[0]))

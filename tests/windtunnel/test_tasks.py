@@ -25,7 +25,17 @@ def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-@pytest.mark.parametrize("task", [Bijection(4), HMMFilter(3, 2, 5, 4), DiceCounting(3, 6)])
+@pytest.mark.parametrize(
+    "task",
+    [
+        Bijection(4),
+        Bijection(5, n_pairs=3),
+        Bijection(4, n_pairs=4, replacement=True),
+        HMMFilter(3, 2, 5, 4),
+        HMMFilter(5, 5, 6, levels=100, floor=5),
+        DiceCounting(3, 6),
+    ],
+)
 def test_batch_shapes_and_posteriors_are_distributions(task) -> None:
     b = task.sample(7, _gen(0))
     assert b.tokens.shape == b.mask.shape == b.target.shape == (7, task.seq_len)
@@ -77,6 +87,94 @@ def test_bijection_posterior_matches_enumeration(v: int, seed: int) -> None:
     assert b.mask[:, 0::2].all() and not b.mask[:, 1::2].any()
 
 
+def _pairs_brute_force(tokens: list[int], v: int) -> list[list[float]]:
+    """Posterior of pi(x_k) at each key by enumerating all V! bijections consistent with the
+    pairs shown before it (keys may repeat: their law does not depend on pi)."""
+    pairs = [(tokens[2 * k], tokens[2 * k + 1] - v) for k in range(len(tokens) // 2)]
+    out = []
+    for k, (key, _) in enumerate(pairs):
+        counts = np.zeros(v)
+        for pi in itertools.permutations(range(v)):
+            if all(pi[x] == y for x, y in pairs[:k]):
+                counts[pi[key]] += 1
+        out.append(list(counts / counts.sum()))
+    return out
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    v=st.integers(2, 5),
+    data=st.data(),
+    replacement=st.booleans(),
+    seed=st.integers(0, 10_000),
+)
+def test_bijection_with_fewer_pairs_and_replacement_matches_enumeration(
+    v: int, data: st.DataObject, replacement: bool, seed: int
+) -> None:
+    n = data.draw(st.integers(1, v))
+    task = Bijection(v, n_pairs=n, replacement=replacement)
+    assert (task.seq_len, task.vocab_size, task.n_classes) == (2 * n, 2 * v, v)
+    b = task.sample(3, _gen(seed))
+    keys, values = b.tokens[:, 0::2], b.tokens[:, 1::2]
+    assert int(keys.max()) < v <= int(values.min())  # separate key and value tokens
+    if not replacement:
+        assert all(len(set(row)) == n for row in keys.tolist())
+    for i in range(3):
+        np.testing.assert_allclose(
+            b.posterior[i, 0::2].numpy(), _pairs_brute_force(b.tokens[i].tolist(), v), atol=1e-12
+        )
+    assert torch.equal(b.target[:, 0::2], values - v)
+
+
+def test_with_replacement_a_seen_key_has_a_known_value() -> None:
+    b = Bijection(3, n_pairs=3, replacement=True).sample(200, _gen(5))
+    keys = b.tokens[:, 0::2]
+    repeated = keys[:, 1] == keys[:, 0]
+    assert 0 < int(repeated.sum()) < 200
+    assert torch.equal(b.posterior[repeated, 2].argmax(-1), b.tokens[repeated, 1] - 3) and bool(
+        (b.posterior[repeated, 2].max(-1).values == 1).all()
+    )
+
+
+def _context_free_by_enumeration(v: int, n: int, replacement: bool) -> float:
+    """Mean of log2 V - H(posterior) over every key sequence, weighted by its probability (the
+    posterior's entropy depends on the keys only, not on pi)."""
+    total, weight = 0.0, 0.0
+    sequences = (
+        itertools.product(range(v), repeat=n)
+        if replacement
+        else itertools.permutations(range(v), n)
+    )
+    for keys in sequences:
+        tokens = [
+            t for k in keys for t in (k, v + k)
+        ]  # pi = identity: entropies do not depend on it
+        post = np.array(_pairs_brute_force(tokens, v))
+        h = -(post * np.log2(np.where(post > 0, post, 1.0))).sum(-1)
+        total += float(np.mean(math.log2(v) - h))
+        weight += 1.0
+    return total / weight
+
+
+@pytest.mark.parametrize(("v", "n", "replacement"), [(4, 3, False), (4, 4, True), (5, 3, True)])
+def test_context_free_floor_matches_enumeration(v: int, n: int, replacement: bool) -> None:
+    task = Bijection(v, n_pairs=n, replacement=replacement)
+    expected = _context_free_by_enumeration(v, n, replacement)
+    assert task.context_free_bits == pytest.approx(expected, abs=1e-12)
+
+
+def test_reference_floors_are_the_published_ones() -> None:
+    assert Bijection(20, n_pairs=19).context_free_bits == pytest.approx(1.107, abs=5e-4)
+    assert Bijection(20, n_pairs=19, replacement=True).context_free_bits == pytest.approx(
+        1.849, abs=5e-4
+    )
+    # Sampled entropies agree with the closed form.
+    b = Bijection(20, n_pairs=19, replacement=True).sample(4000, _gen(0))
+    p = b.posterior[:, 0::2]
+    h = -(p * torch.where(p > 0, p.log2(), torch.zeros_like(p))).sum(-1)
+    assert math.log2(20) - float(h.mean()) == pytest.approx(1.849, abs=0.01)
+
+
 def _hmm_brute_force(a: np.ndarray, e: np.ndarray, obs: list[int]) -> np.ndarray:
     """p(s_t | o_1:t) by summing the joint over all S^t state paths."""
     s = a.shape[0]
@@ -111,6 +209,35 @@ def test_hmm_filter_matches_enumeration(s: int, o: int, length: int, seed: int) 
             b.posterior[i, ctx:].numpy(), _hmm_brute_force(a, e, obs), atol=1e-12
         )
     assert b.mask[:, ctx:].all() and not b.mask[:, :ctx].any()
+
+
+@settings(max_examples=10, deadline=None)
+@given(s=st.integers(2, 3), length=st.integers(1, 4), seed=st.integers(0, 10_000))
+def test_hmm_reference_grid_matches_enumeration(s: int, length: int, seed: int) -> None:
+    task = HMMFilter(s, 2, length, levels=100, floor=5)
+    b = task.sample(2, _gen(seed))
+    ctx = task.context_len
+    for i in range(2):
+        toks = b.tokens[i]
+        a = toks[: s * s].reshape(s, s).double().numpy() / 100
+        e = toks[s * s : ctx].reshape(s, 2).double().numpy() / 100
+        obs = (toks[ctx:] - task.levels - 1).tolist()
+        np.testing.assert_allclose(
+            b.posterior[i, ctx:].numpy(), _hmm_brute_force(a, e, obs), atol=1e-12
+        )
+
+
+def test_hmm_reference_grid_is_floored_and_on_the_grid() -> None:
+    task = HMMFilter(5, 5, 20, levels=100, floor=5)
+    b = task.sample(500, _gen(2))
+    entries = b.tokens[:, : task.context_len].reshape(500, 10, 5)
+    assert int(entries.min()) >= 5  # every probability >= 0.05
+    assert bool((entries.sum(-1) == 100).all())  # rows sum to 1 on the 0.01 grid
+    assert task.vocab_size == 101 + 5
+    multinomial = HMMFilter(5, 5, 20, levels=10).sample(500, _gen(2))
+    assert int(multinomial.tokens[:, :50].min()) == 0  # the old quantization allows zeros
+    with pytest.raises(ValueError, match="floor"):
+        HMMFilter(5, 5, 20, levels=20, floor=5)
 
 
 def test_forward_filter_on_a_known_chain() -> None:
@@ -172,5 +299,9 @@ def test_make_task_and_validation() -> None:
     assert make_task("hmm", n_states=2, n_observations=3, length=4).seq_len == 2 * 5 + 4
     with pytest.raises(ValueError, match="unknown task"):
         make_task("parity")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="n_symbols"):
         Bijection(1)
+    with pytest.raises(ValueError, match="n_pairs"):
+        Bijection(5, n_pairs=6)
+    with pytest.raises(ValueError, match="n_pairs"):
+        Bijection(5, n_pairs=0)

@@ -76,12 +76,75 @@ def test_presets_and_validation() -> None:
     paper = preset("bijection", "paper")
     assert paper.task_params == {"n_symbols": 20}
     assert (paper.n_layer, paper.n_embd, paper.steps) == (6, 192, 100_000)
-    assert preset("hmm").targets == "posterior" == preset("bijection").targets
+    assert preset("hmm").targets == "posterior" == preset("dice").targets
+    assert preset("bijection").targets == "sample" == preset("bijection", "reference").targets
     assert preset("bijection", "quick", steps=7).steps == 7
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="unknown scale 'huge'"):
         preset("bijection", "huge")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="objective"):
         RunConfig(objective="mse")
+    with pytest.raises(ValueError, match="model must be one of"):
+        RunConfig(model="lstm")
+    with pytest.raises(ValueError, match="norm"):
+        RunConfig(norm="batchnorm")
+    with pytest.raises(ValueError, match="split_qkv"):
+        RunConfig(value_lr_mult=10.0)
+    assert RunConfig(model="mlp").model == "mlp-prefix"  # the old name still works
+
+
+def test_reference_presets_state_the_protocol() -> None:
+    ref = preset("bijection", "reference")
+    assert ref.task_params == {"n_symbols": 20, "n_pairs": 19, "replacement": False}
+    assert (ref.n_layer, ref.n_head, ref.n_embd, ref.norm) == (6, 6, 192, "rmsnorm")
+    assert (ref.batch_size, ref.lr, ref.warmup, ref.weight_decay, ref.grad_clip) == (
+        128,
+        3e-4,
+        2000,
+        0.1,
+        1.0,
+    )
+    assert ref.steps == 100_000 and ref.targets == "sample"
+    cpu = preset("bijection", "reference-cpu")
+    assert cpu.task_params == ref.task_params and cpu.targets == "sample"
+    assert cpu.norm == "rmsnorm" and cpu.n_embd < ref.n_embd
+    hmm = preset("hmm", "reference")
+    assert hmm.task_params == {
+        "n_states": 5,
+        "n_observations": 5,
+        "length": 20,
+        "levels": 100,
+        "floor": 5,
+    }
+    assert hmm.targets == "posterior"
+    assert cpu.make_task().context_free_bits == pytest.approx(1.107, abs=5e-4)
+
+
+def test_every_mlp_is_capacity_matched_at_the_reference_scales() -> None:
+    for scale in ("reference", "reference-cpu"):
+        config = preset("bijection", scale)
+        t = config.make_task()
+        n_tf = count_parameters(build_model(config, t))
+        for model in ("mlp-prefix", "mlp-pos"):
+            n_mlp = count_parameters(build_model(replace(config, model=model), t))
+            assert abs(n_mlp - n_tf) <= 0.05 * n_tf, (scale, model)
+    ref = preset("bijection", "reference")
+    pos = build_model(replace(ref, model="mlp-pos"), ref.make_task())
+    assert len(pos.blocks) == 9  # 9 blocks of width 192 against 6 layers, as published
+
+
+def test_values_train_at_their_own_learning_rate(tmp_path: Path) -> None:
+    config = replace(TINY, task="bijection", task_params={"n_symbols": 4}, split_qkv=True, steps=3)
+    fast = replace(config, value_lr_mult=10.0)
+    a, b = (build_model(c, c.make_task()) for c in (config, fast))
+    run(config, tmp_path / "one", progress=False)
+    run(fast, tmp_path / "two", progress=False)
+    sa = torch.load(tmp_path / "one" / CHECKPOINT, weights_only=False)
+    sb = torch.load(tmp_path / "two" / CHECKPOINT, weights_only=False)
+    lrs_a = [g["lr"] for g in sa["optimizer"]["param_groups"]]
+    lrs_b = [g["lr"] for g in sb["optimizer"]["param_groups"]]
+    assert len(lrs_a) == 1 and len(lrs_b) == 2
+    assert lrs_b[1] == pytest.approx(10 * lrs_b[0]) and lrs_b[0] == pytest.approx(lrs_a[0])
+    assert count_parameters(a) == count_parameters(b)
 
 
 def test_mlp_is_capacity_matched_in_every_preset() -> None:
@@ -90,8 +153,9 @@ def test_mlp_is_capacity_matched_in_every_preset() -> None:
             config = preset(task, scale)
             t = config.make_task()
             n_tf = count_parameters(build_model(config, t))
-            n_mlp = count_parameters(build_model(replace(config, model="mlp"), t))
-            assert abs(n_mlp - n_tf) <= 0.1 * n_tf
+            for model in ("mlp-prefix", "mlp-pos"):
+                n_mlp = count_parameters(build_model(replace(config, model=model), t))
+                assert abs(n_mlp - n_tf) <= 0.1 * n_tf
 
 
 @pytest.mark.parametrize("objective", ["ce", "sigmoid"])
@@ -128,8 +192,20 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path: Path) -> None:
 
 def test_checkpoint_of_another_configuration_is_refused(tmp_path: Path) -> None:
     run(TINY, tmp_path, progress=False, time_budget_s=0.0)
-    with pytest.raises(ValueError, match="different configuration"):
-        run(replace(TINY, lr=0.5), tmp_path, progress=False)
+    with pytest.raises(ValueError, match=r"differs in: lr, task_params.length\)"):
+        run(
+            replace(TINY, lr=0.5, task_params={"n_faces": 3, "length": 7}),
+            tmp_path,
+            progress=False,
+        )
+    before = torch.load(tmp_path / CHECKPOINT, weights_only=False)
+    assert before["config"]["lr"] == TINY.lr  # the refused run wrote nothing
+
+
+def test_finished_run_of_another_configuration_is_refused(tmp_path: Path) -> None:
+    run(replace(TINY, steps=2), tmp_path, progress=False)
+    with pytest.raises(ValueError, match=r"differs in: steps\)"):
+        run(replace(TINY, steps=3), tmp_path, progress=False)
 
 
 def _cli(out: Path) -> list[str]:
@@ -208,28 +284,63 @@ def test_cli_compare_prints_the_table_and_writes_figures(tmp_path: Path) -> None
     ]
     out = CliRunner().invoke(app, args)
     assert out.exit_code == 0, out.output
-    assert "MLP/tf MAE" in out.output
-    for row in ("ce", "sigmoid"):
-        assert any(line.startswith(row) for line in out.output.splitlines())
+    lines = out.output.splitlines()
+    header = next(line for line in lines if line.startswith("model"))
+    assert header.split() == [
+        "model",
+        "CE",
+        "MAE",
+        "CE",
+        "KL",
+        "sigm",
+        "MAE",
+        "sigm",
+        "KL",
+        "params",
+    ]
+    for row in ("transformer", "mlp-prefix", "mlp-pos"):
+        assert sum(line.startswith(row + " ") for line in lines) == 1
+    assert "context-free floor" in out.output
     runs = [p for p in tmp_path.iterdir() if (p / "result.json").exists()]
-    assert len(runs) == 4
+    assert len(runs) == 6
     for p in runs:
         assert (p / "positions.png").stat().st_size > 0 and (p / "training.png").stat().st_size > 0
     (figures,) = tmp_path.glob("bijection-compare-*")
     assert (figures / "positions.png").exists() and (figures / "table.txt").exists()
 
 
-def test_compare_table_ratio() -> None:
-    cell = {"bits_mae": 0.01, "kl_bits": 0.002}
+def test_compare_table_rows_and_columns() -> None:
+    def cell(mae: float, kl: float, n: int) -> dict:
+        return {"bits_mae": mae, "kl_bits": kl, "n_parameters": n}
+
     results = {
-        ("transformer", "ce"): cell,
-        ("mlp", "ce"): {"bits_mae": 0.5, "kl_bits": 0.2},
-        ("transformer", "sigmoid"): cell,
-        ("mlp", "sigmoid"): cell,
+        ("transformer", "ce"): cell(0.01, 0.002, 1000),
+        ("transformer", "sigmoid"): cell(0.03, 0.004, 1000),
+        ("mlp-prefix", "ce"): cell(0.5, 0.2, 1010),
+        ("mlp-prefix", "sigmoid"): cell(0.6, 0.3, 1010),
+        ("mlp-pos", "ce"): cell(1.1, 1.2, 990),
+        ("mlp-pos", "sigmoid"): cell(1.3, 1.4, 990),
     }
-    rows = compare_table(results).splitlines()
-    assert rows[2].split()[-2:] == ["50.0", "100.0"]
-    assert rows[3].split()[-2:] == ["1.0", "1.0"]
+    rows = compare_table(results, floor=1.1073).splitlines()
+    assert rows[2].split() == ["transformer", "0.0100", "0.0020", "0.0300", "0.0040", "1,000"]
+    assert rows[4].split() == ["mlp-pos", "1.1000", "1.2000", "1.3000", "1.4000", "990"]
+    assert rows[5].startswith("context-free floor 1.1073 bits")
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["--n-pairs", "25"], "--n-pairs"),
+        (["--symbols", "1", "--n-pairs", "1"], "--symbols"),
+        (["--model", "lstm"], "--model"),
+        (["--scale", "huge"], "--scale"),
+    ],
+)
+def test_cli_bad_input_names_the_option(tmp_path: Path, args: list[str], option: str) -> None:
+    out = CliRunner().invoke(app, ["windtunnel", *args, "--out", str(tmp_path)])
+    assert out.exit_code == 2
+    assert option in out.output
+    assert not any(tmp_path.iterdir())
 
 
 def test_tracing_records_two_timescales_without_changing_training(tmp_path: Path) -> None:
@@ -256,3 +367,13 @@ def test_tracing_records_two_timescales_without_changing_training(tmp_path: Path
 def test_tracing_needs_the_transformer(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="transformer"):
         run(replace(TINY, model="mlp"), tmp_path, progress=False, trace_every=2)
+
+
+def test_snapshots_record_the_weights_at_their_steps(tmp_path: Path) -> None:
+    config = replace(TINY, task="bijection", task_params={"n_symbols": 4}, steps=7)
+    result = run(config, tmp_path, progress=False, snapshot_every=3)
+    snaps = torch.load(tmp_path / result["snapshots"]["file"], weights_only=False)
+    assert snaps["steps"] == [0, 3, 6, 7]
+    final = torch.load(tmp_path / CHECKPOINT, weights_only=False)["model"]
+    assert all(torch.equal(snaps["states"][-1][k], final[k]) for k in final)
+    assert not torch.equal(snaps["states"][0]["head.weight"], final["head.weight"])

@@ -1,4 +1,4 @@
-"""``implicit-em windtunnel``: train one configuration, or the 2 x 2 comparison, and report in bits.
+"""``implicit-em windtunnel``: train one configuration, or the 3 x 2 comparison, and report in bits.
 
 Each configuration runs in its own directory under ``--out`` (named by task, model, objective,
 scale, seed and a hash of the full configuration), so rerunning the same command resumes an
@@ -17,9 +17,13 @@ from typing import Any
 import torch
 import typer
 
-from implicit_em.windtunnel.train import RunConfig, preset, run
+from implicit_em.windtunnel.train import MODELS, RunConfig, preset, run
 
-__all__ = ["compare_table", "run_dir", "windtunnel"]
+__all__ = ["COMPARE_MODELS", "compare_table", "run_dir", "windtunnel"]
+
+COMPARE_MODELS = MODELS
+"""Rows of ``--compare``: the transformer, the prefix MLP, the position-wise MLP."""
+OBJECTIVES = ("ce", "sigmoid")
 
 
 class TaskName(StrEnum):
@@ -30,6 +34,8 @@ class TaskName(StrEnum):
 
 class ModelName(StrEnum):
     transformer = "transformer"
+    mlp_prefix = "mlp-prefix"
+    mlp_pos = "mlp-pos"
     mlp = "mlp"
 
 
@@ -41,6 +47,13 @@ class Objective(StrEnum):
 class Scale(StrEnum):
     default = "default"
     paper = "paper"
+    reference = "reference"
+    reference_cpu = "reference-cpu"
+
+
+class Norm(StrEnum):
+    layernorm = "layernorm"
+    rmsnorm = "rmsnorm"
 
 
 class Targets(StrEnum):
@@ -54,22 +67,31 @@ def run_dir(out: Path, config: RunConfig, scale: str) -> Path:
     return out / f"{config.task}-{config.model}-{config.objective}-{scale}-s{config.seed}-{digest}"
 
 
-def compare_table(results: dict[tuple[str, str], dict[str, Any]]) -> str:
-    """The 2 x 2 table (objective x model) of bits MAE and KL with the MLP/transformer ratios."""
-    lines = [
-        f"{'objective':<10} {'transformer MAE':>16} {'transformer KL':>14} {'MLP MAE':>10} "
-        f"{'MLP KL':>10} {'MLP/tf MAE':>11} {'MLP/tf KL':>10}",
-    ]
-    lines.append("-" * len(lines[0]))
-    for objective in ("ce", "sigmoid"):
-        tf, mlp = results[("transformer", objective)], results[("mlp", objective)]
-        ratio_mae = mlp["bits_mae"] / tf["bits_mae"] if tf["bits_mae"] > 0 else float("inf")
-        ratio_kl = mlp["kl_bits"] / tf["kl_bits"] if tf["kl_bits"] > 0 else float("inf")
+def compare_table(
+    results: dict[tuple[str, str], dict[str, Any]], floor: float | None = None
+) -> str:
+    """The 3 x 2 table: a row per model, bits MAE and KL under CE and under independent sigmoids,
+    and the parameter count; the context-free floor (when the task has one) below it."""
+    header = (
+        f"{'model':<12} {'CE MAE':>9} {'CE KL':>9} {'sigm MAE':>9} {'sigm KL':>9} {'params':>9}"
+    )
+    lines = [header, "-" * len(header)]
+    for model in COMPARE_MODELS:
+        ce, sig = results[(model, "ce")], results[(model, "sigmoid")]
         lines.append(
-            f"{objective:<10} {tf['bits_mae']:>16.5f} {tf['kl_bits']:>14.5f} {mlp['bits_mae']:>10.5f} "
-            f"{mlp['kl_bits']:>10.5f} {ratio_mae:>11.1f} {ratio_kl:>10.1f}"
+            f"{model:<12} {ce['bits_mae']:>9.4f} {ce['kl_bits']:>9.4f} {sig['bits_mae']:>9.4f} "
+            f"{sig['kl_bits']:>9.4f} {ce['n_parameters']:>9,}"
         )
+    if floor is not None:
+        lines.append(_floor_line(floor))
     return "\n".join(lines)
+
+
+def _floor_line(floor: float) -> str:
+    return (
+        f"context-free floor {floor:.4f} bits (MAE and KL; V = 20, L = 19: 1.107 without "
+        "replacement, 1.849 with)"
+    )
 
 
 def _trace_lines(summary: dict[str, dict[str, float | None]]) -> str:
@@ -91,6 +113,8 @@ def _summary(result: dict[str, Any], path: Path) -> str:
         f"{result['n_parameters']:,} parameters, {result['steps']} steps, "
         f"{result['wall_time_s']:.0f} s -> {path}"
     )
+    if result.get("context_free_bits") is not None:
+        line += "\n  " + _floor_line(result["context_free_bits"])
     return line + (_trace_lines(result["trace"]["summary"]) if "trace" in result else "")
 
 
@@ -119,7 +143,9 @@ def _train(
 def windtunnel(
     task: TaskName = typer.Option(TaskName.bijection, help="Which wind-tunnel task."),
     model: ModelName = typer.Option(
-        ModelName.transformer, help="Transformer or capacity-matched MLP."
+        ModelName.transformer,
+        help="transformer; mlp-prefix: MLP over the whole prefix (alias: mlp); mlp-pos: "
+        "position-wise MLP, no mixing across positions. MLPs match the transformer's parameters.",
     ),
     objective: Objective = typer.Option(
         Objective.ce, help="ce: softmax cross-entropy; sigmoid: independent BCE."
@@ -132,11 +158,23 @@ def windtunnel(
     device: str = typer.Option("cpu", help="cpu or cuda."),
     quick: bool = typer.Option(False, "--quick", help="A CPU configuration of about a minute."),
     scale: Scale = typer.Option(
-        Scale.default, help="default (CPU, ~10 min) or paper (GPU: V=20, 6x192, 100k steps)."
+        Scale.default,
+        help="default (CPU minutes); paper (older GPU setting); reference (the published "
+        "protocol, for a GPU); reference-cpu (same tasks and targets, smaller transformer).",
     ),
     compare: bool = typer.Option(
-        False, "--compare", help="Run transformer/MLP x CE/sigmoid and print the table."
+        False,
+        "--compare",
+        help="Run transformer / prefix MLP / position-wise MLP x CE / sigmoid; print the table.",
     ),
+    symbols: int = typer.Option(None, "--symbols", help="Bijection: V symbols (default: scale)."),
+    n_pairs: int = typer.Option(
+        None, "--n-pairs", help="Bijection: L pairs shown, 1 <= L <= V (default: scale)."
+    ),
+    replacement: bool = typer.Option(
+        None, "--replacement/--no-replacement", help="Bijection: keys drawn with replacement."
+    ),
+    norm: Norm = typer.Option(None, "--norm", help="Normalization layers (default: per scale)."),
     out: Path = typer.Option(Path("outputs/windtunnel"), help="Base directory of runs."),
     batch_size: int = typer.Option(None, help="Sequences per step (default: per scale)."),
     lr: float = typer.Option(
@@ -166,6 +204,58 @@ def windtunnel(
         raise typer.Exit(code=2) from None
     torch.set_num_threads(threads)
     scale_name = "quick" if quick else scale.value
+    try:
+        base = _base_config(
+            task.value, scale_name, seed, eager, steps, batch_size, lr, ckpt_every, targets, norm
+        )
+        base = _with_bijection_options(base, symbols, n_pairs, replacement)
+        base.make_task()
+    except ValueError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(code=2) from err
+    if not compare:
+        config = replace(base, model=model.value, objective=objective.value)
+        directory = run_dir(out, config, scale_name)
+        result = _train(config, directory, device, time_budget, trace_every if trace else None)
+        typer.echo(_summary(result, directory / "result.json"))
+        return
+    results: dict[tuple[str, str], dict[str, Any]] = {}
+    for m in COMPARE_MODELS:
+        for o in OBJECTIVES:
+            config = replace(base, model=m, objective=o)
+            directory = run_dir(out, config, scale_name)
+            results[(m, o)] = _train(
+                config, directory, device, time_budget, trace_every if trace else None
+            )
+            typer.echo(_summary(results[(m, o)], directory / "result.json"))
+    from implicit_em.windtunnel.figures import plot_positions, plot_training
+
+    labels = [f"{m}/{o}" for m, o in results]
+    figure_dir = out / f"{base.task}-compare-{scale_name}-s{seed}"
+    floor = results[(COMPARE_MODELS[0], "ce")].get("context_free_bits")
+    plot_positions(list(results.values()), labels, figure_dir / "positions.png")
+    plot_training(list(results.values()), labels, figure_dir / "training.png")
+    table = compare_table(results, floor)
+    wall = sum(r["wall_time_s"] for r in results.values())
+    (figure_dir / "table.txt").write_text(table + "\n")
+    (figure_dir / "results.json").write_text(
+        json.dumps({f"{m}/{o}": r for (m, o), r in results.items()}, indent=1)
+    )
+    typer.echo(f"\n{table}\n\ntraining time {wall:.0f} s in all; figures: {figure_dir}")
+
+
+def _base_config(
+    task: str,
+    scale: str,
+    seed: int,
+    eager: bool,
+    steps: int | None,
+    batch_size: int | None,
+    lr: float | None,
+    ckpt_every: int | None,
+    targets: Targets | None,
+    norm: Norm | None,
+) -> RunConfig:
     overrides: dict[str, Any] = {"seed": seed, "sdpa": not eager}
     for key, value in (
         ("steps", steps),
@@ -177,28 +267,24 @@ def windtunnel(
             overrides[key] = value
     if targets is not None:
         overrides["targets"] = targets.value
-    base = preset(task.value, scale_name, **overrides)
-    if not compare:
-        config = replace(base, model=model.value, objective=objective.value)
-        directory = run_dir(out, config, scale_name)
-        result = _train(config, directory, device, time_budget, trace_every if trace else None)
-        typer.echo(_summary(result, directory / "result.json"))
-        return
-    results: dict[tuple[str, str], dict[str, Any]] = {}
-    for m in ("transformer", "mlp"):
-        for o in ("ce", "sigmoid"):
-            config = replace(base, model=m, objective=o)
-            directory = run_dir(out, config, scale_name)
-            results[(m, o)] = _train(
-                config, directory, device, time_budget, trace_every if trace else None
-            )
-            typer.echo(_summary(results[(m, o)], directory / "result.json"))
-    from implicit_em.windtunnel.figures import plot_positions, plot_training
+    if norm is not None:
+        overrides["norm"] = norm.value
+    return preset(task, scale, **overrides)
 
-    labels = [f"{m}/{o}" for m, o in results]
-    figure_dir = out / f"{base.task}-compare-{scale_name}-s{seed}"
-    plot_positions(list(results.values()), labels, figure_dir / "positions.png")
-    plot_training(list(results.values()), labels, figure_dir / "training.png")
-    table = compare_table(results)
-    (figure_dir / "table.txt").write_text(table + "\n")
-    typer.echo(f"\n{table}\n\nfigures: {figure_dir}")
+
+def _with_bijection_options(
+    base: RunConfig, symbols: int | None, n_pairs: int | None, replacement: bool | None
+) -> RunConfig:
+    given = {"n_symbols": symbols, "n_pairs": n_pairs, "replacement": replacement}
+    given = {k: v for k, v in given.items() if v is not None}
+    if not given:
+        return base
+    if base.task != "bijection":
+        raise ValueError("--symbols, --n-pairs and --replacement apply to --task bijection only")
+    config = replace(base, task_params={**base.task_params, **given})
+    try:
+        config.make_task()
+    except ValueError as err:
+        option = "--n-pairs" if str(err).startswith("n_pairs") else "--symbols"
+        raise ValueError(f"{option}: {err}") from err
+    return config

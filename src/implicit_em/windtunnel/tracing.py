@@ -18,7 +18,6 @@ from typing import Any
 from torch import Tensor, nn
 
 from implicit_em.trace import Tracer
-from implicit_em.trace.sites import untraced
 
 __all__ = ["SITES", "AttentionTrace", "drift_series", "summarize_trace"]
 
@@ -68,10 +67,9 @@ class AttentionTrace:
                 self.records.append({**record, "global_step": self.start + record["step"] + 1})
         self._taken = len(history)
 
-    @staticmethod
-    def quiet() -> Any:
-        """A context whose forward passes the tracer does not see."""
-        return untraced()
+    def quiet(self) -> Any:
+        """A context whose forward passes the tracer does not see (``Tracer.paused``)."""
+        return self.tracer.paused()
 
 
 def summarize_trace(records: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:

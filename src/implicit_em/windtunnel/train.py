@@ -15,10 +15,16 @@ Objectives, on the supervised positions, with distances ``d = -logits``:
 * ``"sigmoid"``: :func:`implicit_em.objectives.sigmoid_bce` (independent per-answer sigmoids,
   unnormalized; the predictions are normalized only at evaluation).
 
-Targets: ``"posterior"`` (the default) trains on the exact posterior as a soft target;
-``"sample"`` trains on the answer drawn by the generative process (ordinary next-token training:
-the posterior must be inferred from samples). Both have the posterior as their minimizer, since
-both objectives are proper scoring rules; soft targets remove the sampling noise of the gradient.
+Targets: ``"sample"`` (the bijection's default, as in the reference protocol) trains on the
+answer drawn by the generative process (ordinary next-token training: the posterior must be
+inferred from samples); ``"posterior"`` (the HMM's and the dice's default) trains on the exact
+posterior as a soft target. Both have the posterior as their minimizer, since both objectives are
+proper scoring rules; soft targets remove the sampling noise of the gradient.
+
+Models: ``"transformer"`` (:class:`~.models.GPT`), ``"mlp-prefix"`` (:class:`~.models.PrefixMLP`,
+sees the whole prefix; ``"mlp"`` is an alias kept for old commands) and ``"mlp-pos"``
+(:class:`~.models.PositionMLP`, position-wise, cannot see the context), the MLPs matched to the
+transformer's parameter count.
 """
 
 from __future__ import annotations
@@ -42,18 +48,25 @@ from implicit_em.objectives import cross_entropy, sigmoid_bce
 from implicit_em.windtunnel.metrics import position_errors, predictive_log_probs
 from implicit_em.windtunnel.models import (
     GPT,
+    NORMS,
     GPTConfig,
+    PositionMLP,
     PrefixMLP,
     count_parameters,
     matched_mlp,
+    matched_position_mlp,
 )
 from implicit_em.windtunnel.tasks import Batch, Task, make_task
 from implicit_em.windtunnel.tracing import AttentionTrace, summarize_trace
 
 __all__ = [
+    "MODELS",
+    "SCALES",
     "RunConfig",
     "build_model",
+    "config_differences",
     "evaluate",
+    "held_out",
     "learning_rate",
     "loss_fn",
     "preset",
@@ -63,8 +76,11 @@ __all__ = [
 CHECKPOINT = "checkpoint.pt"
 RESULT = "result.json"
 TRACE = "trace.jsonl"
+SNAPSHOTS = "snapshots.pt"
 _PROBE_SIZE = 64
 _EVAL_SEED_OFFSET = 1_000_003
+MODELS = ("transformer", "mlp-prefix", "mlp-pos")
+_MODEL_ALIASES = {"mlp": "mlp-prefix"}
 
 
 @dataclass(frozen=True)
@@ -72,15 +88,18 @@ class RunConfig:
     """Everything that determines a run's result (the device and thread count aside)."""
 
     task: str = "bijection"
-    task_params: dict[str, int] = field(default_factory=lambda: {"n_symbols": 10})
+    task_params: dict[str, int | bool | None] = field(default_factory=lambda: {"n_symbols": 10})
     model: str = "transformer"
     objective: str = "ce"
-    targets: str = "posterior"
+    targets: str = "sample"
     n_layer: int = 3
     n_head: int = 4
     n_embd: int = 64
     mlp_depth: int = 2
     sdpa: bool = True
+    norm: str = "layernorm"
+    split_qkv: bool = False
+    value_lr_mult: float = 1.0
     steps: int = 10_000
     batch_size: int = 64
     lr: float = 1e-3
@@ -94,8 +113,15 @@ class RunConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.model not in ("transformer", "mlp"):
-            raise ValueError(f"model must be 'transformer' or 'mlp', got {self.model!r}")
+        object.__setattr__(self, "model", _MODEL_ALIASES.get(self.model, self.model))
+        if self.model not in MODELS:
+            raise ValueError(f"model must be one of {MODELS} (or 'mlp'), got {self.model!r}")
+        if self.norm not in NORMS:
+            raise ValueError(f"norm must be one of {NORMS}, got {self.norm!r}")
+        if self.value_lr_mult <= 0:
+            raise ValueError(f"value_lr_mult must be > 0, got {self.value_lr_mult}")
+        if self.value_lr_mult != 1.0 and not (self.split_qkv and self.model == "transformer"):
+            raise ValueError("value_lr_mult != 1 needs model='transformer' and split_qkv=True")
         if self.objective not in ("ce", "sigmoid"):
             raise ValueError(f"objective must be 'ce' or 'sigmoid', got {self.objective!r}")
         if self.targets not in ("sample", "posterior"):
@@ -107,23 +133,39 @@ class RunConfig:
         return make_task(self.task, **self.task_params)
 
 
-_TASK_SIZES: dict[str, dict[str, dict[str, int]]] = {
+_TASK_SIZES: dict[str, dict[str, dict[str, int | bool]]] = {
     "bijection": {
         "quick": {"n_symbols": 10},
         "default": {"n_symbols": 10},
         "paper": {"n_symbols": 20},
+        "reference": {"n_symbols": 20, "n_pairs": 19, "replacement": False},
+        "reference-cpu": {"n_symbols": 20, "n_pairs": 19, "replacement": False},
     },
     "hmm": {
         "quick": {"n_states": 3, "n_observations": 3, "length": 12},
         "default": {"n_states": 3, "n_observations": 3, "length": 12},
         "paper": {"n_states": 5, "n_observations": 5, "length": 16},
+        "reference": {"n_states": 5, "n_observations": 5, "length": 20, "levels": 100, "floor": 5},
+        "reference-cpu": {
+            "n_states": 5,
+            "n_observations": 5,
+            "length": 20,
+            "levels": 100,
+            "floor": 5,
+        },
     },
     "dice": {
         "quick": {"n_faces": 2, "length": 16},
         "default": {"n_faces": 3, "length": 24},
         "paper": {"n_faces": 6, "length": 64},
+        "reference": {"n_faces": 6, "length": 64},
+        "reference-cpu": {"n_faces": 3, "length": 24},
     },
 }
+
+_TARGETS = {"bijection": "sample", "hmm": "posterior", "dice": "posterior"}
+"""Default targets per task: the reference protocol trains the bijection on sampled answers and
+the HMM on the exact filter."""
 
 _SCALES: dict[str, dict[str, Any]] = {
     "quick": dict(
@@ -144,25 +186,66 @@ _SCALES: dict[str, dict[str, Any]] = {
         ckpt_every=2000,
         n_test=8192,
     ),
+    "reference": dict(
+        n_layer=6,
+        n_head=6,
+        n_embd=192,
+        norm="rmsnorm",
+        steps=100_000,
+        batch_size=128,
+        lr=3e-4,
+        warmup=2000,
+        weight_decay=0.1,
+        grad_clip=1.0,
+        eval_every=2000,
+        ckpt_every=2000,
+        n_test=8192,
+    ),
+    "reference-cpu": dict(
+        n_layer=2,
+        n_head=4,
+        n_embd=64,
+        norm="rmsnorm",
+        steps=3000,
+        batch_size=64,
+        lr=2e-3,
+        warmup=200,
+        weight_decay=0.1,
+        grad_clip=1.0,
+        eval_every=500,
+        ckpt_every=500,
+        n_test=2048,
+    ),
 }
+SCALES = tuple(_SCALES)
+"""``quick`` / ``default``: CPU minutes; ``paper``: the older GPU setting; ``reference``: the
+published protocol (6 x 6 x 192, RMSNorm, batch 128, lr 3e-4, 2k warmup, weight decay 0.1, clip 1,
+100k steps; bijection V = 20, L = 19, sampled answers; HMM 5 x 5, T = 20, 0.01 grid, minimum 0.05,
+exact filter as target), for a GPU; ``reference-cpu``: the same tasks and targets with a smaller
+transformer and fewer steps, for a 2-core CPU."""
 
 
 def preset(task: str, scale: str = "default", **overrides: Any) -> RunConfig:
-    """The configuration of ``task`` at ``scale`` (``quick`` | ``default`` | ``paper``).
+    """The configuration of ``task`` at ``scale`` (one of :data:`SCALES`).
 
-    Every task trains on the exact posterior as a soft target by default (``targets="sample"``
-    trains on drawn answers instead); ``overrides`` replace any field.
+    The bijection trains on sampled answers and the other tasks on the exact posterior by default
+    (``targets=...`` overrides); ``overrides`` replace any field.
     """
     if task not in _TASK_SIZES:
         raise ValueError(f"unknown task {task!r}; choose from {sorted(_TASK_SIZES)}")
     if scale not in _SCALES:
-        raise ValueError(f"unknown scale {scale!r}; choose from {sorted(_SCALES)}")
-    base = RunConfig(task=task, task_params=dict(_TASK_SIZES[task][scale]), **_SCALES[scale])
+        raise ValueError(f"unknown scale {scale!r}; choose from {list(_SCALES)}")
+    base = RunConfig(
+        task=task,
+        task_params=dict(_TASK_SIZES[task][scale]),
+        targets=_TARGETS[task],
+        **_SCALES[scale],
+    )
     return replace(base, **overrides)
 
 
 def build_model(config: RunConfig, task: Task) -> nn.Module:
-    """The transformer of ``config``, or the MLP whose parameter count matches it."""
+    """The transformer of ``config``, or the MLP control whose parameter count matches it."""
     gpt = GPTConfig(
         vocab_size=task.vocab_size,
         n_classes=task.n_classes,
@@ -171,10 +254,32 @@ def build_model(config: RunConfig, task: Task) -> nn.Module:
         n_head=config.n_head,
         n_embd=config.n_embd,
         sdpa=config.sdpa,
+        norm=config.norm,
+        split_qkv=config.split_qkv,
     )
     if config.model == "transformer":
         return GPT(gpt)
+    if config.model == "mlp-pos":
+        return PositionMLP(matched_position_mlp(gpt))
     return PrefixMLP(matched_mlp(gpt, depth=config.mlp_depth))
+
+
+def _parameter_groups(model: nn.Module, config: RunConfig) -> list[dict[str, Any]]:
+    """One group, or two when the values (``attn.value``) train at ``value_lr_mult`` x the lr."""
+    if config.value_lr_mult == 1.0:
+        return [{"params": list(model.parameters()), "lr_mult": 1.0}]
+    values = [p for n, p in model.named_parameters() if ".attn.value." in n]
+    rest = [p for n, p in model.named_parameters() if ".attn.value." not in n]
+    return [
+        {"params": rest, "lr_mult": 1.0},
+        {"params": values, "lr_mult": config.value_lr_mult},
+    ]
+
+
+def held_out(config: RunConfig) -> Batch:
+    """The fixed held-out batch of ``config`` (``n_test`` sequences from their own generator)."""
+    generator = torch.Generator().manual_seed(config.seed + _EVAL_SEED_OFFSET)
+    return config.make_task().sample(config.n_test, generator)
 
 
 def loss_fn(logits: Tensor, batch: Batch, objective: str, targets: str) -> Tensor:
@@ -264,15 +369,33 @@ def _write_json(obj: Any, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def config_differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    """The keys (dotted for nested dictionaries) whose values differ between two configurations."""
+    keys = sorted(set(old) | set(new))
+    out = []
+    for key in keys:
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += config_differences(a, b, f"{prefix}{key}.")
+        elif a != b or (key in old) != (key in new):
+            out.append(f"{prefix}{key}")
+    return out
+
+
+def _refuse_other(path: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
+    if old != new:
+        diff = ", ".join(config_differences(old, new))
+        raise ValueError(
+            f"{path} belongs to a different configuration (differs in: {diff}); it is never "
+            "resumed with another one: use another --out directory or delete it to start over"
+        )
+
+
 def _load_matching(path: Path, config: dict[str, Any]) -> dict[str, Any] | None:
     if not path.exists():
         return None
     state = torch.load(path, map_location="cpu", weights_only=False)
-    if state["config"] != config:
-        raise ValueError(
-            f"{path} belongs to a different configuration; use another --out directory "
-            "or delete it to start over"
-        )
+    _refuse_other(path, state["config"], config)
     return state
 
 
@@ -283,6 +406,7 @@ def run(
     progress: bool = True,
     time_budget_s: float | None = None,
     trace_every: int | None = None,
+    snapshot_every: int | None = None,
 ) -> dict[str, Any]:
     """Train (or resume, or reload) ``config`` in ``out_dir`` and return its result.
 
@@ -296,6 +420,13 @@ def run(
     :class:`~implicit_em.windtunnel.tracing.AttentionTrace`: the records go to
     ``out_dir/trace.jsonl`` and their two-timescale summary to the result's ``trace``. Tracing
     does not change training.
+
+    ``snapshot_every`` keeps a copy of the model's weights every that many steps (and at the
+    end) in ``out_dir/snapshots.pt`` (``{"steps": [...], "states": [...]}``), for measuring how
+    far each part is from its final value (:mod:`.timescales`).
+
+    A directory that holds a checkpoint or a result of another configuration is refused with
+    the differing keys named; checkpoints are never mixed.
     """
     if trace_every is not None and config.model != "transformer":
         raise ValueError("tracing reads attention sites: it needs --model transformer")
@@ -305,19 +436,23 @@ def run(
     result_path = out / RESULT
     if result_path.exists():
         done = json.loads(result_path.read_text())
-        if done["config"] == cfg:
-            return done
+        _refuse_other(result_path, done["config"], cfg)
+        if snapshot_every is not None and "snapshots" not in done:
+            raise ValueError(f"{result_path} was run without snapshots; use another directory")
+        if trace_every is not None and "trace" not in done:
+            raise ValueError(f"{result_path} was run without tracing; use another directory")
+        return done
     task = config.make_task()
     torch.manual_seed(config.seed)
     model = build_model(config, task).to(device)
     optimizer = torch.optim.AdamW(
-        model.parameters(), lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.95)
+        _parameter_groups(model, config),
+        lr=config.lr,
+        weight_decay=config.weight_decay,
+        betas=(0.9, 0.95),
     )
     data = torch.Generator().manual_seed(config.seed)
-    test = task.sample(
-        config.n_test, torch.Generator().manual_seed(config.seed + _EVAL_SEED_OFFSET)
-    )
-    test = test.to(device)
+    test = held_out(config).to(device)
     history: dict[str, list[float]] = {
         "step": [],
         "loss": [],
@@ -328,6 +463,7 @@ def run(
     step, elapsed, sessions = 0, 0.0, 0
     running, count = 0.0, 0
     trace_records: list[dict[str, Any]] = []
+    snapshots: dict[str, list[Any]] = {"steps": [], "states": []}
     state = _load_matching(out / CHECKPOINT, cfg)
     if state is not None:
         model.load_state_dict(state["model"])
@@ -336,7 +472,15 @@ def run(
         history, step, elapsed = state["history"], state["step"], state["elapsed"]
         sessions, (running, count) = state["sessions"], state["running"]
         trace_records = state["trace"]
+        snapshots = state.get("snapshots", snapshots)
     sessions += 1
+
+    def snapshot() -> None:
+        if snapshot_every is not None and step not in snapshots["steps"]:
+            snapshots["steps"].append(step)
+            snapshots["states"].append(
+                {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+            )
 
     def checkpoint() -> None:
         _save_atomic(
@@ -351,6 +495,7 @@ def run(
                 "sessions": sessions,
                 "running": (running, count),
                 "trace": trace_records,
+                "snapshots": snapshots,
             },
             out / CHECKPOINT,
         )
@@ -368,11 +513,13 @@ def run(
         if trace_every is not None
         else None
     )
-    quiet = AttentionTrace.quiet if tracer is not None else nullcontext
+    quiet = tracer.quiet if tracer is not None else nullcontext
     with _graceful_stop() as stop, tracer or nullcontext():
         while step < config.steps:
+            if snapshot_every is not None and step % snapshot_every == 0:
+                snapshot()
             for group in optimizer.param_groups:
-                group["lr"] = learning_rate(config, step)
+                group["lr"] = learning_rate(config, step) * group["lr_mult"]
             batch = task.sample(config.batch_size, data).to(device)
             loss = loss_fn(model(batch.tokens), batch, config.objective, config.targets)
             optimizer.zero_grad(set_to_none=True)
@@ -409,6 +556,7 @@ def run(
                 }
     bar.close()
     elapsed += time.perf_counter() - start
+    snapshot()
     checkpoint()
     final = evaluate(model, test, config.objective)
     result = {
@@ -420,6 +568,7 @@ def run(
             "seq_len": task.seq_len,
             "n_classes": task.n_classes,
         },
+        "context_free_bits": getattr(task, "context_free_bits", None),
         "n_parameters": count_parameters(model),
         "steps": step,
         "wall_time_s": elapsed,
@@ -437,5 +586,8 @@ def run(
             "file": TRACE,
             "summary": summarize_trace(trace_records),
         }
+    if snapshot_every is not None:
+        _save_atomic(snapshots, out / SNAPSHOTS)
+        result["snapshots"] = {"every": snapshot_every, "file": SNAPSHOTS}
     _write_json(result, result_path)
     return result

@@ -8,3 +8,6 @@ from implicit_em.report.experiments import e2_trajectories  # noqa: F401
 from implicit_em.report.experiments import e3_fixed_points  # noqa: F401
 from implicit_em.report.experiments import e4_competition  # noqa: F401
 from implicit_em.report.experiments import e5_volume  # noqa: F401
+from implicit_em.report.experiments import e10_windtunnel_bayes  # noqa: F401
+from implicit_em.report.experiments import e11_windtunnel_sigmoid  # noqa: F401
+from implicit_em.report.experiments import e12_two_timescales  # noqa: F401
