@@ -11,6 +11,15 @@ float32) from a re-iterable generator of batches, so that the data never sit in 
 
     python benchmarks/mixture_vs_sklearn.py            # the issue's sizes (several minutes)
     python benchmarks/mixture_vs_sklearn.py --quick    # a small smoke version
+    python benchmarks/mixture_vs_sklearn.py --roofline # what limits float32 speed here
+
+``--roofline`` measures, in one process per size: the machine's float32 and float64 matmul
+throughput (a 2,048-square matmul) and its copy bandwidth (a 256 MiB copy); the time of one of
+our float32 passes (the difference of a 4-pass and a 1-pass fit, over 3) against the time of
+its GEMMs alone (the E-step's and the M-step's products on the same chunk shapes); and
+scikit-learn's float64 pass. The last column is the ratio scikit-learn could show if our pass
+ran its GEMMs at the measured peak and nothing else: the ceiling of the method on the machine.
+The machine line comes first (CPU, instruction set, BLAS of numpy and torch, threads).
 """
 
 from __future__ import annotations
@@ -176,6 +185,128 @@ def _pomegranate(x: np.ndarray, start: dict, spec: dict) -> tuple[float, float]:
     return time.perf_counter() - t, float(gm.log_probability(xt).double().mean())
 
 
+def _pass_seconds(fit, passes: int = 4) -> float:
+    """Seconds of one pass: (time of a ``passes``-pass fit - a 1-pass fit) / (passes - 1)."""
+    fit(1)  # warm-up
+    t = time.perf_counter()
+    fit(1)
+    one = time.perf_counter() - t
+    t = time.perf_counter()
+    fit(passes)
+    return max(time.perf_counter() - t - one, 1e-9) / (passes - 1)
+
+
+def _best_seconds(work, repeats: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        work()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def machine_peaks() -> dict:
+    """Measured matmul GFLOP/s (float32, float64) and copy GB/s (read + write) of this machine."""
+    import torch
+
+    peaks = {}
+    for name, dtype in (("float32", torch.float32), ("float64", torch.float64)):
+        a = torch.randn(2048, 2048, dtype=dtype)
+        peaks[f"gflops_{name}"] = 2 * 2048**3 / _best_seconds(lambda a=a: a @ a) / 1e9
+    src = torch.empty(2**26, dtype=torch.float32).uniform_()
+    dst = torch.empty_like(src)
+    peaks["copy_gbs"] = 2 * src.numel() * 4 / _best_seconds(lambda: dst.copy_(src)) / 1e9
+    return peaks
+
+
+def gemm_seconds(n: int, d: int, k: int, cov: str, rows: int) -> tuple[float, float]:
+    """Seconds and FLOPs of one pass's GEMMs alone, float32, in chunks of ``rows``.
+
+    full: the E-step's ``[K·D, D] @ [D, B]`` and the M-step's batched ``[K, D, B] @ [K, B, D]``
+    (``4 N K D^2`` FLOPs); diag: ``[B, 2D] @ [2D, K]`` and ``[K, B] @ [B, 2D]`` (``8 N D K``).
+    """
+    import torch
+
+    y = torch.randn(rows, d)
+    if cov == "full":
+        stacked, offset = torch.randn(k * d, d), torch.randn(k * d, 1)
+        z = torch.empty(k * d, rows)
+
+        def chunk() -> None:
+            torch.addmm(offset, stacked, y.T, out=z)
+            w = z.view(k, d, rows)
+            torch.bmm(w, w.mT)
+
+        flops = 4 * n * k * d * d
+    else:
+        features, weights, r = torch.randn(rows, 2 * d), torch.randn(2 * d, k), torch.rand(rows, k)
+
+        def chunk() -> None:
+            features @ weights
+            r.T @ features
+
+        flops = 8 * n * d * k
+    chunks = max(n // rows, 1)
+
+    def one_pass() -> None:
+        for _ in range(chunks):
+            chunk()
+
+    return _best_seconds(one_pass), flops
+
+
+def roofline_one(spec: dict) -> dict:
+    """Peaks, our float32 pass, its GEMMs alone, and scikit-learn's float64 pass for one size."""
+    import torch
+    from sklearn.mixture import GaussianMixture as SkGaussianMixture
+
+    from implicit_em.mixture import GaussianMixture
+    from implicit_em.mixture.estimator import default_chunk_rows
+
+    torch.set_num_threads(spec["threads"])
+    warnings.simplefilter("ignore")
+    n, d, k, cov = spec["n"], spec["d"], spec["k"], spec["covariance_type"]
+    x = _data(n, d, k, seed=0)
+    x32 = x.astype(np.float32)
+    start = _start(x, k, cov, seed=1)
+    kwargs = {"covariance_type": cov, "tol": 0.0, **start}
+    ours = _pass_seconds(lambda m: GaussianMixture(k, max_iter=m, **kwargs).fit(x32))
+    sk = _pass_seconds(lambda m: SkGaussianMixture(k, max_iter=m, **kwargs).fit(x), passes=3)
+    rows = default_chunk_rows(cov, k, d)
+    gemm, flops = gemm_seconds(n, d, k, cov, rows)
+    return {**machine_peaks(), "ours": ours, "sklearn": sk, "gemm": gemm, "flops": flops}
+
+
+def roofline(sizes: list[tuple], threads: int) -> None:
+    header = (
+        f"{'N':>9} {'D':>3} {'K':>3} {'cov':<5} {'sklearn s':>9} {'ours s':>8} {'ratio':>6} "
+        f"{'GEMM s':>7} {'GEMM %':>6} {'GEMM GF/s':>9} {'pass GF/s':>9} {'f32 peak':>8} "
+        f"{'copy GB/s':>9} {'ceiling':>8}"
+    )
+    print("one EM pass, float32 (ours) against float64 (scikit-learn); GF/s = GEMM FLOPs / s")
+    print(header)
+    print("-" * len(header))
+    for n, d, k, cov, _ in sizes:
+        spec = {"n": n, "d": d, "k": k, "covariance_type": cov, "threads": threads}
+        r = _spawn({**spec, "library": "roofline"})
+        if "error" in r:
+            print(f"{n:>9} {d:>3} {k:>3} {cov:<5} error: {r['error']}")
+            continue
+        peak = r["gflops_float32"]
+        ceiling = r["sklearn"] / (r["flops"] / (peak * 1e9))
+        print(
+            f"{n:>9} {d:>3} {k:>3} {cov:<5} {r['sklearn']:>9.3f} {r['ours']:>8.3f} "
+            f"{r['sklearn'] / r['ours']:>5.1f}x {r['gemm']:>7.3f} "
+            f"{100 * r['gemm'] / r['ours']:>5.0f}% {r['flops'] / r['gemm'] / 1e9:>9.1f} "
+            f"{r['flops'] / r['ours'] / 1e9:>9.1f} {peak:>8.1f} {r['copy_gbs']:>9.1f} "
+            f"{ceiling:>7.1f}x"
+        )
+    print(
+        "GEMM % = share of our pass spent in its GEMMs; ceiling = scikit-learn's pass / our "
+        "GEMM FLOPs at the float32 peak"
+    )
+
+
 def _spawn(spec: dict) -> dict:
     threads = str(spec["threads"])
     env = {
@@ -206,9 +337,13 @@ def main() -> None:
     parser.add_argument(
         "--only", choices=["diag", "full"], help="run only this covariance type (no streaming row)"
     )
+    parser.add_argument(
+        "--roofline", action="store_true", help="measure what limits float32 speed (see above)"
+    )
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(run_one(json.loads(args.child))))
+        spec = json.loads(args.child)
+        print(json.dumps(roofline_one(spec) if spec["library"] == "roofline" else run_one(spec)))
         return
     if args.quick:
         sizes = [(20_000, 8, 4, "diag", 10), (20_000, 8, 4, "full", 10)]
@@ -220,6 +355,16 @@ def main() -> None:
             (1_000_000, 64, 64, "diag", 5),
         ]
         stream = (10_000_000, 16, 64, 65_536, 2)
+    import torch
+
+    from implicit_em.machine import summary
+
+    torch.set_num_threads(args.threads)  # what every child runs with, so the header says so
+    print(f"machine: {summary()}")
+    print("(figures are this machine's; ratios are measured in the same run)")
+    if args.roofline:
+        roofline([s for s in sizes if not args.only or s[3] == args.only], args.threads)
+        return
     ours = [("float64", None), ("float32", None), ("float32", 32_768)]
     libraries = ["sklearn"] + (["pomegranate"] if importlib.util.find_spec("pomegranate") else [])
     header = (

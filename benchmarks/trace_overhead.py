@@ -1,270 +1,285 @@
-"""Training-step overhead and memory of the tracer on a small transformer (CPU).
+"""Training-step overhead of the tracer, traced against paused, in one run.
 
-Overhead: one model and one loop, traced with ``every=1`` and then with ``every=10``. Inside
-each ``with Tracer(...)`` block, short traced blocks alternate with untraced blocks of the same
-length run under ``tracer.paused()`` (the same loop, nothing captured), in ABBA order. This
-machine's speed drifts by several percent within a second, so blocks are short (one flush
-window for ``every=1``: ``flush_every`` = 128 steps; one 10-step cycle for ``every=10``, a flush
-every 128th) and many.
-The overhead is (summed traced time) / (summed untraced time) - 1, which counts measured steps,
-unmeasured steps and flushes in their true proportions, with its standard error over pairs;
-the median of the per-pair ratios is printed beside it. The tracer's first two measurements
-are full site discoveries (then it captures narrowly along the plan it found), a one-off cost
-timed apart; periodic rediscovery (every ``rediscover`` = 100 measurements) falls inside.
-Memory: peak RSS of fresh processes tracing 100 and 1000 steps (JSONL sink, and the in-memory
-history). Targets: <= 5% (every=1), <= 1% (every=10); memory independent of the number of steps.
+Configurations:
 
-The allocator: glibc trims the heap when a large block at its top is freed, and this loop then
-page-faults hundreds of times per step as it grows the heap again, traced or not (the minor
-faults per step of both arms are printed). How many it takes varies from one process to the
-next by hundreds of microseconds per step, more than the tracer costs, so by default the
-timing runs with trimming off (``mallopt(M_TRIM_THRESHOLD)``, ``M_MMAP_THRESHOLD``, as the
-``MALLOC_TRIM_THRESHOLD_`` environment variable would); ``--malloc default`` leaves glibc as
-it is.
+* ``realistic`` (CPU): a GPT of 4 layers x 256 (4 heads, SDPA, causal), sequence 128, batch 16,
+  vocabulary 512, AdamW, on 2 threads (>= 100 ms per step). Targets: <= 3% at ``every=1``,
+  <= 1% at ``every=10``.
+* ``toy`` (CPU, a stress case): a 2-layer width-64 ``nn.TransformerEncoder`` classifier,
+  sequence 32, batch 32, on 1 thread (about 10 ms per step, where the tracer's fixed costs
+  show most). Acceptable: <= 10% at ``every=1``.
+* ``gpu`` (CUDA only): a GPT-2-small shape (12 x 768, 12 heads), sequence 512, batch 8,
+  vocabulary 50257, bf16 autocast, SDPA. Targets: <= 5% at ``every=1``, <= 1% at ``every=10``;
+  also checks that measured steps between flushes make no host-device synchronization
+  (``torch.cuda.set_sync_debug_mode("error")``).
 
-    .venv/bin/python benchmarks/trace_overhead.py [--pairs 40] [--pairs-10 200] [--max-rows R]
-        [--device cuda]
+Method: one model and one loop per configuration. Inside one ``with Tracer(...)`` block,
+traced blocks of steps alternate with blocks of the same length run under ``tracer.paused()``
+(the same loop, nothing installed), in ABBA order, since the machine's speed drifts. A block is
+``block`` steps at ``every=1`` and one ``every``-step cycle at ``every=10``; the tracer flushes
+once per traced block (``flush_every`` = the measurements in a block), which counts the flush
+more often than the default (every 128 measurements) does. The overhead is (summed traced time)
+/ (summed paused time) - 1, with its standard error over pairs; the median pair ratio is
+printed beside it.
+
+    PYTHONPATH=src python benchmarks/trace_overhead.py [--config realistic toy] [--pairs 8]
+        [--pairs-10 12] [--block STEPS]
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
-import json
 import math
-import resource
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from implicit_em.machine import summary
 from implicit_em.trace import Tracer
 
-SEQ, BATCH, WIDTH, HEADS, LAYERS, CLASSES, VOCAB = 32, 32, 64, 4, 2, 10, 100
+
+class Block(nn.Module):
+    """Pre-norm transformer block: causal SDPA self-attention and a 4x GELU MLP."""
+
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
+        self.mlp = nn.Sequential(
+            nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, length, width = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(width, dim=-1)
+        q, k, v = (t.view(b, length, self.heads, -1).transpose(1, 2) for t in (q, k, v))
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(o.transpose(1, 2).reshape(b, length, width))
+        return x + self.mlp(self.ln2(x))
 
 
-class SmallTransformer(nn.Module):
-    """Token embedding, a 2-layer TransformerEncoder (SDPA inside nn.MultiheadAttention), head."""
+class GPT(nn.Module):
+    """Token and position embeddings, ``layers`` blocks, a final norm and the LM head."""
+
+    def __init__(self, vocab: int, length: int, width: int, layers: int, heads: int) -> None:
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, width), nn.Embedding(length, width)
+        self.blocks = nn.ModuleList(Block(width, heads) for _ in range(layers))
+        self.ln, self.head = nn.LayerNorm(width), nn.Linear(width, vocab, bias=False)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.tok(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln(x))
+
+
+class Toy(nn.Module):
+    """Token embedding, a 2-layer width-64 TransformerEncoder (nn.MultiheadAttention), head."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.embed = nn.Embedding(VOCAB, WIDTH)
-        layer = nn.TransformerEncoderLayer(WIDTH, HEADS, 4 * WIDTH, dropout=0.0, batch_first=True)
-        self.encoder = nn.TransformerEncoder(layer, LAYERS)
-        self.head = nn.Linear(WIDTH, CLASSES)
+        self.embed = nn.Embedding(100, 64)
+        layer = nn.TransformerEncoderLayer(64, 4, 256, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2)
+        self.head = nn.Linear(64, 10)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return self.head(self.encoder(self.embed(ids)).mean(1))
 
 
-def make(
-    device: str = "cpu",
-) -> tuple[nn.Module, torch.optim.Optimizer, torch.Tensor, torch.Tensor]:
+@dataclass
+class Config:
+    name: str
+    describe: str
+    threads: int
+    device: str
+    block: int
+    targets: tuple[float, float]
+    make: Callable[[str], tuple[nn.Module, Callable[[], torch.Tensor]]]
+    autocast: bool = False
+
+
+def _gpt(vocab: int, length: int, width: int, layers: int, heads: int, batch: int):
+    def make(device: str) -> tuple[nn.Module, Callable[[], torch.Tensor]]:
+        torch.manual_seed(0)
+        model = GPT(vocab, length, width, layers, heads).to(device)
+        ids = torch.randint(0, vocab, (batch, length + 1), device=device)
+        x, y = ids[:, :-1], ids[:, 1:]
+        return model, lambda: F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+
+    return make
+
+
+def _toy(device: str) -> tuple[nn.Module, Callable[[], torch.Tensor]]:
     torch.manual_seed(0)
-    model = SmallTransformer().to(device)
-    ids = torch.randint(0, VOCAB, (BATCH, SEQ)).to(device)
-    return model, torch.optim.AdamW(model.parameters(), lr=1e-3), ids, ids[:, 0] % CLASSES
+    model = Toy().to(device)
+    ids = torch.randint(0, 100, (32, 32), device=device)
+    return model, lambda: F.cross_entropy(model(ids), ids[:, 0] % 10)
 
 
-def _sync(ids: torch.Tensor) -> None:
-    """Wait for the device's queued work (timings on a GPU end when its work ends)."""
-    if ids.is_cuda:
-        torch.cuda.synchronize(ids.device)
+CONFIGS = {
+    "realistic": Config(
+        "realistic",
+        "GPT 4 layers x 256, 4 heads, SDPA, seq 128, batch 16, vocab 512, AdamW",
+        2,
+        "cpu",
+        8,
+        (3.0, 1.0),
+        _gpt(512, 128, 256, 4, 4, 16),
+    ),
+    "toy": Config(
+        "toy",
+        "TransformerEncoder 2 layers x 64, 4 heads, seq 32, batch 32, AdamW (stress case)",
+        1,
+        "cpu",
+        128,
+        (10.0, 1.0),
+        _toy,
+    ),
+    "gpu": Config(
+        "gpu",
+        "GPT-2-small shape 12 x 768, 12 heads, SDPA, seq 512, batch 8, vocab 50257, bf16",
+        0,
+        "cuda",
+        20,
+        (5.0, 1.0),
+        _gpt(50257, 512, 768, 12, 12, 8),
+        autocast=True,
+    ),
+}
 
 
-def _step(model, opt, ids, y, tracer: Tracer | None) -> None:
-    F.cross_entropy(model(ids), y).backward()
-    opt.step()
-    opt.zero_grad()
-    if tracer is not None:
-        tracer.step()
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
 
 
-def block(model, opt, ids, y, steps: int, every: int | None, sinks=("memory",)) -> float:
-    """Mean seconds per step of ``steps`` steps in a fresh tracer (untraced if ``every`` is None)."""
-    _sync(ids)
+def _runner(cfg: Config) -> tuple[nn.Module, Callable[[Tracer | None], None]]:
+    model, loss_fn = cfg.make(cfg.device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    cast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if cfg.autocast else nullcontext
+
+    def step(tracer: Tracer | None) -> None:
+        with cast():
+            loss = loss_fn()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if tracer is not None:
+            tracer.step()
+
+    return model, step
+
+
+def _timed(step: Callable[[Tracer | None], None], n: int, tracer: Tracer | None, device: str):
+    _sync(device)
     start = time.perf_counter()
-    if every is None:
-        for _ in range(steps):
-            _step(model, opt, ids, y, None)
-    else:
-        with Tracer(model, every=every, sinks=list(sinks)) as tracer:
-            for _ in range(steps):
-                _step(model, opt, ids, y, tracer)
-    _sync(ids)
-    return (time.perf_counter() - start) / steps
-
-
-def _timed(model, opt, ids, y, steps: int, tracer: Tracer | None) -> float:
-    _sync(ids)
-    start = time.perf_counter()
-    for _ in range(steps):
-        _step(model, opt, ids, y, tracer)
-    _sync(ids)
+    for _ in range(n):
+        step(tracer)
+    _sync(device)
     return time.perf_counter() - start
 
 
-def overhead(
-    model, opt, ids, y, every: int, pairs: int, tracer_kwargs: dict | None = None
-) -> dict[str, float]:
-    """Overhead of ``every`` over ``pairs`` ABBA pairs of traced / paused blocks: summed-time
-    ratio with its standard error, median pair ratio, untraced and traced ms per step, and the
-    one-off cost of the two discovery steps (ms beyond two untraced steps)."""
-    with Tracer(model, every=every, **(tracer_kwargs or {})) as tracer:
-        steps = tracer.flush_every if every == 1 else every
-        discoveries = 0.0
-        for i in range(2 * every):
-            _sync(ids)
-            start = time.perf_counter()
-            _step(model, opt, ids, y, tracer)
-            _sync(ids)
-            if i % every == 0:
-                discoveries += time.perf_counter() - start
+def overhead(cfg: Config, every: int, pairs: int) -> dict[str, float]:
+    """ABBA pairs of traced / paused blocks inside one tracer (see the module docstring)."""
+    model, step = _runner(cfg)
+    steps = cfg.block if every == 1 else every
+    with Tracer(model, every=every, flush_every=steps // every) as tracer:
+        for _ in range(2 * every):  # warm up: first measurements, allocator, kernels
+            step(tracer)
         traced, plain = [], []
-        faults = {True: 0, False: 0}
         for i in range(pairs):
             for is_traced in (True, False) if i % 2 == 0 else (False, True):
-                before = _minor_faults()
                 if is_traced:
-                    traced.append(_timed(model, opt, ids, y, steps, tracer))
+                    traced.append(_timed(step, steps, tracer, cfg.device))
                 else:
                     with tracer.paused():
-                        plain.append(_timed(model, opt, ids, y, steps, None))
-                faults[is_traced] += _minor_faults() - before
+                        plain.append(_timed(step, steps, None, cfg.device))
     diffs = [t - p for t, p in zip(traced, plain, strict=True)]
-    step = sum(plain) / (pairs * steps)
     return {
         "summed_pct": 100 * sum(diffs) / sum(plain),
         "stderr_pct": 100 * statistics.stdev(diffs) * math.sqrt(pairs) / sum(plain),
         "median_pct": 100
-        * (statistics.median([t / p for t, p in zip(traced, plain, strict=True)]) - 1),
-        "plain_ms": 1e3 * step,
+        * (statistics.median(t / p for t, p in zip(traced, plain, strict=True)) - 1),
+        "plain_ms": 1e3 * sum(plain) / (pairs * steps),
         "traced_ms": 1e3 * sum(traced) / (pairs * steps),
-        "block_steps": steps,
-        "faults_traced": faults[True] / (pairs * steps),
-        "faults_plain": faults[False] / (pairs * steps),
-        "discovery_ms": 1e3 * (discoveries - 2 * step),
+        "block": steps,
+        "records": len(tracer.history),
     }
 
 
-def _no_trim() -> None:
-    """Keep freed memory in the heap instead of returning it to the system (glibc only)."""
+def sync_check(cfg: Config, steps: int = 5) -> str:
+    """Run measured steps (``every=1``, no flush among them) under
+    ``torch.cuda.set_sync_debug_mode("error")``: any host-device synchronization raises."""
+    model, step = _runner(cfg)
+    for _ in range(2):
+        step(None)
+    torch.cuda.synchronize()
     try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return
-    libc.mallopt(-1, 2**30)  # M_TRIM_THRESHOLD
-    libc.mallopt(-3, 2**25)  # M_MMAP_THRESHOLD: fixed, so large blocks stay in the heap
-
-
-def _minor_faults() -> int:
-    """Minor page faults of this process so far (a heap trimmed and grown again faults on
-    every page it touches anew; both arms are counted to tell that apart from the tracer)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-
-
-def _peak_rss_mib() -> float:
-    """This process's peak resident memory (MiB): ``VmHWM`` of ``/proc/self/status`` where
-    there is one. ``ru_maxrss`` of a child process can report its parent's size (Linux counts
-    the memory map the child had before ``exec``)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def peak_rss(steps: int, sink: str | None) -> float:
-    """Peak RSS (MiB) of a fresh process training ``steps`` steps, traced into ``sink``
-    (``"memory"`` or ``"jsonl"``) or untraced (None)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        sinks = ["memory"] if sink == "memory" else [f"jsonl:{Path(tmp) / 'run.jsonl'}"]
-        every = None if sink is None else 1
-        here = str(Path(__file__).parent)
-        code = (
-            f"import sys, torch; sys.path.insert(0, {here!r}); torch.set_num_threads(1)\n"
-            "from trace_overhead import make, block, _peak_rss_mib\n"
-            f"m, o, i, y = make(); block(m, o, i, y, {steps}, {every}, {sinks!r})\n"
-            "print(_peak_rss_mib())"
-        )
-        out = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, check=True
-        )
-        return float(out.stdout.strip().splitlines()[-1])
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for _ in range(steps):
+                step(None)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    except RuntimeError as err:
+        return f"the untraced loop itself synchronizes ({err}); no check possible"
+    with Tracer(model, every=1, flush_every=10**6, flush_bytes=2**40) as tracer:
+        step(tracer)
+        torch.cuda.synchronize()
+        try:
+            torch.cuda.set_sync_debug_mode("error")
+            for _ in range(steps):
+                step(tracer)
+        except RuntimeError as err:
+            return f"SYNC during a measured step: {err}"
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return f"no host-device synchronization in {steps} measured steps outside the flush"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=40, help="block pairs for every=1")
-    parser.add_argument("--pairs-10", type=int, default=200, help="block pairs for every=10")
-    parser.add_argument(
-        "--max-rows", type=int, default=None, help="attention rows traced (the tracer's default)"
-    )
-    parser.add_argument("--no-memory", action="store_true", help="skip the peak-RSS runs")
-    parser.add_argument(
-        "--device", default="cpu", help="where the model trains (cuda: a GPU figure; no target)"
-    )
-    parser.add_argument(
-        "--malloc",
-        choices=("no-trim", "default"),
-        default="no-trim",
-        help="glibc heap trimming during the timing (see the module docstring)",
-    )
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--config", nargs="+", default=["realistic", "toy", "gpu"])
+    parser.add_argument("--pairs", type=int, default=8, help="block pairs at every=1")
+    parser.add_argument("--pairs-10", type=int, default=12, help="block pairs at every=10")
+    parser.add_argument("--block", type=int, default=None, help="steps per block at every=1")
     args = parser.parse_args()
-    if args.malloc == "no-trim":
-        _no_trim()
-    torch.set_num_threads(1)
-    model, opt, ids, y = make(args.device)
-    block(model, opt, ids, y, 30, None)
-    kwargs = {} if args.max_rows is None else {"max_rows": args.max_rows}
-    result = {
-        "every=1": overhead(model, opt, ids, y, 1, args.pairs, kwargs),
-        "every=10": overhead(model, opt, ids, y, 10, args.pairs_10, kwargs),
-    }
-    rss = (
-        {}
-        if args.no_memory or args.device != "cpu"
-        else {
-            f"{s} steps, {k or 'untraced'}": peak_rss(s, k)
-            for k in (None, "jsonl", "memory")
-            for s in (100, 1000)
-        }
-    )
-    if args.json:
-        print(json.dumps({**result, "peak_rss_mib": rss}, indent=2))
-        return
-    print(
-        f"small transformer: {LAYERS} layers, width {WIDTH}, {HEADS} heads, seq {SEQ}, "
-        f"batch {BATCH}; {args.device} (1 CPU thread); malloc {args.malloc}; max_rows {Tracer(model, **kwargs).capture.max_rows}; "
-        "ABBA pairs of traced / paused blocks"
-    )
-    print(
-        f"{'config':<9} {'pairs':>5} {'block':>5} {'untraced ms':>11} {'traced ms':>9} "
-        f"{'overhead':>15} {'median':>7} {'target':>6} {'discovery ms':>12} {'faults/step':>13}"
-    )
-    for (k, r), pairs, target in zip(
-        result.items(), (args.pairs, args.pairs_10), (5.0, 1.0), strict=True
-    ):
-        spread = f"{r['summed_pct']:.2f}% ± {r['stderr_pct']:.2f}"
-        print(
-            f"{k:<9} {pairs:>5} {r['block_steps']:>5} {r['plain_ms']:>11.2f} "
-            f"{r['traced_ms']:>9.2f} {spread:>15} {r['median_pct']:>6.2f}% "
-            f"{target:>5.0f}% {r['discovery_ms']:>12.1f} "
-            f"{r['faults_traced']:>6.0f}/{r['faults_plain']:<6.0f}"
+    for name in args.config:
+        cfg = CONFIGS[name]
+        if args.block is not None:
+            cfg.block = args.block
+        if cfg.device == "cuda" and not torch.cuda.is_available():
+            print(f"\n[{name}] skipped: no CUDA device")
+            continue
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        print(f"\n[{name}] {cfg.describe}")
+        print(f"machine: {summary(cfg.device)}")
+        header = (
+            f"{'every':>5} {'pairs':>5} {'block':>5} {'paused ms':>9} {'traced ms':>9} "
+            f"{'overhead':>15} {'median':>7} {'target':>6}"
         )
-    if rss:
-        print("peak RSS (MiB, fresh process, every=1):")
-    for k, v in rss.items():
-        print(f"  {k:<22} {v:8.1f}")
+        print(header)
+        for every, pairs, target in zip(
+            (1, 10), (args.pairs, args.pairs_10), cfg.targets, strict=True
+        ):
+            r = overhead(cfg, every, pairs)
+            spread = f"{r['summed_pct']:.2f}% ± {r['stderr_pct']:.2f}"
+            print(
+                f"{every:>5} {pairs:>5} {r['block']:>5} {r['plain_ms']:>9.1f} "
+                f"{r['traced_ms']:>9.1f} {spread:>15} {r['median_pct']:>6.2f}% {target:>5.0f}%"
+            )
+        if cfg.device == "cuda":
+            print(sync_check(cfg))
 
 
 if __name__ == "__main__":

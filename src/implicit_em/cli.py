@@ -41,7 +41,8 @@ def verify(
     try:
         results = identities.run_all(seed=seed, names=only or None)
     except ValueError as err:
-        raise typer.BadParameter(str(err), param_hint="--only") from err
+        typer.echo(f"error: --only: {err}", err=True)
+        raise typer.Exit(code=2) from None
     if as_json:
         typer.echo(json.dumps([r.as_dict() for r in results], indent=2))
     else:

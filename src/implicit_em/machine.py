@@ -86,6 +86,7 @@ def summary(device: str | torch.device = "cpu") -> str:
     m = describe(device)
     return (
         f"{m['cpu']} ({m['isa']}), {m['cores']} cores, torch {m['torch']} "
-        f"({m['torch_threads']} threads, BLAS {m['torch_blas']}), numpy {m['numpy']} "
+        f"({m['torch_threads']} thread{'' if m['torch_threads'] == 1 else 's'}, BLAS {m['torch_blas']}), "
+        f"numpy {m['numpy']} "
         f"(BLAS {m['numpy_blas']}), device {m['device']}"
     )

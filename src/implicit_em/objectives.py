@@ -35,6 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from implicit_em.core import check_component_axis, log_responsibilities, lse
+from implicit_em.hook_points import hook_point
 
 __all__ = [
     "CorrentropyLoss",
@@ -143,7 +144,9 @@ def mixture_nll(
     dim = check_component_axis(d, dim)
     _check_volume(log_det, d)
     energy = d if log_det is None else d - log_det
-    return _reduce(-lse(energy, dim=dim, log_prior=log_prior), reduction)
+    loss = -lse(energy, dim=dim, log_prior=log_prior)
+    hook_point("mixture_nll", loss, d=d, log_prior=log_prior, log_det=log_det, dim=dim)
+    return _reduce(loss, reduction)
 
 
 class MixtureNLL(nn.Module):
@@ -319,7 +322,9 @@ def cross_entropy(
     log_r = log_responsibilities(d, dim=dim)
     # t_j log r_j with the convention 0 log 0 = 0 (also 0 * -inf for excluded components).
     safe_log_r = torch.where(t > 0, log_r, torch.zeros_like(log_r))
-    return _reduce(-(t * safe_log_r).sum(dim=dim), reduction)
+    loss = -(t * safe_log_r).sum(dim=dim)
+    hook_point("cross_entropy", loss, d=d, target=t, dim=dim)
+    return _reduce(loss, reduction)
 
 
 class CrossEntropy(nn.Module):

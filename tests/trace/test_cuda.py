@@ -1,4 +1,4 @@
-"""The tracer on a CUDA device: fused attention kernels, half precision, slot buffers on the GPU.
+"""The tracer on a CUDA device: fused attention kernels and half precision.
 
 Skipped where no CUDA device is present (CI); run on a GPU machine with
 ``python -m pytest tests/trace/test_cuda.py``.
@@ -40,13 +40,12 @@ def _encoder_step(m: nn.Module) -> torch.Tensor:
 
 
 def test_transformer_encoder_on_cuda_reads_gradients_and_leaves_training_unchanged():
-    """Discovery, then narrow capture of nn.MultiheadAttention from its module, with slot
-    buffers on the GPU and a probe: identities hold and training is unchanged."""
+    """nn.MultiheadAttention and a classifier on the GPU, with a probe: identities hold and
+    training is unchanged."""
     plain, _ = train(_encoder, _encoder_step, 6, None)
     kwargs = {"every": 1, "flush_every": 4, "probe": XS[:4].to(CUDA)}
     traced, tracer = train(_encoder, _encoder_step, 6, kwargs)
     assert_same_parameters(plain, traced)
-    assert tracer.capture.slots.allocated > 0
     assert tracer.history.sites() == ["0.layers.0.self_attn", "0.layers.1.self_attn", "2.ce"]
     for r in _sites(tracer):
         if r["type"] == "attention":

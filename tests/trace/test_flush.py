@@ -89,16 +89,16 @@ def test_an_interrupted_run_writes_every_measured_step(tmp_path):
     assert [r["step"] for r in records if r["kind"] == "site"] == [0, 1, 2, 3, 4]
 
 
-def test_attention_slices_change_no_record(monkeypatch):
-    """Reducing a flush's attention calls in slices (here one call per slice) gives the
-    records of one batched pass."""
-    import implicit_em.trace.batch as batch
+def test_chunked_statistics_change_no_record(monkeypatch):
+    """Reducing a flush's stacked sites in chunks (here one site per chunk) gives the records
+    of one batched pass."""
+    import implicit_em.trace.flush as flush
 
-    kwargs = {"every": 1, "flush_every": 8, "max_rows": 2}
+    kwargs = {"every": 1, "flush_every": 8, "max_rows": 2, "probe": PROBE}
     _, whole = train(_model, _step, 9, kwargs)
-    monkeypatch.setattr(batch, "_SLICE_WEIGHTS", 1)
-    _, sliced = train(_model, _step, 9, kwargs)
-    a, b = whole.history.records, sliced.history.records
+    monkeypatch.setattr(flush, "_CHUNK", 1)
+    _, chunked = train(_model, _step, 9, kwargs)
+    a, b = whole.history.records, chunked.history.records
     assert len(a) == len(b) and any(r.get("type") == "attention" for r in a)
     _assert_same_records(a, b)
 
@@ -113,15 +113,3 @@ def test_flush_bytes_flushes_before_flush_every():
             assert len(tracer.history) == i + 1
     with pytest.raises(ValueError, match="flush_bytes"):
         Tracer(model, flush_bytes=0)
-
-
-def test_slot_buffers_and_clones_give_the_same_records():
-    """What measured steps keep lives in preallocated slot buffers (rows reused window after
-    window) or, with no room for them, in clones: the records are the same."""
-    kwargs = {"every": 1, "probe": PROBE, "max_rows": 2}
-    _, slots = train(_model, _step, 11, {**kwargs, "flush_every": 4})
-    _, clones = train(_model, _step, 11, {**kwargs, "flush_every": 4, "flush_bytes": 1})
-    assert slots.capture.slots.allocated > 0 and clones.capture.slots.allocated == 0
-    a, b = slots.history.records, clones.history.records
-    assert len(a) == len(b) and {r.get("type") for r in a} >= {"attention", "classification"}
-    _assert_same_records(a, b)

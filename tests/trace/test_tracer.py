@@ -183,7 +183,7 @@ def test_without_backward_gradient_metrics_are_missing_not_zero():
 def test_responsibilities_are_read_whichever_way_backward_is_called(backward):
     """The loss's upstream gradient is 1 for ``loss.backward()`` (no hook needed) and read by a
     hook otherwise: either way the responsibilities read from the gradient equal the forward
-    softmax, in discovery and narrow passes alike."""
+    softmax."""
     model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3))
     x, y = torch.randn(16, 4), torch.randint(0, 3, (16,))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -193,7 +193,7 @@ def test_responsibilities_are_read_whichever_way_backward_is_called(backward):
             opt.step()
             opt.zero_grad()
             tracer.step()
-    assert tracer.discoveries == 2
+    assert [r["step"] for r in tracer.history] == [0, 1, 2, 3, 4]
     for r in tracer.history:
         assert r["source"] == "gradient" and r["residual"] <= 1e-6
 
@@ -274,10 +274,81 @@ def test_paused_code_is_not_captured_and_the_measured_step_resumes():
     assert [r["step"] for r in records] == [0, 1, 2, 3]
     assert all(r["rows"] == 64 and r["source"] == "gradient" for r in records)
     assert all(r["residual"] <= 1e-5 for r in records)
-    assert tracer.discoveries == 2
+
+
+def test_an_evaluation_under_pause_is_not_recorded_as_the_training_site():
+    """An evaluation forward pass of an nn.MultiheadAttention model inside ``paused()`` (after
+    ``tracer.step()``, before the next training step) leaves no trace: each step records the
+    training batch's attention site once, with its own rows."""
+    torch.manual_seed(0)
+    model = nn.MultiheadAttention(8, 2, batch_first=True)
+    x, x_eval = torch.randn(4, 5, 8), torch.randn(3, 7, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with Tracer(model, every=1) as tracer:
+        for _ in range(3):
+            model(x, x, x)[0].pow(2).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            tracer.step()
+            with tracer.paused(), torch.no_grad():
+                model.eval()
+                model(x_eval, x_eval, x_eval)
+                model.train()
+    records = [r for r in tracer.history if r["kind"] == "site"]
+    assert [(r["step"], r["site"]) for r in records] == [(s, "attention") for s in range(3)]
+    assert all(r["rows"] == 2 * 5 and r["routing_norm"] > 0 for r in records)
 
 
 def test_paused_outside_the_block_is_an_error():
     tracer = Tracer(_distance_classifier())
     with pytest.raises(RuntimeError, match="inside"), tracer.paused():
         pass
+
+
+def test_package_objectives_with_volume_axes_and_reductions():
+    """The objectives announce their per-sample loss at their hook point, so the row factor is
+    read whatever the reduction and whatever is done with the loss afterwards; the volume term,
+    the prior and a component axis other than the last are part of the announced logits."""
+    torch.manual_seed(5)
+    d = (torch.rand(4, 6, 3) * 3).requires_grad_()
+    log_det = torch.randn(4, 1, 1) * 0.3
+    log_prior = torch.log_softmax(torch.randn(4, 1, 1), dim=0)
+    with Tracer() as tracer:
+        objectives.mixture_nll(d, log_prior, log_det, dim=0, reduction="sum").backward()
+        tracer.step()
+        loss = objectives.cross_entropy(d, torch.randint(0, 4, (6, 3)), dim=0, reduction="none")
+        loss.pow(2).sum().backward()
+        tracer.step()
+        y = torch.randint(0, 6, (4, 3))
+        objectives.cross_entropy(d, y, dim=1, label_smoothing=0.1).backward()
+        tracer.step()
+    records = [r for r in tracer.history if r["kind"] == "site"]
+    assert [(r["site"], r["K"], r["rows"]) for r in records] == [
+        ("mixture", 4, 18.0),
+        ("ce", 4, 18.0),
+        ("ce", 6, 12.0),
+    ]
+    for r in records:
+        assert r["source"] == "gradient" and r["residual"] <= 1e-5, r
+
+
+def test_hook_point_is_a_no_op_outside_a_tracer():
+    from implicit_em.hook_points import hook_point
+
+    loss = torch.ones(3, requires_grad=True)
+    assert hook_point("mixture_nll", loss, d=loss, dim=-1) is None
+    assert loss.grad is None and loss.grad_fn is None
+
+
+def test_a_backward_under_pause_reaches_no_site():
+    """The gradient hooks of a measured step do nothing under ``paused()``."""
+    model = nn.Linear(4, 3)
+    x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
+    with Tracer(model) as tracer:
+        loss = F.cross_entropy(model(x), y)
+        with tracer.paused():
+            loss.backward()
+        tracer.step()
+        F.cross_entropy(model(x), y).backward()
+        tracer.step()
+    assert [r["source"] for r in tracer.history] == ["forward", "gradient"]

@@ -49,7 +49,14 @@ from torch import Tensor
 from implicit_em.distances import diagonal_mahalanobis, full_mahalanobis, whitening_factor
 from implicit_em.mixture.workspace import Workspace
 
-__all__ = ["COVARIANCE_TYPES", "CovarianceModel", "covariance_model"]
+__all__ = ["COVARIANCE_TYPES", "ILL_DEFINED_COVARIANCE", "CovarianceModel", "covariance_model"]
+
+ILL_DEFINED_COVARIANCE = (
+    "Fitting the mixture model failed because some components have ill-defined empirical "
+    "covariance (for instance caused by singleton or collapsed samples). Try to decrease the "
+    "number of components, increase reg_covar, or scale the input data."
+)
+"""The error of a covariance that is not positive-definite (scikit-learn's wording)."""
 
 
 def _eye(d: int, like: Tensor) -> Tensor:
@@ -64,11 +71,7 @@ def _precision_cholesky_matrix(cov: Tensor) -> Tensor:
     """Upper :math:`U = L^{-\\top}` for :math:`\\Sigma = LL^\\top`, batched over leading axes."""
     lower, info = torch.linalg.cholesky_ex(cov)
     if bool((info != 0).any()):
-        raise ValueError(
-            "Fitting the mixture model failed because some components have ill-defined "
-            "empirical covariance (for instance caused by singleton or collapsed samples). "
-            "Try to decrease the number of components, or increase reg_covar."
-        )
+        raise ValueError(ILL_DEFINED_COVARIANCE)
     eye = _eye(cov.shape[-1], cov).expand_as(cov)
     return torch.linalg.solve_triangular(lower, eye, upper=False).mT
 
@@ -87,10 +90,7 @@ def _log_raw(prec_chol: Tensor) -> Tensor:
 
 def _check_positive(var: Tensor) -> None:
     if not bool((var > 0).all()):
-        raise ValueError(
-            "Fitting the mixture model failed because some components have non-positive "
-            "variance. Try to decrease the number of components, or increase reg_covar."
-        )
+        raise ValueError(ILL_DEFINED_COVARIANCE)
 
 
 def _square_features(y: Tensor, workspace: Workspace | None = None) -> Tensor:

@@ -82,18 +82,27 @@ def as_batches(
         yield _to_tensor(x[start : start + step], dtype, device)
 
 
+def _floating(x: Any) -> Tensor:
+    """``x`` as a tensor: float32 stays float32, anything else becomes float64."""
+    if not isinstance(x, Tensor):
+        array = np.asarray(x)
+        x = torch.as_tensor(array if array.dtype == np.float32 else array.astype(np.float64))
+    return x if x.dtype in (torch.float32, torch.float64) else x.to(torch.float64)
+
+
 def iterate_batches(
     batches: Iterable[Any],
     n_features: int | None,
     name: str,
-    dtype: torch.dtype,
+    dtype: torch.dtype | None,
     device: torch.device,
 ) -> Iterator[Tensor]:
-    """Validated ``dtype`` tensors from an iterable of batches (tensor, array or ``(x, ...)``)."""
+    """Validated tensors from an iterable of batches (tensor, array or ``(x, ...)``), as
+    ``dtype`` (None: float32 stays float32, anything else becomes float64)."""
     for batch in batches:
         x = batch[0] if isinstance(batch, (tuple, list)) else batch
-        x = x if isinstance(x, Tensor) else torch.as_tensor(np.asarray(x, dtype=np.float64))
-        yield check_tensor(x, n_features, name).to(device=device, dtype=dtype)
+        x = check_tensor(_floating(x), n_features, name)
+        yield x.to(device=device, dtype=x.dtype if dtype is None else dtype)
 
 
 def to_output(values: Tensor, like: Any) -> Any:

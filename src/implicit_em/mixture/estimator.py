@@ -14,14 +14,15 @@ import math
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from numbers import Integral, Real
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, DensityMixin
-from sklearn.cluster import KMeans, kmeans_plusplus
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 from torch import Tensor
 
@@ -39,9 +40,16 @@ from implicit_em.mixture.distributed import (
     broadcast_mixture,
     is_distributed,
 )
+from implicit_em.mixture.initialization import (
+    INIT_PARAMS,
+    check_means,
+    check_precisions,
+    check_weights,
+    initial_responsibilities,
+    responsibility_start,
+)
 from implicit_em.mixture.parameters import EStep, Mixture, log_likelihood_and_responsibilities
 from implicit_em.mixture.reseed import WorstSamples, reseed_empty
-from implicit_em.mixture.statistics import accumulate, m_step, zero_statistics
 from implicit_em.mixture.step_rules import FITTERS, StepRule, make_step_rule
 from implicit_em.mixture.workspace import Workspace
 
@@ -49,7 +57,6 @@ __all__ = ["GaussianMixture"]
 
 Callback = Callable[[int, float], None]
 
-_INIT_PARAMS = ("kmeans", "k-means++", "random", "random_from_data")
 _INIT_SAMPLES = 100_000
 _DTYPES = {"float64": torch.float64, "float32": torch.float32}
 _CHUNK_NUMBERS = 2**20
@@ -68,31 +75,6 @@ def default_chunk_rows(covariance_type: str, n_components: int, n_features: int)
     width = covariance_model(covariance_type).row_width(n_components, n_features)
     rows = _CHUNK_NUMBERS // (width + n_components)
     return min(max(rows, _CHUNK_ROWS[0]), _CHUNK_ROWS[1])
-
-
-def _positive_int(v: Any) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1
-
-
-def _non_negative(v: Any) -> bool:
-    return isinstance(v, (int, float, np.number)) and not isinstance(v, bool) and v >= 0
-
-
-# Declarative validation: parameter -> (predicate, what it must be).
-_CONSTRAINTS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "n_components": (_positive_int, "an integer >= 1"),
-    "covariance_type": (lambda v: v in COVARIANCE_TYPES, f"one of {sorted(COVARIANCE_TYPES)}"),
-    "fitter": (lambda v: v in FITTERS, f"one of {list(FITTERS)}"),
-    "tol": (_non_negative, "a number >= 0"),
-    "reg_covar": (_non_negative, "a number >= 0"),
-    "max_iter": (lambda v: _positive_int(v) or v == 0, "an integer >= 0"),
-    "n_init": (_positive_int, "an integer >= 1"),
-    "init_params": (lambda v: v in _INIT_PARAMS, f"one of {list(_INIT_PARAMS)}"),
-    "batch_size": (lambda v: v is None or _positive_int(v), "None or an integer >= 1"),
-    "learning_rate": (lambda v: v is None or (_non_negative(v) and v > 0), "None or > 0"),
-    "dtype": (lambda v: v in _DTYPES or v in _DTYPES.values(), "'float64' or 'float32'"),
-    "verbose": (_non_negative, "an integer >= 0"),
-}
 
 
 @dataclass
@@ -141,8 +123,14 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     learning_rate : float or None, default=None
         Step size of ``gd`` (default 0.5) and ``adam`` (default 0.05); unused otherwise.
     device : str, default="cpu"
-    dtype : {"float64", "float32"}, default="float64"
+    dtype : {"float64", "float32"} or None, default=None
+        None follows the data, as scikit-learn does: float32 input is fitted in float32 and
+        gives float32 attributes and outputs; any other input is fitted in float64. Methods
+        compute in the common type of their input and the fitted parameters. An explicit
+        dtype (an extension) sets the type of the fit and of every output, whatever the input.
     verbose : int, default=0
+        1 prints the log-likelihood every ``verbose_interval`` passes.
+    verbose_interval : int, default=10
 
     Attributes
     ----------
@@ -152,11 +140,35 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     n_iter_ : int
     lower_bound_ : float
         Mean log-likelihood per sample at the last pass (before its step, as in scikit-learn).
+    lower_bounds_ : list of float
+        ``lower_bound_`` of every pass of the best initialization, as in scikit-learn.
     history_ : dict
         Per pass: ``"log_likelihood"`` (mean per sample) and ``"n_reseeded"`` (components
         re-seeded after that pass's step, see :mod:`implicit_em.mixture.reseed`).
     n_features_in_ : int
     """
+
+    _parameter_constraints: ClassVar[dict] = {
+        "n_components": [Interval(Integral, 1, None, closed="left")],
+        "covariance_type": [StrOptions(set(COVARIANCE_TYPES))],
+        "fitter": [StrOptions(set(FITTERS))],
+        "tol": [Interval(Real, 0.0, None, closed="left")],
+        "reg_covar": [Interval(Real, 0.0, None, closed="left")],
+        "max_iter": [Interval(Integral, 0, None, closed="left")],
+        "n_init": [Interval(Integral, 1, None, closed="left")],
+        "init_params": [StrOptions(set(INIT_PARAMS))],
+        "weights_init": ["array-like", None],
+        "means_init": ["array-like", None],
+        "precisions_init": ["array-like", None],
+        "random_state": ["random_state"],
+        "warm_start": ["boolean"],
+        "batch_size": [Interval(Integral, 1, None, closed="left"), None],
+        "learning_rate": [Interval(Real, 0.0, None, closed="neither"), None],
+        "device": [str, torch.device],
+        "dtype": [StrOptions(set(_DTYPES)), None],
+        "verbose": ["verbose"],
+        "verbose_interval": [Interval(Integral, 1, None, closed="left")],
+    }
 
     def __init__(
         self,
@@ -177,8 +189,9 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         batch_size: int | None = None,
         learning_rate: float | None = None,
         device: str = "cpu",
-        dtype: str = "float64",
+        dtype: str | None = None,
         verbose: int = 0,
+        verbose_interval: int = 10,
     ) -> None:
         self.n_components = n_components
         self.covariance_type = covariance_type
@@ -198,20 +211,26 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         self.device = device
         self.dtype = dtype
         self.verbose = verbose
+        self.verbose_interval = verbose_interval
 
     # -----------------------------------------------------------------------------------------
     # Configuration
     # -----------------------------------------------------------------------------------------
 
-    def _validate_params(self) -> None:
-        for name, (ok, what) in _CONSTRAINTS.items():
-            value = getattr(self, name)
-            if not ok(value):
-                raise ValueError(f"{name} must be {what}, got {value!r}")
+    def _fit_dtype(self, data_dtype: Any) -> torch.dtype:
+        """The dtype a fit computes in: the ``dtype`` parameter, else float32 for float32
+        data (NumPy or torch) and float64 for anything else."""
+        if self.dtype is not None:
+            return _DTYPES[self.dtype]
+        return torch.float32 if data_dtype in (np.float32, torch.float32) else torch.float64
 
-    @property
-    def _torch_dtype(self) -> torch.dtype:
-        return _DTYPES.get(self.dtype, self.dtype)
+    def _method_dtype(self, data_dtype: Any) -> torch.dtype:
+        """The dtype of a method's computation and output: the ``dtype`` parameter, else the
+        common type of the data and the fitted parameters."""
+        if self.dtype is not None:
+            return _DTYPES[self.dtype]
+        fitted = self._mixture.means.dtype
+        return torch.promote_types(self._fit_dtype(data_dtype), fitted)
 
     @property
     def _device(self) -> torch.device:
@@ -222,15 +241,16 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         if isinstance(x, Tensor):
             n_features = None if reset else getattr(self, "n_features_in_", None)
             x = check_tensor(x, n_features, type(self).__name__)
-            if not x.is_floating_point():
+            if x.dtype not in (torch.float32, torch.float64):
                 x = x.to(torch.float64)
             if reset:
                 self.n_features_in_ = x.shape[1]
             return x
         return validate_data(self, x, reset=reset, dtype=[np.float64, np.float32])
 
-    def _chunks(self, x: Any) -> Iterator[Tensor]:
-        """``x`` in chunks of ``batch_size`` rows, or of :func:`default_chunk_rows` if None.
+    def _chunks(self, x: Any, dtype: torch.dtype) -> Iterator[Tensor]:
+        """``x`` as ``dtype`` chunks of ``batch_size`` rows, or of :func:`default_chunk_rows`
+        if None.
 
         Either way a pass visits every row once before its step: ``batch_size=None`` is exact
         whole-data EM, streamed through the cache.
@@ -238,7 +258,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         rows = self.batch_size or default_chunk_rows(
             self.covariance_type, self.n_components, x.shape[1]
         )
-        return as_batches(x, rows, self._torch_dtype, self._device)
+        return as_batches(x, rows, dtype, self._device)
 
     # -----------------------------------------------------------------------------------------
     # Initialization
@@ -250,90 +270,42 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             x = x[np.sort(rng.choice(x.shape[0], _INIT_SAMPLES, replace=False))]
         return np.array(x, dtype=np.float64)
 
-    def _initial_responsibilities(self, x: np.ndarray, rng: np.random.RandomState) -> np.ndarray:
-        n, k = x.shape[0], self.n_components
-        resp = np.zeros((n, k))
-        if self.init_params == "kmeans":
-            labels = KMeans(n_clusters=k, n_init=1, random_state=rng).fit(x).labels_
-            resp[np.arange(n), labels] = 1.0
-        elif self.init_params == "random":
-            resp = rng.uniform(size=(n, k))
-            resp /= resp.sum(axis=1, keepdims=True)
-        elif self.init_params == "random_from_data":
-            resp[rng.choice(n, size=k, replace=False), np.arange(k)] = 1.0
-        else:
-            _, indices = kmeans_plusplus(x, k, random_state=rng)
-            resp[indices, np.arange(k)] = 1.0
-        return resp
-
-    def _initial_mixture(self, x: Any, rng: np.random.RandomState) -> Mixture:
-        """One M-step from the initial responsibilities, then the user's overrides."""
+    def _initial_mixture(self, x: Any, rng: np.random.RandomState, dtype: torch.dtype) -> Mixture:
+        """The M-step of the initial responsibilities, then the user's overrides, as ``dtype``
+        (see :mod:`~implicit_em.mixture.initialization`)."""
         model = covariance_model(self.covariance_type)
-        dtype, device = self._torch_dtype, self._device
         k, dim = self.n_components, self.n_features_in_
-        given = (self.weights_init, self.means_init, self.precisions_init)
-        if any(v is None for v in given):
-            sample = self._init_sample(x, rng)
-            resp = torch.as_tensor(self._initial_responsibilities(sample, rng), device=device)
-            xs = torch.as_tensor(sample, device=device)
-            shift = xs.mean(dim=0)
-            y = xs - shift
-            n = resp.sum(dim=0) + 10 * torch.finfo(xs.dtype).eps
-            ref = (resp.T @ y) / n[:, None] if model.centered else xs.new_zeros(k, dim)
-            stats = zero_statistics(model, k, dim, xs)
-            accumulate(stats, y, model.features(y, ref), resp, model)
-            mixture = m_step(stats, model, shift, ref, self.reg_covar)
-        else:
-            mixture = None
-        weights, means, covariances = self._user_parameters(model, k, dim, mixture)
-        return Mixture.from_covariances(model, weights, means, covariances).to(dtype, device)
-
-    def _user_parameters(
-        self, model: Any, k: int, dim: int, mixture: Mixture | None
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        def tensor(value: Any, name: str, shape: tuple[int, ...]) -> Tensor:
-            t = torch.as_tensor(np.asarray(value, dtype=np.float64), device=self._device)
-            if tuple(t.shape) != shape:
-                raise ValueError(
-                    f"The parameter '{name}' should have the shape of {shape}, but got "
-                    f"{tuple(t.shape)}"
-                )
-            if not bool(torch.isfinite(t).all()):
-                raise ValueError(f"The parameter '{name}' contains NaN or infinity")
-            return t
-
-        if self.weights_init is None:
-            weights = mixture.weights
-        else:
-            weights = tensor(self.weights_init, "weights", (k,))
-            if bool((weights < 0).any()) or bool((weights > 1).any()):
-                raise ValueError("The parameter 'weights' should be in the range [0, 1]")
-            if not math.isclose(float(weights.sum()), 1.0, abs_tol=1e-8):
-                raise ValueError(
-                    f"The parameter 'weights' should be normalized, but got sum(weights) = "
-                    f"{float(weights.sum()):.5f}"
-                )
-        means = (
-            mixture.means if self.means_init is None else tensor(self.means_init, "means", (k, dim))
+        weights = None if self.weights_init is None else check_weights(self.weights_init, k)
+        means = None if self.means_init is None else check_means(self.means_init, k, dim)
+        precisions = (
+            None
+            if self.precisions_init is None
+            else check_precisions(self.precisions_init, model.name, k, dim)
         )
-        if self.precisions_init is None:
-            covariances = mixture.covariances
+        if weights is None or means is None or precisions is None:
+            sample = self._init_sample(x, rng)
+            resp = initial_responsibilities(sample, k, self.init_params, rng)
+            start = responsibility_start(model, sample, resp, self.init_params, self.reg_covar)
         else:
-            shapes = {
-                "full": (k, dim, dim),
-                "tied": (dim, dim),
-                "diag": (k, dim),
-                "spherical": (k,),
-            }
-            precisions = tensor(self.precisions_init, "precisions", shapes[model.name])
-            if model.name in ("full", "tied") and not torch.allclose(
-                precisions, precisions.mT, atol=1e-10
-            ):
-                raise ValueError(f"'{model.name} precision' should be symmetric")
-            if model.name in ("diag", "spherical") and bool((precisions <= 0).any()):
-                raise ValueError(f"'{model.name} precision' should be positive")
-            covariances = model.from_precision(precisions)
-        return weights, means, covariances
+            start = None
+
+        def tensor(value: np.ndarray | None, fallback: Tensor | None) -> Tensor:
+            if value is None:
+                return fallback
+            return torch.as_tensor(value, dtype=torch.float64)
+
+        covariances = (
+            start.covariances
+            if precisions is None
+            else model.from_precision(torch.as_tensor(precisions, dtype=torch.float64))
+        )
+        mixture = Mixture.from_covariances(
+            model,
+            tensor(weights, None if start is None else start.weights),
+            tensor(means, None if start is None else start.means),
+            covariances,
+        )
+        return mixture.to(dtype, self._device)
 
     # -----------------------------------------------------------------------------------------
     # The template loop
@@ -373,7 +345,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
                 run.history["log_likelihood"].append(run.lower_bound)
                 run.history["n_reseeded"].append(n_reseeded)
                 change = run.lower_bound - previous
-                if self.verbose:
+                if self.verbose and n_iter % self.verbose_interval == 0:
                     print(
                         f"Iteration {n_iter}: log-likelihood {run.lower_bound:.6f}, "
                         f"change {change:.3e}, re-seeded {n_reseeded}"
@@ -386,16 +358,21 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         return run
 
     def _fit_runs(
-        self, init_data: Any, batches: Callable[[], Iterable[Tensor]], callback: Callback | None
+        self,
+        init_data: Any,
+        batches: Callable[[], Iterable[Tensor]],
+        callback: Callback | None,
+        dtype: torch.dtype,
     ) -> None:
         do_init = not (self.warm_start and hasattr(self, "converged_"))
         rng = check_random_state(self.random_state)
         best: _Run | None = None
         for _ in range(self.n_init if do_init else 1):
             if do_init:
-                mixture, start = broadcast_mixture(self._initial_mixture(init_data, rng)), -math.inf
+                mixture = broadcast_mixture(self._initial_mixture(init_data, rng, dtype))
+                start = -math.inf
             else:
-                mixture, start = self._mixture, self.lower_bound_
+                mixture, start = self._mixture.to(dtype, self._device), self.lower_bound_
             run = self._iterate(mixture, batches, callback, start)
             if best is None or run.lower_bound > best.lower_bound:
                 best = run
@@ -411,6 +388,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         self.converged_ = best.converged
         self.n_iter_ = best.n_iter
         self.lower_bound_ = best.lower_bound
+        self.lower_bounds_ = list(best.history["log_likelihood"])
         self.history_ = best.history
 
     def _publish(self, mixture: Mixture) -> None:
@@ -439,7 +417,8 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             return self._fit_iterable(X, callback)
         X = self._check_x(X, reset=not (self.warm_start and hasattr(self, "converged_")))
         check_rows(X.shape[0], self.n_components)
-        self._fit_runs(X, lambda: self._chunks(X), callback)
+        dtype = self._fit_dtype(X.dtype)
+        self._fit_runs(X, lambda: self._chunks(X, dtype), callback, dtype)
         return self
 
     def _fit_iterable(self, batches: Iterable[Any], callback: Callback | None) -> GaussianMixture:
@@ -449,19 +428,18 @@ class GaussianMixture(DensityMixin, BaseEstimator):
                 "not a one-shot iterator"
             )
         name = type(self).__name__
-        first = next(iterate_batches(batches, None, name, torch.float64, torch.device("cpu")), None)
+        first = next(iterate_batches(batches, None, name, None, torch.device("cpu")), None)
         if first is None:
             raise ValueError("fit received an empty collection of batches")
         self.n_features_in_ = first.shape[1]
         check_rows(first.shape[0], self.n_components)
+        dtype = self._fit_dtype(first.dtype)
 
         def stream() -> Iterator[Tensor]:
-            for x in iterate_batches(
-                batches, self.n_features_in_, name, self._torch_dtype, self._device
-            ):
-                yield from self._chunks(x)
+            for x in iterate_batches(batches, self.n_features_in_, name, dtype, self._device):
+                yield from self._chunks(x, dtype)
 
-        self._fit_runs(first, stream, callback)
+        self._fit_runs(first, stream, callback, dtype)
         return self
 
     def partial_fit(self, X: Any, y: Any = None, *, end_of_pass: bool = True) -> GaussianMixture:
@@ -477,8 +455,10 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         if first:
             check_rows(X.shape[0], self.n_components)
             rng = check_random_state(self.random_state)
-            self._publish(broadcast_mixture(self._initial_mixture(X, rng)))
+            dtype = self._fit_dtype(X.dtype)
+            self._publish(broadcast_mixture(self._initial_mixture(X, rng, dtype)))
             self.history_ = {"log_likelihood": [], "n_reseeded": []}
+            self.lower_bounds_ = self.history_["log_likelihood"]
             self.n_iter_, self.lower_bound_, self.converged_ = 0, -math.inf, False
         if getattr(self, "_rule", None) is None:
             self._rule = make_step_rule(self.fitter, float(self.reg_covar), self.learning_rate)
@@ -486,7 +466,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             self._rule.begin(self._mixture)
             self._worst = WorstSamples(self.n_components, X.shape[1], self._mixture.means)
         with torch.no_grad():
-            for chunk in self._chunks(X):
+            for chunk in self._chunks(X, self._mixture.means.dtype):
                 self._worst.add(chunk, self._rule.accumulate(chunk))
             if end_of_pass:
                 mixture, log_likelihood, n_reseeded = self._finish_pass(self._rule, self._worst)
@@ -510,11 +490,13 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     def _rowwise(self, X: Any, quantity: Callable[[Tensor, Tensor], Tensor]) -> Any:
         check_is_fitted(self, "_mixture")
         X = self._check_x(X, reset=False)
-        constants = EStep.of(self._mixture, self._mixture.shift)
+        dtype = self._method_dtype(X.dtype)
+        mixture = self._mixture.to(dtype, self._device)
+        constants = EStep.of(mixture, mixture.shift)
         workspace = Workspace()
         with torch.no_grad():
             parts = []
-            for chunk in self._chunks(X):
+            for chunk in self._chunks(X, dtype):
                 log_p, r, _, _ = log_likelihood_and_responsibilities(chunk, constants, workspace)
                 parts.append(quantity(log_p, r))
         return to_output(torch.cat(parts), X)
@@ -523,9 +505,28 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         r"""Per-sample :math:`\log p(x_t)`, ``[N]``."""
         return self._rowwise(X, lambda log_p, r: log_p)
 
+    def _total_log_likelihood(self, X: Any) -> tuple[float, int]:
+        r""":math:`\ell = \sum_t \log p(x_t)` (summed in float64) and the number of rows, for an
+        array, a tensor or a re-iterable of batches."""
+        check_is_fitted(self, "_mixture")
+        if not is_batch_iterable(X):
+            log_p = torch.as_tensor(self.score_samples(X)).double()
+            return float(log_p.sum()), log_p.shape[0]
+        total, rows = 0.0, 0
+        for x in iterate_batches(X, self.n_features_in_, type(self).__name__, None, self._device):
+            log_p = self.score_samples(x).double()
+            total, rows = total + float(log_p.sum()), rows + log_p.shape[0]
+        if rows == 0:
+            raise ValueError("received an empty collection of batches")
+        return total, rows
+
     def score(self, X: Any, y: Any = None) -> float:
-        """Mean log-likelihood per sample."""
-        return float(torch.as_tensor(self.score_samples(X)).double().mean())
+        """Mean log-likelihood per sample: ``score_samples(X).mean()`` (in its dtype, as
+        scikit-learn), or the float64 mean over a re-iterable of batches."""
+        if not is_batch_iterable(X):
+            return float(self.score_samples(X).mean())
+        total, rows = self._total_log_likelihood(X)
+        return total / rows
 
     def predict_proba(self, X: Any) -> Any:
         """Responsibilities :math:`r_{tj}`, ``[N, K]``."""
@@ -536,18 +537,21 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         return self._rowwise(X, lambda log_p, r: r.argmax(dim=1))
 
     def bic(self, X: Any) -> float:
-        """Bayesian information criterion :math:`-2\\ell + p\\log N` (lower is better)."""
-        n = len(X)
-        return -2 * self.score(X) * n + self._mixture.n_free_parameters() * math.log(n)
+        """Bayesian information criterion :math:`-2\\ell + p\\log N` (lower is better); ``X`` may
+        be a re-iterable of batches."""
+        total, rows = self._total_log_likelihood(X)
+        return -2 * total + self._mixture.n_free_parameters() * math.log(rows)
 
     def aic(self, X: Any) -> float:
-        """Akaike information criterion :math:`-2\\ell + 2p` (lower is better)."""
-        return -2 * self.score(X) * len(X) + 2 * self._mixture.n_free_parameters()
+        """Akaike information criterion :math:`-2\\ell + 2p` (lower is better); ``X`` may be a
+        re-iterable of batches."""
+        total, _ = self._total_log_likelihood(X)
+        return -2 * total + 2 * self._mixture.n_free_parameters()
 
     def sample(self, n_samples: int = 1) -> tuple[np.ndarray, np.ndarray]:
         """Draw ``n_samples`` points and their component labels (NumPy arrays)."""
         check_is_fitted(self, "_mixture")
-        if not _positive_int(n_samples):
+        if isinstance(n_samples, bool) or not isinstance(n_samples, Integral) or n_samples < 1:
             raise ValueError(f"Invalid value for 'n_samples': {n_samples}. It must be >= 1")
         rng = check_random_state(self.random_state)
         mixture = self._mixture

@@ -30,8 +30,12 @@ def save(gm: GaussianMixture, path: str | Path) -> None:
 
 
 def load(path: str | Path) -> GaussianMixture:
-    """A fitted :class:`GaussianMixture` (float64, CPU) from a file written by :func:`save`."""
-    with np.load(path) as data:
+    """A fitted :class:`GaussianMixture` (float64, CPU) from a file written by :func:`save`
+    (``ValueError`` for another kind of file, ``KeyError`` for an ``.npz`` without its fields)."""
+    data = np.load(path, allow_pickle=False)
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise ValueError(f"{path} is not an .npz archive")
+    with data:
         covariance_type = str(data["covariance_type"])
         weights, means = torch.as_tensor(data["weights"]), torch.as_tensor(data["means"])
         covariances = torch.as_tensor(data["covariances"])

@@ -5,9 +5,10 @@ See :class:`Tracer` and ``docs/trace.md``.
 
 from __future__ import annotations
 
+from implicit_em.trace.records import CollapseWarning, Thresholds
 from implicit_em.trace.sinks import History, JSONLSink, MemorySink, TensorBoardSink, make_sink
 from implicit_em.trace.sites import SEARCHED
-from implicit_em.trace.tracer import CollapseWarning, NoSiteError, Thresholds, Tracer
+from implicit_em.trace.tracer import NoSiteError, Tracer
 
 __all__ = [
     "SEARCHED",

@@ -118,6 +118,11 @@ def trace_demo(
     seed: int = typer.Option(0, help="Random seed."),
 ) -> None:
     """Train a small distance-head classifier on digits with the tracer on and summarize it."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        typer.echo(f"error: --out {out}: not a writable folder ({err.strerror})", err=True)
+        raise typer.Exit(code=2) from None
     history, acc = run_demo(out, epochs=epochs, seed=seed, every=every)
     typer.echo(summary_table(history))
     typer.echo(f"\nheld-out accuracy (last 128 digits): {acc:.3f}")

@@ -197,6 +197,11 @@ def windtunnel(
     ),
 ) -> None:
     """Train on a Bayesian wind-tunnel task and report the error in bits against the exact posterior."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        typer.echo(f"error: --out {out}: not a writable folder ({err.strerror})", err=True)
+        raise typer.Exit(code=2) from None
     torch.set_num_threads(threads)
     scale_name = "quick" if quick else scale.value
     try:

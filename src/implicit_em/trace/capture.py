@@ -1,0 +1,258 @@
+r"""The capture of one measured step: which sites ran, named by module path, and what each kept.
+
+While installed (the forward and backward pass of a measured step), a
+:class:`~torch.overrides.TorchFunctionMode` runs every torch function call exactly as it would
+run untraced and hands the result of each call that a site kind recognizes
+(:data:`~implicit_em.trace.sites.KINDS`) to that kind. Global module forward hooks keep the
+stack of running module paths and remember which module produced which tensor: a site is named
+by the module that produced its input (``lm_head.ce``), else by the innermost running module
+(``transformer.h.0.attn``), with ``#2``, ``#3`` for repeats in one pass. The optimizer's step
+ends the capture of a training step. Between measured steps, and under
+:meth:`~implicit_em.trace.Tracer.paused`, nothing is installed.
+
+Only public torch APIs are used: ``TorchFunctionMode``, ``register_module_forward_pre_hook`` /
+``register_module_forward_hook``, ``register_optimizer_step_pre_hook`` and
+``Tensor.register_hook``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+from torch.overrides import TorchFunctionMode
+
+from implicit_em.trace.sites import KINDS, Kept, SiteKind
+
+__all__ = ["Pass", "Site", "SiteCapture"]
+
+
+@dataclass(eq=False)
+class Site:
+    """A site of one pass: what its kind kept, or (``kept`` None) why it was not measured."""
+
+    name: str
+    kind: SiteKind
+    kept: Kept | None
+    reason: str | None = None
+
+
+@dataclass(eq=False)
+class Pass:
+    """What one forward and backward pass (a training step or the probe) captured."""
+
+    sites: list[Site] = field(default_factory=list)
+    live: bool = True
+    counts: dict[str, int] = field(default_factory=dict)
+    origins: dict[int, tuple[weakref.ref, str]] = field(default_factory=dict)
+    scratch: dict[int, dict] = field(default_factory=dict)
+    stack: list[str] = field(default_factory=list)
+
+    def nbytes(self) -> int:
+        return sum(s.kept.nbytes() for s in self.sites if s.kept is not None)
+
+
+_PROVENANCE = (
+    Tensor.view,
+    Tensor.reshape,
+    Tensor.float,
+    Tensor.to,
+    Tensor.contiguous,
+    Tensor.__getitem__,
+    Tensor.neg,
+    Tensor.__neg__,
+    torch.neg,
+    Tensor.flatten,
+    Tensor.squeeze,
+    Tensor.unsqueeze,
+    Tensor.transpose,
+    Tensor.permute,
+    Tensor.clone,
+)
+"""Functions whose result keeps the name of the module that produced their input."""
+
+
+class _Mode(TorchFunctionMode):
+    def __init__(self, table: dict[Callable, tuple[Callable, ...]]) -> None:
+        super().__init__()
+        self.table = table
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: Sequence = (), kwargs: Any = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        for observe in self.table.get(func, ()):
+            observe(func, args, kwargs, out)
+        return out
+
+
+class SiteCapture:
+    """Runs the site kinds during measured passes (see the module docstring).
+
+    Args:
+        model: the model whose module paths name the sites (None: the bare site kinds);
+            a ``DistributedDataParallel`` / ``DataParallel`` wrapper is looked through.
+        patterns: glob patterns (``fnmatch``) of the site names to trace; None: all.
+        max_rows: batch rows of each attention site kept for its metrics.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module | None,
+        patterns: Sequence[str] | None,
+        max_rows: int,
+        kinds: Sequence[SiteKind] = KINDS,
+    ) -> None:
+        wrapped = isinstance(model, nn.DataParallel | nn.parallel.DistributedDataParallel)
+        root = model.module if wrapped else model
+        self.names = {} if root is None else {id(m): n for n, m in root.named_modules()}
+        self.patterns = None if patterns is None else list(patterns)
+        self.max_rows = max_rows
+        self.kinds = tuple(kinds)
+        self.seen: set[str] = set()
+        self.current = Pass()
+        table: dict[Callable, list[Callable]] = {}
+        for kind in self.kinds:
+            for fn in kind.functions:
+                table.setdefault(fn, []).append(self._observer(kind))
+        for fn in _PROVENANCE:
+            table.setdefault(fn, []).append(self._provenance)
+        self._mode = _Mode({fn: tuple(obs) for fn, obs in table.items()})
+        self._handles: list[Any] = []
+        self._optimizer_handle: Any = None
+        self.suspended = False
+        """While True (:meth:`~implicit_em.trace.Tracer.paused`) gradient hooks do nothing."""
+
+    @property
+    def installed(self) -> bool:
+        return bool(self._handles)
+
+    def start(self) -> None:
+        """Install the mode and the hooks (from the next torch call on)."""
+        if self._handles:
+            return
+        self._mode.__enter__()
+        self._handles = [
+            nn.modules.module.register_module_forward_pre_hook(self._enter_module),
+            nn.modules.module.register_module_forward_hook(self._exit_module, always_call=True),
+        ]
+        if self._optimizer_handle is None:
+            self._optimizer_handle = register_optimizer_step_pre_hook(self._optimizer_step)
+
+    def _leave(self) -> None:
+        """Remove the mode and the module hooks (the optimizer hook stays until :meth:`stop`:
+        it may be the hook running now)."""
+        if not self._handles:
+            return
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        self._mode.__exit__(None, None, None)
+
+    def stop(self) -> None:
+        """Remove everything the capture installed."""
+        self._leave()
+        if self._optimizer_handle is not None:
+            self._optimizer_handle.remove()
+            self._optimizer_handle = None
+
+    def _optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """The step's forward and backward passes are over: the optimizer runs uncaptured."""
+        self._leave()
+
+    def take(self) -> Pass:
+        """Stop, and hand over the pass captured so far (its gradient hooks do nothing from
+        now on); the next :meth:`start` begins a new one."""
+        self.stop()
+        done, self.current = self.current, Pass()
+        done.live = False
+        done.origins.clear()
+        done.scratch.clear()
+        return done
+
+    # -- what site kinds call ---------------------------------------------------------------
+
+    def name(self, suffix: str, source: Any = None) -> str | None:
+        p = self.current
+        origin = _lookup(p.origins, source)
+        path = origin if origin is not None else (p.stack[-1] if p.stack else "")
+        base = f"{path}.{suffix}" if path and suffix else (path or suffix or "attention")
+        count = p.counts.get(base, 0) + 1
+        p.counts[base] = count
+        name = base if count == 1 else f"{base}#{count}"
+        self.seen.add(name)
+        if self.patterns is None or any(fnmatch.fnmatchcase(name, pat) for pat in self.patterns):
+            return name
+        return None
+
+    def add(self, name: str, kind: SiteKind, kept: Kept) -> None:
+        self.current.sites.append(Site(name, kind, kept))
+
+    def unmeasured(self, name: str, kind: SiteKind, reason: str) -> None:
+        self.current.sites.append(Site(name, kind, None, reason))
+
+    def keep(self, t: Tensor) -> Tensor:
+        return t.detach().clone()
+
+    def on_gradient(self, t: Any, fn: Callable[[Tensor], None]) -> None:
+        if not (isinstance(t, Tensor) and t.requires_grad):
+            return
+        p = self.current
+
+        def hook(g: Tensor) -> None:
+            if p.live and not self.suspended:
+                with torch.no_grad():
+                    fn(g.detach())
+
+        t.register_hook(hook)
+
+    def scratch(self, kind: SiteKind) -> dict:
+        return self.current.scratch.setdefault(id(kind), {})
+
+    # -- naming -------------------------------------------------------------------------------
+
+    def _observer(self, kind: SiteKind) -> Callable:
+        def observe(func: Callable, args: Sequence, kwargs: dict, out: Any) -> None:
+            kind.observe(self, func, args, kwargs, out)
+
+        return observe
+
+    def _provenance(self, func: Callable, args: Sequence, kwargs: dict, out: Any) -> None:
+        origins = self.current.origins
+        if origins and args and isinstance(out, Tensor):
+            origin = _lookup(origins, args[0])
+            if origin is not None:
+                origins[id(out)] = (weakref.ref(out), origin)
+
+    def _enter_module(self, module: nn.Module, args: Any) -> None:
+        name = self.names.get(id(module))
+        if name is not None:
+            self.current.stack.append(name)
+
+    def _exit_module(self, module: nn.Module, args: Any, output: Any) -> None:
+        name = self.names.get(id(module))
+        if name is None:
+            return
+        p = self.current
+        if p.stack and p.stack[-1] == name:
+            p.stack.pop()
+        if isinstance(output, Tensor) and name:
+            p.origins[id(output)] = (weakref.ref(output), name)
+
+
+def _lookup(table: dict[int, tuple[weakref.ref, Any]], t: Any) -> Any:
+    """The entry of ``table`` for tensor ``t`` (keyed by ``id``, checked by a weak reference:
+    an id may have been reused by another tensor), or None."""
+    if not isinstance(t, Tensor):
+        return None
+    entry = table.get(id(t))
+    if entry is None or entry[0]() is not t:
+        return None
+    return entry[1]

@@ -1,0 +1,79 @@
+r"""From the sites kept by buffered measured steps to the metrics of each, as Python numbers.
+
+Sites whose kept records stack (same kind, options, shapes and dtypes: the same site over
+several steps, and equally shaped sites such as every attention layer of a model) are reduced
+together: their records are stacked along a new leading step axis and the kind computes their
+statistics in one batched pass (tiny tensor operations cost microseconds each, so a batched
+pass costs about what one site's pass costs). The statistics, with the probe's, are all-reduced
+across ranks (:func:`~implicit_em.trace.distributed.reduce_stats`) and finished into metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from implicit_em.trace.capture import Site
+from implicit_em.trace.distributed import reduce_stats
+from implicit_em.trace.metrics import Stats, finish_probe
+
+__all__ = ["metric_values"]
+
+_CHUNK = 32
+"""Records stacked per batched pass: bounds a flush's peak memory (statistics are sums, so
+chunks concatenate exactly)."""
+
+_PROBE_FLAGS = {"churn": "churn_n", "attention_drift": "drift_rows", "value_drift": "value_prev_sq"}
+"""Probe metrics and the statistic that must be positive for them to exist."""
+
+
+def metric_values(
+    sites: Sequence[Site],
+    probes: Sequence[Stats] | None,
+    dead_fraction: float,
+    across_ranks: bool = True,
+) -> list[dict[str, Any] | None]:
+    """The metrics of every site (None for an unmeasured one); ``probes``: the probe
+    statistics of each site (None without a probe)."""
+    groups: dict[tuple, list[int]] = {}
+    for i, site in enumerate(sites):
+        if site.kept is not None:
+            groups.setdefault((id(site.kind), site.kept.group()), []).append(i)
+    members = list(groups.values())
+    with torch.no_grad():
+        stats = [_group_stats(sites, index) for index in members]
+        if probes is not None:
+            for s, index in zip(stats, members, strict=True):
+                for key in probes[index[0]]:
+                    s[key] = torch.stack([probes[i][key].double().cpu() for i in index])
+        stats = reduce_stats(stats, across_ranks)
+    values: list[dict[str, Any] | None] = [None] * len(sites)
+    for s, index in zip(stats, members, strict=True):
+        kind = sites[index[0]].kind
+        metrics = kind.finish(s, dead_fraction)
+        if probes is not None:
+            metrics |= finish_probe(s)
+        columns = {key: t.tolist() for key, t in metrics.items()}
+        flags = {key: s[flag].tolist() for key, flag in _PROBE_FLAGS.items() if key in metrics}
+        for j, i in enumerate(index):
+            row = {key: column[j] for key, column in columns.items()}
+            for key, flag in flags.items():
+                if not flag[j] > 0:
+                    row[key] = None
+            values[i] = row
+    return values
+
+
+def _group_stats(sites: Sequence[Site], index: list[int]) -> Stats:
+    """The statistics of the group's sites (leading axis in ``index`` order), a chunk of
+    ``_CHUNK`` stacked records at a time."""
+    kind, cls = sites[index[0]].kind, type(sites[index[0]].kept)
+    parts = [
+        kind.statistics(cls.stack([sites[i].kept for i in index[start : start + _CHUNK]]))
+        for start in range(0, len(index), _CHUNK)
+    ]
+    if len(parts) == 1:
+        return parts[0]
+    return {key: torch.cat([p[key] for p in parts]) for key in parts[0]}

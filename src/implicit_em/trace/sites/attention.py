@@ -1,0 +1,139 @@
+r"""What the attention kinds (SDPA, eager softmax, ``nn.MultiheadAttention``) share.
+
+Each kind keeps the first ``max_rows`` batch rows of its site and produces the weights
+:math:`\alpha` ``[S, R, H, Lq, Lk]`` (kept, or recomputed from ``q``, ``k`` and the mask), the
+values :math:`v`, the output gradient :math:`g = \partial L/\partial o` and, where it has them,
+:math:`\partial L/\partial\alpha` and autograd's :math:`\partial L/\partial v`; the statistics are
+:func:`~implicit_em.trace.metrics.attention_stats_steps` of those. A kind that recomputes the
+weights also checks them: the *forward residual* compares the output rebuilt from
+:math:`\alpha` and :math:`v` with the output the model computed (:func:`forward_residual`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from implicit_em.attention import attention_scores
+from implicit_em.core import responsibilities
+from implicit_em.trace.metrics import Stats, drift_stats, finish_attention, per_step
+from implicit_em.trace.sites.base import Kept, SiteKind
+
+__all__ = ["AttentionKind", "along", "attention_weights", "forward_residual", "heads"]
+
+
+def attention_weights(
+    q: Tensor, k: Tensor, mask: Tensor | None, is_causal: bool, scale: float | None
+) -> Tensor:
+    r""":math:`\alpha = \operatorname{softmax}(s)` of ``attention_scores(q, k, ...)`` along the
+    last axis, in at least float32 (rows a mask excludes entirely are zeros)."""
+    dtype = torch.promote_types(q.dtype, torch.float32)
+    s = attention_scores(q.to(dtype), k.to(dtype), mask, is_causal, scale)
+    masked = mask is not None or is_causal
+    return responsibilities(-s) if masked else torch.softmax(s, dim=-1)
+
+
+def heads(t: Tensor) -> Tensor:
+    """Attention tensors as ``[B, H, L, E]``: a missing head axis becomes H = 1, several
+    leading axes one."""
+    if t.dim() == 3:
+        return t.unsqueeze(1)
+    if t.dim() > 4:
+        return t.reshape(t.shape[0], -1, *t.shape[-2:])
+    return t
+
+
+_DIRECTIONS: dict[tuple[int, torch.device], Tensor] = {}
+
+
+def _direction(n: int, device: torch.device) -> Tensor:
+    """A fixed random unit vector of length ``n`` (float32, seeded: the same in every run)."""
+    u = _DIRECTIONS.get((n, device))
+    if u is None:
+        u = torch.randn(n, generator=torch.Generator().manual_seed(n))
+        u = (u / u.norm()).to(device)
+        _DIRECTIONS[(n, device)] = u
+    return u
+
+
+def forward_residual(rebuilt: Tensor, seen: Tensor) -> Stats:
+    r"""The forward residual of ``S`` stacked sites: the output :math:`\hat y` rebuilt from the
+    weights against the output :math:`y` the model computed, both seen along a fixed random unit
+    direction :math:`u` (already applied: ``rebuilt`` and ``seen`` are :math:`u\cdot\hat y_i`,
+    :math:`u\cdot y_i`, leading step axis). Statistics ``alpha_residual_max`` =
+    :math:`\max_i|u\cdot(\hat y_i - y_i)|` and ``output_max`` = :math:`\max_i|u\cdot y_i|`
+    (a rebuild that differs from :math:`y` differs along a random :math:`u` with probability 1)."""
+    return {
+        "alpha_residual_max": per_step((rebuilt - seen).abs(), "amax").double(),
+        "output_max": per_step(seen.abs(), "amax").double(),
+    }
+
+
+def along(t: Tensor) -> Tensor:
+    """:math:`u \\cdot t` over the last axis, for the fixed direction :math:`u` of its length."""
+    return (t.float() * _direction(t.shape[-1], t.device)).sum(-1)
+
+
+class AttentionKind(SiteKind):
+    r"""Shared metrics, gradient test and drift probe of attention sites.
+
+    Metrics: ``entropy`` (mean over heads and queries, nats), ``head_entropy`` (per head),
+    ``rows``; with the gradient ``routing_norm`` :math:`\lVert\alpha\odot(a-\bar a)\rVert_F`,
+    ``value_norm`` :math:`\lVert\alpha^\top g\rVert_F`, their ratio, ``value_residual`` and
+    ``nonfinite``; with recomputed weights ``alpha_residual``. Probe: ``attention_drift`` and
+    ``value_drift``. Subclasses implement :meth:`weights_and_values` for one kept record."""
+
+    type = "attention"
+    metrics = (
+        "entropy",
+        "head_entropy",
+        "rows",
+        "routing_norm",
+        "nonfinite",
+        "value_norm",
+        "routing_value_ratio",
+        "value_residual",
+        "alpha_residual",
+    )
+    gradient_metrics = (
+        "routing_norm",
+        "value_norm",
+        "routing_value_ratio",
+        "value_residual",
+        "nonfinite",
+    )
+    probe_metrics = ("attention_drift", "value_drift")
+
+    def weights_and_values(self, kept: Kept) -> tuple[Tensor, Tensor | None]:
+        """The weights ``[R, H, Lq, Lk]`` and values ``[R, H, Lk, Ev]`` of one record."""
+        raise NotImplementedError
+
+    def finish(self, stats: Stats, dead_fraction: float) -> dict[str, Tensor]:
+        return finish_attention(stats)
+
+    def has_gradient(self, values: dict[str, Any]) -> bool:
+        return values.get("n_grad", 0.0) > 0
+
+    def probe_state(self, kept: Kept) -> dict[str, Tensor]:
+        with torch.no_grad():
+            alpha, v = self.weights_and_values(kept)
+        state = {"alpha": alpha.float()}
+        if v is not None:
+            state["v"] = v.float()
+        return state
+
+    def probe_statistics(
+        self, now: dict[str, Tensor] | None, previous: dict[str, Tensor] | None
+    ) -> Stats:
+        zero = torch.zeros(())
+        if now is None or previous is None or previous["alpha"].shape != now["alpha"].shape:
+            return dict.fromkeys(("drift_tv", "drift_rows", "value_diff_sq", "value_prev_sq"), zero)
+        v, v_prev = now.get("v"), previous.get("v")
+        if v is None or v_prev is None or v.shape != v_prev.shape:
+            v = v_prev = None
+        stats = drift_stats(now["alpha"], previous["alpha"], v, v_prev)
+        stats.setdefault("value_diff_sq", zero)
+        stats.setdefault("value_prev_sq", zero)
+        return stats

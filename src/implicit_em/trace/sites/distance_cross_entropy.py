@@ -1,0 +1,74 @@
+r"""This package's :func:`~implicit_em.objectives.cross_entropy` over distances: a
+classification site.
+
+Announced through its hook point (:func:`~implicit_em.hook_points.hook_point`) with the
+per-sample loss :math:`\ell_i = -\sum_j t_{ij}\log r_{ij}`, the distances ``d``, the targets
+``target`` as formed (label smoothing included) and ``dim``. Kept: the logits :math:`z = -d` and
+targets as ``[N, K]`` rows, the gradient of ``d`` and the row factor
+:math:`c_i = \partial L/\partial\ell_i`; since :math:`\partial\ell_i/\partial d_{ij} = t_{ij} - r_{ij}`,
+:math:`r = t - \nabla_d / c`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from implicit_em.hook_points import hook_point
+from implicit_em.trace.metrics import Stats
+from implicit_em.trace.sites.base import Context, Kept
+from implicit_em.trace.sites.cross_entropy import CrossEntropy
+from implicit_em.trace.sites.responsibility import responsibility_statistics, rows
+
+__all__ = ["DistanceCrossEntropy", "DistanceCrossEntropyKept"]
+
+
+@dataclass(eq=False)
+class DistanceCrossEntropyKept(Kept):
+    """``logits`` and ``target`` ``[N, K]``; ``grad`` ``[N, K]`` (of ``d``) and ``factor``
+    ``[N]`` once the backward pass reached them."""
+
+    logits: Tensor
+    target: Tensor
+    grad: Tensor | None = None
+    factor: Tensor | None = None
+
+
+class DistanceCrossEntropy(CrossEntropy):
+    searched = "implicit_em.objectives.cross_entropy"
+    functions = (hook_point,)
+
+    def observe(self, ctx: Context, func: Callable, args: Sequence, kwargs: dict, out: Any) -> None:
+        if args[0] != "cross_entropy":
+            return
+        loss, d, dim = args[1], kwargs["d"], kwargs["dim"]
+        name = ctx.name("ce", d)
+        if name is None:
+            return
+        with torch.no_grad():
+            logits = rows(-d, dim)
+            empty = (logits == float("-inf")).all(-1, keepdim=True)
+            logits = torch.where(empty, torch.zeros_like(logits), logits)
+        kept = DistanceCrossEntropyKept(ctx.keep(logits), ctx.keep(rows(kwargs["target"], dim)))
+        ctx.add(name, self, kept)
+
+        def grad(g: Tensor) -> None:
+            kept.grad = ctx.keep(rows(g, dim))
+
+        def factor(u: Tensor) -> None:
+            kept.factor = ctx.keep(u.reshape(-1))
+
+        ctx.on_gradient(d, grad)
+        ctx.on_gradient(loss, factor)
+
+    def statistics(self, k: Kept) -> Stats:
+        dtype = torch.promote_types(k.logits.dtype, torch.float32)
+        weight = torch.ones(k.logits.shape[:2], dtype=dtype, device=k.logits.device)
+        c = None
+        if k.grad is not None:
+            c = torch.zeros_like(weight) if k.factor is None else k.factor.to(weight.dtype)
+        return responsibility_statistics(k.logits, k.target, weight, c, k.grad, -1.0)

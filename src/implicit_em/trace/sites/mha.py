@@ -1,0 +1,159 @@
+r"""``F.multi_head_attention_forward`` (what ``nn.MultiheadAttention`` runs): an attention site
+whose weights are recomputed.
+
+On the traced rows the site computes, at capture, the in-projections
+:math:`q = x_q W_q^\top + b_q` (likewise :math:`k`, :math:`v`) split into heads, and one
+additive mask from ``attn_mask`` and ``key_padding_mask``; it keeps them with the output
+projection :math:`W_o, b_o` and the output :math:`y`. At the flush
+:math:`\alpha = \operatorname{softmax}(q k^\top/\sqrt{E_h} + m)`, the per-head output gradient is
+:math:`g = (\partial L/\partial y) W_o`, and the forward residual rebuilds
+:math:`y = \operatorname{merge}(\alpha v) W_o^\top + b_o` (attention dropout, applied by the
+module but not here, shows in it). ``bias_k``/``bias_v``, ``add_zero_attn``, static keys and
+unbatched inputs are recorded as unmeasured, with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from implicit_em.trace.metrics import Stats, attention_stats_steps
+from implicit_em.trace.sites.attention import (
+    AttentionKind,
+    along,
+    attention_weights,
+    forward_residual,
+)
+from implicit_em.trace.sites.base import Context, Kept, binder
+
+__all__ = ["MultiheadAttention", "MultiheadKept"]
+
+_MHA = binder(F.multi_head_attention_forward)
+
+
+@dataclass(eq=False)
+class MultiheadKept(Kept):
+    r"""Per head ``q``, ``k`` ``[R, H, L, Eh]`` and ``v`` ``[R, H, Lk, Ev]`` (at least float32),
+    an additive ``mask`` broadcastable to ``[R, H, Lq, Lk]`` (or None), ``output`` :math:`y`
+    ``[R, Lq, E]``, ``out_weight`` ``[E, E]``, ``out_bias`` ``[E]`` (or None); ``g_output``
+    :math:`\partial L/\partial y` ``[R, Lq, E]`` once the backward pass reached it."""
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    mask: Tensor | None
+    output: Tensor
+    out_weight: Tensor
+    out_bias: Tensor | None
+    g_output: Tensor | None = None
+
+
+class MultiheadAttention(AttentionKind):
+    searched = "torch.nn.functional.multi_head_attention_forward (nn.MultiheadAttention)"
+    functions = (F.multi_head_attention_forward,)
+    # The per-head values are no tensor of the model: no autograd gradient to compare with.
+    gradient_metrics = tuple(m for m in AttentionKind.gradient_metrics if m != "value_residual")
+
+    def observe(self, ctx: Context, func: Callable, args: Sequence, kwargs: dict, out: Any) -> None:
+        p = _MHA(args, kwargs)
+        name = ctx.name("")
+        if name is None:
+            return
+        reason = _unsupported(p)
+        if reason:
+            ctx.unmeasured(name, self, reason)
+            return
+        r, h = ctx.max_rows, p["num_heads"]
+        with torch.no_grad():
+            q, k, v = _projections(p, r)
+            dtype = torch.promote_types(q.dtype, torch.float32)
+            q, k, v = (_split(t.to(dtype), h) for t in (q, k, v))
+            mask = _mask(p, r, h, q.shape[-2], k.shape[-2], dtype)
+            mask = None if mask is None else ctx.keep(mask)
+        y = out[0]
+        kept = MultiheadKept(
+            q=q,
+            k=k,
+            v=v,
+            mask=mask,
+            output=ctx.keep(y[:, :r].transpose(0, 1)),
+            out_weight=ctx.keep(p["out_proj_weight"]),
+            out_bias=None if p["out_proj_bias"] is None else ctx.keep(p["out_proj_bias"]),
+        )
+        ctx.add(name, self, kept)
+
+        def g_output(g: Tensor) -> None:
+            kept.g_output = ctx.keep(g[:, :r].transpose(0, 1))
+
+        ctx.on_gradient(y, g_output)
+
+    def weights_and_values(self, kept: Kept) -> tuple[Tensor, Tensor | None]:
+        return attention_weights(kept.q, kept.k, kept.mask, False, None), kept.v
+
+    def statistics(self, k: Kept) -> Stats:
+        alpha = attention_weights(k.q, k.k, k.mask, False, None).float()
+        v = k.v.float()
+        s, _, h, _, ev = v.shape
+        g = None
+        if k.g_output is not None:
+            g = k.g_output.float() @ k.out_weight.float().unsqueeze(1)
+            g = g.reshape(*g.shape[:-1], h, ev).transpose(-3, -2)
+        stats = attention_stats_steps(alpha, v, g)
+        # u . y = sum_h alpha_h (v_h w_h) + u . b_o with w = W_o^T u split into heads.
+        w = along(k.out_weight.transpose(-2, -1)).reshape(s, 1, h, 1, ev)
+        rebuilt = (alpha * (v * w).sum(-1).unsqueeze(-2)).sum(-1).sum(2)
+        if k.out_bias is not None:
+            rebuilt = rebuilt + along(k.out_bias).reshape(s, 1, 1)
+        return stats | forward_residual(rebuilt, along(k.output))
+
+
+def _unsupported(p: dict) -> str | None:
+    if p["query"].dim() != 3:
+        return "unbatched input"
+    if p["bias_k"] is not None or p["add_zero_attn"]:
+        return "bias_k / add_zero_attn"
+    if p["static_k"] is not None or p["static_v"] is not None:
+        return "static keys or values"
+    return None
+
+
+def _projections(p: dict, r: int) -> tuple[Tensor, Tensor, Tensor]:
+    r""":math:`x W^\top + b` of the traced rows of query, key and value, ``[L, R, E']``."""
+    x = [p[n][:, :r] for n in ("query", "key", "value")]
+    bias = p["in_proj_bias"]
+    biases = (None,) * 3 if bias is None else bias.chunk(3)
+    if p["use_separate_proj_weight"]:
+        weights = (p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"])
+    else:
+        weights = p["in_proj_weight"].chunk(3)
+    return tuple(F.linear(*a) for a in zip(x, weights, biases, strict=True))
+
+
+def _split(t: Tensor, h: int) -> Tensor:
+    """``[L, R, E]`` as ``[R, H, L, E/H]``."""
+    length, r, e = t.shape
+    return t.reshape(length, r, h, e // h).permute(1, 2, 0, 3).contiguous()
+
+
+def _mask(p: dict, r: int, h: int, lq: int, lk: int, dtype: torch.dtype) -> Tensor | None:
+    """``attn_mask`` and ``key_padding_mask`` of the traced rows as one additive mask
+    ``[R or 1, H or 1, Lq, Lk]`` (boolean masks mark positions left out)."""
+    parts = []
+    m = p["attn_mask"]
+    if m is not None:
+        parts.append(m.reshape(-1, h, lq, lk)[:r] if m.dim() == 3 else m.reshape(1, 1, lq, lk))
+    m = p["key_padding_mask"]
+    if m is not None:
+        parts.append(m[:r].reshape(-1, 1, 1, lk))
+    mask = None
+    for m in parts:
+        if m.dtype == torch.bool:
+            m = torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill(m, -math.inf)
+        mask = m.to(dtype) if mask is None else mask + m.to(dtype)
+    return mask

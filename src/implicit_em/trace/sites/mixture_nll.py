@@ -1,0 +1,88 @@
+r"""This package's :func:`~implicit_em.objectives.mixture_nll`: a mixture site.
+
+Announced through its hook point (:func:`~implicit_em.hook_points.hook_point`) with the
+per-sample loss :math:`\ell_i = -\log\sum_j \pi_j e^{-d_{ij} + \log|\det W_j|}`, the distances
+``d``, ``log_prior``, ``log_det`` and ``dim``. Kept: the logits
+:math:`z = \log\pi - d + \log|\det W|` as ``[N, K]`` rows, the gradient of ``d`` and the row
+factor :math:`c_i = \partial L/\partial\ell_i`; since :math:`\partial\ell_i/\partial d_{ij} = r_{ij}`,
+:math:`r = \nabla_d / c`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from implicit_em.hook_points import hook_point
+from implicit_em.trace.metrics import Stats
+from implicit_em.trace.sites.base import Context, Kept
+from implicit_em.trace.sites.responsibility import (
+    ResponsibilityKind,
+    responsibility_statistics,
+    rows,
+)
+
+__all__ = ["MixtureKept", "MixtureNLL"]
+
+
+@dataclass(eq=False)
+class MixtureKept(Kept):
+    """``logits`` ``[N, K]``; ``grad`` ``[N, K]`` (of ``d``) and ``factor`` ``[N]`` once the
+    backward pass reached them."""
+
+    logits: Tensor
+    grad: Tensor | None = None
+    factor: Tensor | None = None
+
+
+class MixtureNLL(ResponsibilityKind):
+    type = "mixture"
+    searched = "implicit_em.objectives.mixture_nll"
+    functions = (hook_point,)
+    metrics = (
+        "mass",
+        "entropy",
+        "effective_k",
+        "dead",
+        "dominance",
+        "scale",
+        "rows",
+        "residual",
+        "nonfinite",
+    )
+
+    def observe(self, ctx: Context, func: Callable, args: Sequence, kwargs: dict, out: Any) -> None:
+        if args[0] != "mixture_nll":
+            return
+        loss, d, dim = args[1], kwargs["d"], kwargs["dim"]
+        name = ctx.name("mixture", d)
+        if name is None:
+            return
+        with torch.no_grad():
+            logits = -d if kwargs["log_det"] is None else kwargs["log_det"] - d
+            if kwargs["log_prior"] is not None:
+                logits = logits + kwargs["log_prior"]
+            logits = torch.broadcast_to(logits, d.shape)
+        kept = MixtureKept(ctx.keep(rows(logits, dim)))
+        ctx.add(name, self, kept)
+
+        def grad(g: Tensor) -> None:
+            kept.grad = ctx.keep(rows(g, dim))
+
+        def factor(u: Tensor) -> None:
+            kept.factor = ctx.keep(u.reshape(-1))
+
+        ctx.on_gradient(d, grad)
+        ctx.on_gradient(loss, factor)
+
+    def statistics(self, k: Kept) -> Stats:
+        dtype = torch.promote_types(k.logits.dtype, torch.float32)
+        weight = torch.ones(k.logits.shape[:2], dtype=dtype, device=k.logits.device)
+        c = None
+        if k.grad is not None:
+            c = torch.zeros_like(weight) if k.factor is None else k.factor.to(weight.dtype)
+        return responsibility_statistics(k.logits, None, weight, c, k.grad, 1.0)

@@ -1,0 +1,119 @@
+r"""What the responsibility kinds (cross-entropy, mixture NLL) share: statistics and metrics.
+
+A site has logits :math:`z` (``[N, K]`` rows), optional targets :math:`t`, row weights
+:math:`w_i` and, once the backward pass reached it, the gradient :math:`\nabla` of the loss with
+respect to its logits or distances and the row factor :math:`c_i` (the upstream gradient of row
+:math:`i`'s loss). The responsibilities read from the gradient are
+:math:`r = t + \text{sign}\cdot\nabla / c` (:func:`~implicit_em.trace.metrics.read_responsibilities`);
+the identity residual compares them with the forward softmax of :math:`z`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from implicit_em.trace.metrics import (
+    Stats,
+    churn_stats,
+    finish_responsibility,
+    read_responsibilities,
+    responsibility_stats_steps,
+)
+from implicit_em.trace.sites.base import Kept, SiteKind
+
+__all__ = ["ResponsibilityKind", "responsibility_statistics", "rows", "to_float"]
+
+
+def rows(t: Tensor, dim: int) -> Tensor:
+    """Move the component axis ``dim`` last and flatten the rest: ``[N, K]``."""
+    return t.movedim(dim, -1).reshape(-1, t.shape[dim])
+
+
+def to_float(t: Tensor) -> Tensor:
+    """Half precision in float32 (statistics need the range); other dtypes unchanged."""
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
+def responsibility_statistics(
+    logits: Tensor,
+    target: Tensor | None,
+    weight: Tensor,
+    c: Tensor | None,
+    grad: Tensor | None,
+    sign: float,
+) -> Stats:
+    r"""Statistics of ``S`` stacked sites: ``logits``, ``target``, ``grad`` ``[S, N, K]``,
+    ``weight`` and ``c`` ``[S, N]`` (``c``, ``grad`` None without a gradient).
+
+    With a gradient, rows are valid where :math:`c_i` is finite and non-zero, the gradient row
+    finite and :math:`w_i > 0`; the residual is
+    :math:`\max_i\max_j|r_{ij} - \operatorname{softmax}(z_i)_j|` over valid rows. Without one,
+    the forward softmax over the rows of positive weight, residual 0.
+    """
+    logits = to_float(logits)
+    target = None if target is None else target.to(logits.dtype)
+    grad = None if grad is None else to_float(grad)
+    forward = torch.softmax(logits, dim=-1)
+    if grad is None or c is None:
+        stats = responsibility_stats_steps(forward, weight > 0, target, logits)
+        zero = torch.zeros(logits.shape[0], dtype=logits.dtype, device=logits.device)
+        stats.update(residual_max=zero, nonfinite=zero, n_grad=zero)
+        return stats
+    finite = torch.isfinite(grad).all(-1)
+    valid = (c != 0) & torch.isfinite(c) & finite & (weight > 0)
+    r = read_responsibilities(
+        torch.nan_to_num(grad, nan=0.0, posinf=0.0, neginf=0.0),
+        torch.where(valid, c, torch.zeros_like(c)),
+        target,
+        sign,
+    )
+    err = (r - forward).abs().amax(-1)
+    stats = responsibility_stats_steps(r, valid, target, logits)
+    stats["residual_max"] = torch.where(valid, err, torch.zeros_like(err)).amax(-1)
+    stats["nonfinite"] = (~finite & (c != 0)).sum(-1).to(grad.dtype)
+    stats["n_grad"] = valid.sum(-1).to(grad.dtype)
+    return stats
+
+
+class ResponsibilityKind(SiteKind):
+    r"""Shared metrics, gradient test, churn probe and record fields of responsibility sites.
+
+    Metrics: ``mass`` (mean responsibility per component, :math:`p_j`), ``entropy``,
+    ``effective_k`` :math:`\exp H(p)`, ``dead``, ``dominance`` :math:`\max_j p_j`, ``scale``
+    (mean std of the logits), ``rows``, ``residual`` and ``nonfinite``; with targets also
+    ``wrong_entropy`` and ``wrong_top``. Probe: ``churn``, the share of changed argmax
+    assignments."""
+
+    gradient_metrics = ("residual",)
+    probe_metrics = ("churn",)
+
+    def finish(self, stats: Stats, dead_fraction: float) -> dict[str, Tensor]:
+        return finish_responsibility(stats, dead_fraction)
+
+    def has_gradient(self, values: dict[str, Any]) -> bool:
+        return values["n_grad"] > 0
+
+    def probe_state(self, kept: Kept) -> dict[str, Tensor]:
+        return {"assignment": kept.logits.argmax(-1)}
+
+    def probe_statistics(
+        self, now: dict[str, Tensor] | None, previous: dict[str, Tensor] | None
+    ) -> Stats:
+        if (
+            now is None
+            or previous is None
+            or previous["assignment"].shape != now["assignment"].shape
+        ):
+            return {"churn_changed": torch.zeros(()), "churn_n": torch.zeros(())}
+        return churn_stats(now["assignment"], previous["assignment"])
+
+    def extras(self, values: dict[str, Any], max_components: int) -> dict[str, Any]:
+        k = len(values["mass"])
+        return {
+            "K": k,
+            "source": "gradient" if self.has_gradient(values) else "forward",
+            **({"mass": None} if k > max_components else {}),
+        }

@@ -1,0 +1,101 @@
+r"""``F.scaled_dot_product_attention``: an attention site whose weights are recomputed.
+
+Fused kernels never form :math:`\alpha`, so the site keeps the traced rows of ``q``, ``k``,
+``v``, the mask and the output, recomputes :math:`\alpha = \operatorname{softmax}(s)` at the
+flush and checks it against the kernel's output (the forward residual of :math:`o = \alpha v`).
+Gradients: :math:`g = \partial L/\partial o` and autograd's :math:`\partial L/\partial v` on the
+traced rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch.nn.functional as F
+from torch import Tensor
+
+from implicit_em.trace.metrics import Stats, attention_stats_steps
+from implicit_em.trace.sites.attention import (
+    AttentionKind,
+    along,
+    attention_weights,
+    forward_residual,
+    heads,
+)
+from implicit_em.trace.sites.base import Context, Kept
+
+__all__ = ["SDPA", "SDPAKept"]
+
+_PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+
+
+@dataclass(eq=False)
+class SDPAKept(Kept):
+    """``q``, ``k`` ``[R, H, L, E]``, ``v`` and ``output`` ``[R, H, L, Ev]``, a 4-D ``mask``
+    (or None); ``g`` (output gradient) and ``grad_v`` once the backward pass reached them."""
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    output: Tensor
+    mask: Tensor | None
+    is_causal: bool
+    scale: float | None
+    g: Tensor | None = None
+    grad_v: Tensor | None = None
+
+
+class SDPA(AttentionKind):
+    searched = "torch.nn.functional.scaled_dot_product_attention"
+    functions = (F.scaled_dot_product_attention,)
+
+    def observe(self, ctx: Context, func: Callable, args: Sequence, kwargs: dict, out: Any) -> None:
+        p = dict(zip(_PARAMS, args, strict=False)) | kwargs
+        name = ctx.name("")
+        if name is None:
+            return
+        r = ctx.max_rows
+        q, k, v = p["query"][:r], p["key"][:r], p["value"][:r]
+        if p.get("enable_gqa") and k.shape[-3] != q.shape[-3]:
+            k = k.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3)
+            v = v.repeat_interleave(q.shape[-3] // v.shape[-3], dim=-3)
+        mask = p.get("attn_mask")
+        if isinstance(mask, Tensor):
+            mask = mask[:r] if mask.dim() == p["query"].dim() else mask
+            mask = ctx.keep(mask.reshape((1,) * (4 - mask.dim()) + mask.shape))
+        else:
+            mask = None
+        kept = SDPAKept(
+            q=heads(ctx.keep(q)),
+            k=heads(ctx.keep(k)),
+            v=heads(ctx.keep(v)),
+            output=heads(ctx.keep(out[:r])),
+            mask=mask,
+            is_causal=bool(p.get("is_causal", False)),
+            scale=p.get("scale"),
+        )
+        ctx.add(name, self, kept)
+
+        def g(t: Tensor) -> None:
+            kept.g = heads(ctx.keep(t[:r]))
+
+        def grad_v(t: Tensor) -> None:
+            kept.grad_v = heads(ctx.keep(t[:r]))
+
+        ctx.on_gradient(out, g)
+        if not p.get("enable_gqa"):
+            ctx.on_gradient(p["value"], grad_v)
+
+    def weights_and_values(self, kept: Kept) -> tuple[Tensor, Tensor | None]:
+        return attention_weights(kept.q, kept.k, kept.mask, kept.is_causal, kept.scale), kept.v
+
+    def statistics(self, k: Kept) -> Stats:
+        alpha = attention_weights(k.q, k.k, k.mask, k.is_causal, k.scale).float()
+        v = k.v.float()
+        grad_v = None if k.grad_v is None else k.grad_v.float()
+        g = None if k.g is None else k.g.float()
+        stats = attention_stats_steps(alpha, v, g, grad_v=grad_v)
+        rebuilt = (alpha * along(v).unsqueeze(-2)).sum(-1)
+        return stats | forward_residual(rebuilt, along(k.output))
