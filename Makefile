@@ -5,8 +5,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TORCH  ?= torch==2.13.0
+export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: setup report verify test test-fast lint clean data
+.PHONY: setup report verify test test-fast lint docs docs-serve wheel-check clean data
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,8 +44,20 @@ data:
 	fi
 
 lint: setup
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks tools
+	$(BIN)/ruff format --check src tests benchmarks tools
+
+# The documentation site, built into site/; any warning fails the build.
+docs: setup
+	$(BIN)/mkdocs build --strict
+
+docs-serve: setup
+	$(BIN)/mkdocs serve
+
+# sdist and wheel into dist/, the wheel installed in a fresh virtualenv with $(TORCH), then
+# `implicit-em verify` and a README example run against it from a temporary folder.
+wheel-check: setup
+	PYTHON=$(PYTHON) TORCH=$(TORCH) .ci/wheel_check.sh $(BIN)/python
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache report
+	rm -rf $(VENV) build dist site *.egg-info src/*.egg-info .pytest_cache report

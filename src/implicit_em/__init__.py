@@ -1,9 +1,27 @@
-"""implicit-em: gradient descent as implicit EM in distance-based models.
+r"""implicit-em: gradient descent as implicit EM in distance-based models.
 
-For L = log sum_j exp(-d_j), dL/dd_j = -r_j with r = softmax(-d): every gradient step on a
-log-sum-exp objective over distances is a responsibility-weighted (EM-like) update. This package
-makes that fact executable (``identities``), usable (``objectives``, ``distances``,
-``attention``, ``mixture``), observable in training (``trace``) and testable (``windtunnel``).
+For $L = \log \sum_j \exp(-d_j)$, $\partial L/\partial d_j = -r_j$ with $r = \operatorname{softmax}(-d)$:
+every gradient step on a log-sum-exp objective over distances is a responsibility-weighted
+(EM-like) update. This package makes that fact executable ([identities][implicit_em.identities]),
+usable ([objectives][implicit_em.objectives], [distances][implicit_em.distances],
+[attention][implicit_em.attention], [mixture][implicit_em.mixture]), observable in training
+([trace][implicit_em.trace]) and testable ([windtunnel][implicit_em.windtunnel]).
+
+The package exports the core's three functions ([lse][implicit_em.core.lse],
+[responsibilities][implicit_em.core.responsibilities],
+[log_responsibilities][implicit_em.core.log_responsibilities]) and its light submodules; the
+heavier subpackages `mixture`, `trace`, `windtunnel` and `plot` load on first use
+(`implicit_em.trace` after `import implicit_em` works).
+
+Examples
+--------
+>>> import torch
+>>> import implicit_em as iem
+>>> d = torch.tensor([0.0, 1.0])
+>>> iem.responsibilities(d)
+tensor([0.7311, 0.2689])
+>>> iem.lse(d)
+tensor(0.3133)
 """
 
 from __future__ import annotations
@@ -15,6 +33,7 @@ from implicit_em import attention, distances, identities, objectives
 from implicit_em.core import log_responsibilities, lse, responsibilities
 
 __version__ = "0.1.0"
+"""The package version (the same as the distribution's)."""
 
 __all__ = [
     "__version__",

@@ -1,22 +1,36 @@
 r"""Attention as the conditional regime, with its exact gradient decomposition.
 
-For queries :math:`q_i`, keys :math:`k_j` and values :math:`v_j`:
+For queries $q_i$, keys $k_j$ and values $v_j$:
 
-.. math::
-    s_{ij} = \frac{q_i^\top k_j}{\sqrt{d_k}}, \qquad
-    \alpha_{ij} = \operatorname{softmax}_j(s_{ij}) = r_j(d_{i\cdot}) \text{ with } d_{ij} = -s_{ij},
-    \qquad o_i = \sum_j \alpha_{ij} v_j .
+$$
+s_{ij} = \frac{q_i^\top k_j}{\sqrt{d_k}}, \qquad
+\alpha_{ij} = \operatorname{softmax}_j(s_{ij}) = r_j(d_{i\cdot}) \text{ with } d_{ij} = -s_{ij},
+\qquad o_i = \sum_j \alpha_{ij} v_j .
+$$
 
 Each query's weights are the responsibilities of the keys for that query (C5). Attention is a
-layer, not a loss (R2): given the upstream gradient :math:`g_i = \partial L/\partial o_i`,
+layer, not a loss (R2): given the upstream gradient $g_i = \partial L/\partial o_i$,
 
-.. math::
-    \frac{\partial L}{\partial v_j} = \sum_i \alpha_{ij}\, g_i, \qquad
-    \frac{\partial L}{\partial s_{ij}} = \alpha_{ij}\,(a_{ij} - \bar a_i), \quad
-    a_{ij} = g_i^\top v_j,\ \bar a_i = \sum_k \alpha_{ik} a_{ik},
+$$
+\frac{\partial L}{\partial v_j} = \sum_i \alpha_{ij}\, g_i, \qquad
+\frac{\partial L}{\partial s_{ij}} = \alpha_{ij}\,(a_{ij} - \bar a_i), \quad
+a_{ij} = g_i^\top v_j,\ \bar a_i = \sum_k \alpha_{ik} a_{ik},
+$$
 
 the value update is responsibility-weighted and the scores follow an advantage law: a key gains
 weight when its value beats the query's current average.
+
+Examples
+--------
+>>> import torch
+>>> from implicit_em.attention import attention, attention_gradients
+>>> q, k, v = torch.randn(2, 5, 8), torch.randn(2, 7, 8), torch.randn(2, 7, 8)
+>>> out, alpha = attention(q, k, v)
+>>> out.shape, alpha.shape
+(torch.Size([2, 5, 8]), torch.Size([2, 5, 7]))
+>>> parts = attention_gradients(q, k, v, torch.randn_like(out))
+>>> parts.values.shape
+torch.Size([2, 7, 8])
 """
 
 from __future__ import annotations
@@ -59,11 +73,34 @@ def attention_scores(
     is_causal: bool = False,
     scale: float | None = None,
 ) -> Tensor:
-    r"""Scores :math:`s = q k^\top \cdot \text{scale} (+\text{mask})`, shape ``[..., Lq, Lk]``.
+    r"""Attention scores $s = q k^\top \cdot \mathrm{scale}$, masked.
 
-    ``mask`` follows ``scaled_dot_product_attention``: a boolean mask where True means "may
-    attend" (False becomes :math:`-\infty`) or a float mask added to the scores.
-    ``scale`` defaults to :math:`1/\sqrt{d_k}`.
+    Parameters
+    ----------
+    q : Tensor
+        Queries, `[..., Lq, E]`.
+    k : Tensor
+        Keys, `[..., Lk, E]`.
+    mask : Tensor or None, default=None
+        As in `torch.nn.functional.scaled_dot_product_attention`: a boolean mask where True
+        means "may attend" (False becomes $-\infty$), or a float mask added to the scores;
+        broadcastable to `[..., Lq, Lk]`.
+    is_causal : bool, default=False
+        Mask every key after its query ($j > i$) with $-\infty$.
+    scale : float or None, default=None
+        The score scale; $1/\sqrt{E}$ when None.
+
+    Returns
+    -------
+    Tensor
+        Scores `[..., Lq, Lk]`.
+
+    Raises
+    ------
+    TypeError
+        If `mask` is not a tensor.
+    ValueError
+        If `mask` does not broadcast to the scores' shape.
     """
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     s = (q @ k.transpose(-2, -1)) * scale
@@ -93,19 +130,42 @@ def attention(
     is_causal: bool = False,
     scale: float | None = None,
 ) -> tuple[Tensor, Tensor]:
-    r"""Scaled dot-product attention returning the output and the weights :math:`\alpha`.
+    r"""Scaled dot-product attention returning the output and the weights $\alpha$.
 
-    Args:
-        q: queries ``[..., Lq, E]``; k: keys ``[..., Lk, E]``; v: values ``[..., Lk, Ev]``.
-        mask: boolean (True = attend) or additive float mask broadcastable to ``[..., Lq, Lk]``.
-        is_causal: apply a lower-triangular mask.
-        scale: score scale, :math:`1/\sqrt{E}` by default.
+    Parameters
+    ----------
+    q : Tensor
+        Queries, `[..., Lq, E]`.
+    k : Tensor
+        Keys, `[..., Lk, E]`.
+    v : Tensor
+        Values, `[..., Lk, Ev]`.
+    mask : Tensor or None, default=None
+        Boolean (True = may attend) or additive float mask, broadcastable to `[..., Lq, Lk]`.
+    is_causal : bool, default=False
+        Apply a lower-triangular mask.
+    scale : float or None, default=None
+        The score scale; $1/\sqrt{E}$ when None.
 
-    Returns:
-        ``(o, alpha)`` with ``o = alpha @ v`` of shape ``[..., Lq, Ev]`` and ``alpha`` of shape
-        ``[..., Lq, Lk]``, ``alpha = responsibilities(-s)``. Equal to
-        ``F.scaled_dot_product_attention`` (math path) except on fully masked rows, where this
-        returns zeros (the empty-mixture rule of :mod:`implicit_em.core`) instead of NaN.
+    Returns
+    -------
+    o : Tensor
+        The output $o = \alpha v$, `[..., Lq, Ev]`.
+    alpha : Tensor
+        The weights $\alpha = $ `responsibilities(-s)`, `[..., Lq, Lk]`.
+
+    Raises
+    ------
+    TypeError
+        If `q`, `k`, `v` are not floating tensors or `mask` is not a tensor.
+    ValueError
+        If the shapes of `q`, `k`, `v` or `mask` do not fit together.
+
+    Notes
+    -----
+    Equal to `torch.nn.functional.scaled_dot_product_attention` (math path) except on fully
+    masked rows, where this returns zeros (the empty-mixture rule of [implicit_em.core][])
+    instead of NaN.
     """
     _check_qkv(q, k, v)
     s = attention_scores(q, k, mask, is_causal, scale)
@@ -114,15 +174,24 @@ def attention(
 
 
 class AttentionGradients(NamedTuple):
-    r"""The exact backward pass of attention given the upstream gradient :math:`g`.
+    r"""The exact backward pass of attention given the upstream gradient $g$.
 
-    Attributes:
-        values: :math:`\partial L/\partial v_j = \sum_i \alpha_{ij} g_i`, shape of ``v``.
-        scores: :math:`\partial L/\partial s_{ij} = \alpha_{ij}(a_{ij}-\bar a_i)`, ``[..., Lq, Lk]``.
-        queries: :math:`\partial L/\partial q_i = \text{scale}\sum_j \partial_{s_{ij}} L\, k_j`.
-        keys: :math:`\partial L/\partial k_j = \text{scale}\sum_i \partial_{s_{ij}} L\, q_i`.
-        advantage: :math:`a_{ij} - \bar a_i` (the advantage of value j for query i).
-        alpha: the attention weights.
+    Returned by [attention_gradients][]; a named tuple of tensors.
+
+    Attributes
+    ----------
+    values : Tensor
+        $\partial L/\partial v_j = \sum_i \alpha_{ij} g_i$, the shape of `v`.
+    scores : Tensor
+        $\partial L/\partial s_{ij} = \alpha_{ij}(a_{ij}-\bar a_i)$, `[..., Lq, Lk]`.
+    queries : Tensor
+        $\partial L/\partial q_i = \mathrm{scale}\sum_j \partial_{s_{ij}} L\, k_j$, the shape of `q`.
+    keys : Tensor
+        $\partial L/\partial k_j = \mathrm{scale}\sum_i \partial_{s_{ij}} L\, q_i$, the shape of `k`.
+    advantage : Tensor
+        $a_{ij} - \bar a_i$, the advantage of value $j$ for query $i$ (0 for masked keys).
+    alpha : Tensor
+        The attention weights, `[..., Lq, Lk]`.
     """
 
     values: Tensor
@@ -142,10 +211,28 @@ def attention_gradients(
     is_causal: bool = False,
     scale: float | None = None,
 ) -> AttentionGradients:
-    r"""Closed-form gradients of a loss through :func:`attention`, given :math:`g = \partial L/\partial o`.
+    r"""Closed-form gradients of a loss through [attention][], given $g = \partial L/\partial o$.
 
-    ``grad_output`` has the shape of the attention output ``[..., Lq, Ev]``. The result equals
-    autograd's (see identities 4 and 5 in :mod:`implicit_em.identities`).
+    Parameters
+    ----------
+    q, k, v, mask, is_causal, scale
+        As in [attention][].
+    grad_output : Tensor
+        The upstream gradient $g$, of the attention output's shape `[..., Lq, Ev]`.
+
+    Returns
+    -------
+    AttentionGradients
+        The gradients with respect to the values, scores, queries and keys, the advantages and
+        the weights. They equal autograd's (the identities `attention_values` and
+        `attention_scores` in [implicit_em.identities][]).
+
+    Raises
+    ------
+    TypeError
+        If `q`, `k`, `v` are not floating tensors.
+    ValueError
+        If the shapes do not fit together or `grad_output` does not have the output's shape.
     """
     _check_qkv(q, k, v)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale

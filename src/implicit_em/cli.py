@@ -1,8 +1,9 @@
-"""The ``implicit-em`` command.
+"""The `implicit-em` command.
 
 Each subcommand lives beside the code it drives and is registered here, so this module stays a
-table of contents: ``report`` (the claims report), ``verify`` (the executable identities), ``fit`` (Gaussian mixtures),
-``trace-demo`` (the tracer on digits) and ``windtunnel`` (the Bayesian wind tunnel).
+table of contents: `report` (the claims report), `verify` (the executable identities), `fit`
+(Gaussian mixtures), `trace-demo` (the tracer on digits) and `windtunnel` (the Bayesian wind
+tunnel). `implicit-em --help` and `implicit-em COMMAND --help` list the options.
 """
 
 from __future__ import annotations

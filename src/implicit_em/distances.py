@@ -1,23 +1,31 @@
-r"""Distance layers: ``x[..., D] -> d[..., K]``, each a pure function plus a thin ``nn.Module``.
+r"""Distance layers: `x[..., D] -> d[..., K]`, each a pure function plus a thin `nn.Module`.
 
 A distance layer turns an input into one energy per component; an objective from
-:mod:`implicit_em.objectives` turns the energies into a loss, and :func:`implicit_em.responsibilities`
-into responsibilities.
+[implicit_em.objectives][] turns the energies into a loss, and
+[implicit_em.responsibilities][] into responsibilities.
 
-======================  ========================================================  ==========
-layer                   :math:`d_j(x)`                                            volume
-======================  ========================================================  ==========
-SquaredEuclidean        :math:`\lVert x - \mu_j\rVert^2`                          --
-DiagonalMahalanobis     :math:`\tfrac12\lVert e^{s_j}\odot(x-\mu_j)\rVert^2`      :math:`\sum_i s_{ji}`
-FullMahalanobis         :math:`\tfrac12\lVert W_j(x-\mu_j)\rVert^2`               :math:`\sum_i\log W_{j,ii}`
-AffineDistance          :math:`\lvert w_j^\top x + b_j\rvert` (or ReLU)           --
-DotProductEnergy        :math:`-q^\top k_j/\sqrt{E}` (may be negative)            --
-======================  ========================================================  ==========
+| layer                 | $d_j(x)$                                              | volume $\log\lvert\det W_j\rvert$ |
+| --------------------- | ----------------------------------------------------- | --------------------------------- |
+| `SquaredEuclidean`    | $\lVert x - \mu_j\rVert^2$                            | --                                |
+| `DiagonalMahalanobis` | $\tfrac12\lVert e^{s_j}\odot(x-\mu_j)\rVert^2$        | $\sum_i s_{ji}$                   |
+| `FullMahalanobis`     | $\tfrac12\lVert W_j(x-\mu_j)\rVert^2$                 | $\sum_i\log W_{j,ii}$             |
+| `AffineDistance`      | $\lvert w_j^\top x + b_j\rvert$ (or its ReLU)         | --                                |
+| `DotProductEnergy`    | $-q^\top k_j/\sqrt{E}$ (may be negative)              | --                                |
 
-For the Mahalanobis layers :math:`W_j` is a whitening factor (:math:`\Sigma_j^{-1} = W_j^\top W_j`,
-lower triangular with a positive diagonal) and ``log_det()`` returns :math:`\log\lvert\det W_j\rvert`,
-so that :math:`\exp(-d_j + \log\lvert\det W_j\rvert)` is the Gaussian density up to
-:math:`(2\pi)^{-D/2}`; pass it as ``log_det`` to :func:`~implicit_em.objectives.mixture_nll`.
+For the Mahalanobis layers $W_j$ is a whitening factor ($\Sigma_j^{-1} = W_j^\top W_j$,
+lower triangular with a positive diagonal) and `log_det()` returns $\log\lvert\det W_j\rvert$,
+so that $\exp(-d_j + \log\lvert\det W_j\rvert)$ is the Gaussian density up to
+$(2\pi)^{-D/2}$; pass it as `log_det` to [mixture_nll][implicit_em.objectives.mixture_nll].
+
+Examples
+--------
+>>> import torch
+>>> from implicit_em import distances, objectives
+>>> layer = distances.FullMahalanobis(in_features=2, n_components=3)
+>>> d = layer(torch.randn(8, 2))
+>>> d.shape
+torch.Size([8, 3])
+>>> loss = objectives.mixture_nll(d, log_det=layer.log_det())
 """
 
 from __future__ import annotations
@@ -62,11 +70,33 @@ def _check_size(name: str, value: int) -> None:
 
 
 def squared_euclidean(x: Tensor, prototypes: Tensor) -> Tensor:
-    r""":math:`d_j = \lVert x - \mu_j\rVert^2` for ``x[..., D]`` and ``prototypes[K, D]`` -> ``[..., K]``.
+    r"""Squared Euclidean distance $d_j = \lVert x - \mu_j\rVert^2$ to each prototype.
 
-    Computed from differences (no :math:`\lVert x\rVert^2 - 2x^\top\mu + \lVert\mu\rVert^2`
+    Computed from differences (no $\lVert x\rVert^2 - 2x^\top\mu + \lVert\mu\rVert^2$
     cancellation), so it is exact and never negative.
-    Gradient: :math:`\partial d_j/\partial\mu_j = -2(x-\mu_j)`.
+
+    Parameters
+    ----------
+    x : Tensor
+        Inputs, `[..., D]`.
+    prototypes : Tensor
+        The prototypes $\mu_j$, `[K, D]`.
+
+    Returns
+    -------
+    Tensor
+        Distances `[..., K]`.
+
+    Raises
+    ------
+    TypeError
+        If `x` is not a floating tensor.
+    ValueError
+        If `x`'s last axis is not `D`.
+
+    Notes
+    -----
+    Gradient: $\partial d_j/\partial\mu_j = -2(x-\mu_j)$.
     """
     _check_input(x, prototypes.shape[-1])
     diff = x.unsqueeze(-2) - prototypes
@@ -74,9 +104,31 @@ def squared_euclidean(x: Tensor, prototypes: Tensor) -> Tensor:
 
 
 def diagonal_mahalanobis(x: Tensor, means: Tensor, log_scales: Tensor) -> Tensor:
-    r""":math:`d_j = \tfrac12\sum_i e^{2 s_{ji}}(x_i-\mu_{ji})^2` for ``means, log_scales [K, D]``.
+    r"""Diagonal Mahalanobis distance $d_j = \tfrac12\sum_i e^{2 s_{ji}}(x_i-\mu_{ji})^2$.
 
-    :math:`W_j = \operatorname{diag}(e^{s_j})` so :math:`\log|\det W_j| = \sum_i s_{ji}`.
+    The whitening factor is $W_j = \operatorname{diag}(e^{s_j})$, so
+    $\log|\det W_j| = \sum_i s_{ji}$.
+
+    Parameters
+    ----------
+    x : Tensor
+        Inputs, `[..., D]`.
+    means : Tensor
+        The means $\mu_j$, `[K, D]`.
+    log_scales : Tensor
+        The log-scales $s_j$, `[K, D]`.
+
+    Returns
+    -------
+    Tensor
+        Distances `[..., K]`.
+
+    Raises
+    ------
+    TypeError
+        If `x` is not a floating tensor.
+    ValueError
+        If `x`'s last axis is not `D`.
     """
     _check_input(x, means.shape[-1])
     z = (x.unsqueeze(-2) - means) * torch.exp(log_scales)
@@ -84,15 +136,50 @@ def diagonal_mahalanobis(x: Tensor, means: Tensor, log_scales: Tensor) -> Tensor
 
 
 def whitening_factor(raw: Tensor) -> Tensor:
-    r"""Lower-triangular :math:`W` with positive diagonal :math:`e^{\mathrm{diag}(raw)}` from ``raw[..., D, D]``."""
+    r"""Lower-triangular whitening factor with a positive diagonal, from an unconstrained matrix.
+
+    Parameters
+    ----------
+    raw : Tensor
+        Unconstrained `[..., D, D]`; its strict upper triangle is ignored.
+
+    Returns
+    -------
+    Tensor
+        $W$ of `raw`'s shape: the strict lower triangle of `raw` plus the diagonal
+        $e^{\operatorname{diag}(\mathrm{raw})}$.
+    """
     lower = torch.tril(raw, diagonal=-1)
     return lower + torch.diag_embed(torch.exp(torch.diagonal(raw, dim1=-2, dim2=-1)))
 
 
 def full_mahalanobis(x: Tensor, means: Tensor, factors: Tensor) -> Tensor:
-    r""":math:`d_j = \tfrac12\lVert W_j(x-\mu_j)\rVert^2` for ``means [K, D]``, ``factors [K, D, D]``.
+    r"""Full Mahalanobis distance $d_j = \tfrac12\lVert W_j(x-\mu_j)\rVert^2$.
 
-    Gradient: :math:`\partial d_j/\partial W_j = z_j (x-\mu_j)^\top` with :math:`z_j = W_j(x-\mu_j)`.
+    Parameters
+    ----------
+    x : Tensor
+        Inputs, `[..., D]`.
+    means : Tensor
+        The means $\mu_j$, `[K, D]`.
+    factors : Tensor
+        The whitening factors $W_j$, `[K, D, D]` (see [whitening_factor][]).
+
+    Returns
+    -------
+    Tensor
+        Distances `[..., K]`.
+
+    Raises
+    ------
+    TypeError
+        If `x` is not a floating tensor.
+    ValueError
+        If `x`'s last axis is not `D`.
+
+    Notes
+    -----
+    Gradient: $\partial d_j/\partial W_j = z_j (x-\mu_j)^\top$ with $z_j = W_j(x-\mu_j)$.
     """
     _check_input(x, means.shape[-1])
     diff = x.unsqueeze(-2) - means  # [..., K, D]
@@ -101,10 +188,33 @@ def full_mahalanobis(x: Tensor, means: Tensor, factors: Tensor) -> Tensor:
 
 
 def affine_distance(x: Tensor, weight: Tensor, bias: Tensor, relu: bool = False) -> Tensor:
-    r""":math:`d_j = |w_j^\top x + b_j|`, or :math:`\max(0, w_j^\top x + b_j)` with ``relu``.
+    r"""Affine distance $d_j = |w_j^\top x + b_j|$, or $\max(0, w_j^\top x + b_j)$ with `relu`.
 
     The reading "neural outputs are distances" (m3): a linear unit measures a signed distance to
-    its hyperplane; the absolute value (or ReLU) makes it a distance :math:`\ge 0`.
+    its hyperplane; the absolute value (or ReLU) makes it a distance $\ge 0$.
+
+    Parameters
+    ----------
+    x : Tensor
+        Inputs, `[..., D]`.
+    weight : Tensor
+        The rows $w_j$, `[K, D]`.
+    bias : Tensor
+        The offsets $b_j$, `[K]`.
+    relu : bool, default=False
+        Use $\max(0, \cdot)$ instead of the absolute value.
+
+    Returns
+    -------
+    Tensor
+        Distances `[..., K]`.
+
+    Raises
+    ------
+    TypeError
+        If `x` is not a floating tensor.
+    ValueError
+        If `x`'s last axis is not `D`.
     """
     _check_input(x, weight.shape[-1])
     y = torch.nn.functional.linear(x, weight, bias)
@@ -112,10 +222,31 @@ def affine_distance(x: Tensor, weight: Tensor, bias: Tensor, relu: bool = False)
 
 
 def dot_product_energy(q: Tensor, k: Tensor, scale: float | None = None) -> Tensor:
-    r""":math:`d_{ij} = -q_i^\top k_j \cdot \text{scale}` (default :math:`1/\sqrt{E}`), ``[..., Lq, Lk]``.
+    r"""Dot-product energy $d_{ij} = -q_i^\top k_j \cdot \mathrm{scale}$ of queries against keys.
 
-    The attention score as an energy, so that ``responsibilities(d)`` is the attention weight.
+    The attention score as an energy, so that `responsibilities(d)` is the attention weight.
     Unlike the other layers this energy can be negative; only differences matter to softmax.
+
+    Parameters
+    ----------
+    q : Tensor
+        Queries, `[..., Lq, E]`.
+    k : Tensor
+        Keys, `[..., Lk, E]`.
+    scale : float or None, default=None
+        The score scale; $1/\sqrt{E}$ when None.
+
+    Returns
+    -------
+    Tensor
+        Energies `[..., Lq, Lk]`.
+
+    Raises
+    ------
+    TypeError
+        If `q` is not a floating tensor.
+    ValueError
+        If `q` and `k` differ in their last axis.
     """
     _check_input(q, k.shape[-1], "q")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
@@ -128,7 +259,27 @@ def dot_product_energy(q: Tensor, k: Tensor, scale: float | None = None) -> Tens
 
 
 class SquaredEuclidean(nn.Module):
-    """Squared Euclidean distance to ``n_components`` learned prototypes (``prototypes[K, D]``)."""
+    r"""Squared Euclidean distance to `n_components` learned prototypes.
+
+    The module form of [squared_euclidean][]: `forward(x)` maps `x[..., D]` to `d[..., K]`.
+
+    Parameters
+    ----------
+    in_features : int
+        $D$.
+    n_components : int
+        $K$.
+
+    Attributes
+    ----------
+    prototypes : nn.Parameter
+        The prototypes $\mu_j$, `[K, D]`, initialized from a standard normal.
+
+    Raises
+    ------
+    ValueError
+        If `in_features` or `n_components` is not a positive integer.
+    """
 
     def __init__(self, in_features: int, n_components: int) -> None:
         super().__init__()
@@ -141,7 +292,29 @@ class SquaredEuclidean(nn.Module):
 
 
 class DiagonalMahalanobis(nn.Module):
-    """Diagonal Mahalanobis distance with per-component log-scales (``W_j = diag(exp(s_j))``)."""
+    r"""Diagonal Mahalanobis distance with per-component log-scales, $W_j = \operatorname{diag}(e^{s_j})$.
+
+    The module form of [diagonal_mahalanobis][]: `forward(x)` maps `x[..., D]` to `d[..., K]`.
+
+    Parameters
+    ----------
+    in_features : int
+        $D$.
+    n_components : int
+        $K$.
+
+    Attributes
+    ----------
+    means : nn.Parameter
+        The means $\mu_j$, `[K, D]`, initialized from a standard normal.
+    log_scales : nn.Parameter
+        The log-scales $s_j$, `[K, D]`, initialized to zero (unit scales).
+
+    Raises
+    ------
+    ValueError
+        If `in_features` or `n_components` is not a positive integer.
+    """
 
     def __init__(self, in_features: int, n_components: int) -> None:
         super().__init__()
@@ -151,7 +324,7 @@ class DiagonalMahalanobis(nn.Module):
         self.log_scales = nn.Parameter(torch.zeros(n_components, in_features))
 
     def log_det(self) -> Tensor:
-        r""":math:`\log|\det W_j|`, shape ``[K]``."""
+        r"""The volume term $\log|\det W_j| = \sum_i s_{ji}$, shape `[K]`."""
         return self.log_scales.sum(dim=-1)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -159,7 +332,30 @@ class DiagonalMahalanobis(nn.Module):
 
 
 class FullMahalanobis(nn.Module):
-    """Full Mahalanobis distance with a lower-triangular whitening factor per component."""
+    r"""Full Mahalanobis distance with a lower-triangular whitening factor per component.
+
+    The module form of [full_mahalanobis][]: `forward(x)` maps `x[..., D]` to `d[..., K]`.
+
+    Parameters
+    ----------
+    in_features : int
+        $D$.
+    n_components : int
+        $K$.
+
+    Attributes
+    ----------
+    means : nn.Parameter
+        The means $\mu_j$, `[K, D]`, initialized from a standard normal.
+    raw_factors : nn.Parameter
+        Unconstrained `[K, D, D]`, initialized to zero (identity factors); [factors][] maps
+        them to the whitening factors.
+
+    Raises
+    ------
+    ValueError
+        If `in_features` or `n_components` is not a positive integer.
+    """
 
     def __init__(self, in_features: int, n_components: int) -> None:
         super().__init__()
@@ -169,11 +365,11 @@ class FullMahalanobis(nn.Module):
         self.raw_factors = nn.Parameter(torch.zeros(n_components, in_features, in_features))
 
     def factors(self) -> Tensor:
-        """The whitening factors :math:`W_j`, ``[K, D, D]``, lower triangular, positive diagonal."""
+        """The whitening factors $W_j$, `[K, D, D]`, lower triangular with a positive diagonal."""
         return whitening_factor(self.raw_factors)
 
     def log_det(self) -> Tensor:
-        r""":math:`\log|\det W_j| = \sum_i \log W_{j,ii}`, shape ``[K]``."""
+        r"""The volume term $\log|\det W_j| = \sum_i \log W_{j,ii}$, shape `[K]`."""
         return torch.diagonal(self.raw_factors, dim1=-2, dim2=-1).sum(dim=-1)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -181,7 +377,31 @@ class FullMahalanobis(nn.Module):
 
 
 class AffineDistance(nn.Module):
-    """``|Wx + b|`` (or its ReLU) with ``n_components`` output units."""
+    r"""Affine distance $|Wx + b|$ (or its ReLU) with `n_components` output units.
+
+    The module form of [affine_distance][]: `forward(x)` maps `x[..., D]` to `d[..., K]`.
+
+    Parameters
+    ----------
+    in_features : int
+        $D$.
+    n_components : int
+        $K$.
+    relu : bool, default=False
+        Use $\max(0, \cdot)$ instead of the absolute value.
+
+    Attributes
+    ----------
+    weight : nn.Parameter
+        `[K, D]`, initialized as `nn.Linear` initializes its weight.
+    bias : nn.Parameter
+        `[K]`, initialized as `nn.Linear` initializes its bias.
+
+    Raises
+    ------
+    ValueError
+        If `in_features` or `n_components` is not a positive integer.
+    """
 
     def __init__(self, in_features: int, n_components: int, relu: bool = False) -> None:
         super().__init__()
@@ -197,7 +417,16 @@ class AffineDistance(nn.Module):
 
 
 class DotProductEnergy(nn.Module):
-    r"""Scaled dot-product energy :math:`-q^\top k/\sqrt{E}` of queries against keys."""
+    r"""Scaled dot-product energy $-q^\top k/\sqrt{E}$ of queries against keys.
+
+    The module form of [dot_product_energy][]: `forward(q, k)` maps `q[..., Lq, E]` and
+    `k[..., Lk, E]` to `d[..., Lq, Lk]`.
+
+    Parameters
+    ----------
+    scale : float or None, default=None
+        The score scale; $1/\sqrt{E}$ when None.
+    """
 
     def __init__(self, scale: float | None = None) -> None:
         super().__init__()

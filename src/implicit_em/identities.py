@@ -1,13 +1,21 @@
 r"""Executable identities: each fact the theory rests on, checked against autograd.
 
-Each :class:`Identity` names the paper section and the claim or objection IDs it checks
-(see ``docs/theory.md``), computes a closed form and the same quantity by autograd in float64 on random
-inputs, and reports the largest absolute difference. Where a function of the package is involved
-it is also passed through ``torch.autograd.gradcheck``. ``implicit-em verify`` runs the registry.
+Each [Identity][] names the paper section and the claim or objection IDs it checks (C are the
+paper's claims, R the referee's objections; the theory page, `docs/theory.md`, lists them),
+computes a closed form and the same quantity by autograd in float64 on random inputs, and reports
+the largest absolute difference. Where a function of the package is involved it is also passed
+through `torch.autograd.gradcheck`. `implicit-em verify` runs the registry and prints one line per
+identity; an identity passes when its error is at most `TOLERANCE` ($10^{-12}$) and gradcheck
+succeeded.
 
->>> from implicit_em.identities import run_all
->>> all(result.passed for result in run_all(seed=0))
-True
+Examples
+--------
+>>> from implicit_em.identities import REGISTRY, run_all
+>>> REGISTRY["lse_gradient"].statement
+'dL/dd_j = -r_j for L = log sum_j exp(-d_j)'
+>>> results = run_all(seed=0, names=["nll_gradient", "xu_jordan_means"])
+>>> [(result.name, result.passed) for result in results]
+[('nll_gradient', True), ('xu_jordan_means', True)]
 """
 
 from __future__ import annotations
@@ -38,7 +46,25 @@ TOLERANCE = 1e-12
 
 @dataclass(frozen=True)
 class IdentityResult:
-    """The outcome of checking one identity."""
+    """The outcome of checking one identity (a row of `implicit-em verify`).
+
+    Attributes
+    ----------
+    name : str
+        The identity's name in [REGISTRY][].
+    section : str
+        The paper section, e.g. `"§3.1"`.
+    claims : str
+        The claim and objection IDs it checks, e.g. `"C6, R4"`.
+    statement : str
+        The identity in one line of plain text.
+    max_abs_error : float
+        The largest absolute difference between the closed form and autograd.
+    gradcheck : bool
+        Whether `torch.autograd.gradcheck` succeeded (True where it does not apply).
+    passed : bool
+        `max_abs_error <= tolerance and gradcheck`.
+    """
 
     name: str
     section: str
@@ -49,15 +75,23 @@ class IdentityResult:
     passed: bool
 
     def as_dict(self) -> dict[str, object]:
+        """The fields as a dict (what `implicit-em verify --json` prints)."""
         return asdict(self)
 
 
 @dataclass(frozen=True)
 class Identity:
-    """A closed form and its autograd check.
+    """A closed form and its autograd check, as registered by [register][].
 
-    ``check(generator)`` returns ``(max_abs_error, gradcheck_ok)``; the identity passes when the
-    error is at most ``tolerance`` and gradcheck succeeded.
+    Attributes
+    ----------
+    name, section, claims, statement : str
+        As in [IdentityResult][].
+    check : Callable[[torch.Generator], tuple[float, bool]]
+        `check(generator)` draws its inputs from `generator` and returns
+        `(max_abs_error, gradcheck_ok)`.
+    tolerance : float
+        The identity passes when the error is at most this and gradcheck succeeded.
     """
 
     name: str
@@ -69,10 +103,34 @@ class Identity:
 
 
 REGISTRY: dict[str, Identity] = {}
+"""Every identity by name, in registration order (the order `implicit-em verify` prints)."""
 
 
 def register(name: str, section: str, claims: str, statement: str) -> Callable:
-    """Decorator adding a check function to :data:`REGISTRY` under ``name``."""
+    """Decorator adding a check function to [REGISTRY][] under `name`.
+
+    Parameters
+    ----------
+    name : str
+        A new name.
+    section : str
+        The paper section.
+    claims : str
+        The claim and objection IDs it checks.
+    statement : str
+        The identity in one line.
+
+    Returns
+    -------
+    Callable
+        A decorator that registers a function `check(generator) -> (max_abs_error, gradcheck_ok)`
+        and returns it unchanged.
+
+    Raises
+    ------
+    ValueError
+        When the decorator is applied, if `name` is already registered.
+    """
 
     def wrap(check: Callable[[torch.Generator], tuple[float, bool]]) -> Callable:
         if name in REGISTRY:
@@ -357,7 +415,20 @@ def _no_competition(gen: torch.Generator) -> tuple[float, bool]:
 
 
 def run(identity: Identity, seed: int = 0) -> IdentityResult:
-    """Check one identity with a float64 generator seeded by ``seed``."""
+    """Check one identity with a generator seeded by `seed`.
+
+    Parameters
+    ----------
+    identity : Identity
+        The identity, e.g. `REGISTRY["lse_gradient"]`.
+    seed : int, default=0
+        Seed of its random inputs.
+
+    Returns
+    -------
+    IdentityResult
+        The error, the gradcheck outcome and the verdict.
+    """
     generator = torch.Generator().manual_seed(seed)
     error, gradcheck_ok = identity.check(generator)
     return IdentityResult(
@@ -372,7 +443,25 @@ def run(identity: Identity, seed: int = 0) -> IdentityResult:
 
 
 def run_all(seed: int = 0, names: list[str] | None = None) -> list[IdentityResult]:
-    """Check every registered identity (or those in ``names``) in registration order."""
+    """Check every registered identity, or those in `names`, in registration order.
+
+    Parameters
+    ----------
+    seed : int, default=0
+        Seed of the random inputs of each identity.
+    names : list of str or None, default=None
+        The identities to check; all when None.
+
+    Returns
+    -------
+    list of IdentityResult
+        One result per identity.
+
+    Raises
+    ------
+    ValueError
+        If a name is not in [REGISTRY][].
+    """
     if names is not None:
         unknown = sorted(set(names) - set(REGISTRY))
         if unknown:

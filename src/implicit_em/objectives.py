@@ -1,23 +1,30 @@
-r"""Objectives over distances: each a pure function plus a thin ``nn.Module``.
+r"""Objectives over distances: each a pure function plus a thin `nn.Module`.
 
-Every objective takes distances ``d`` with the component axis at ``dim`` and is *minimized*.
-Its gradient with respect to ``d`` is stated per sample (before the batch reduction); a ``"mean"``
+Every objective takes distances `d` with the component axis at `dim` and is *minimized*.
+Its gradient with respect to `d` is stated per sample (before the batch reduction); a `"mean"`
 reduction divides it by the number of samples.
 
-==========================  ==============================================  ========================
-objective                   per-sample loss                                 :math:`\partial/\partial d_j`
-==========================  ==============================================  ========================
-:func:`mixture_nll`         :math:`-\log\sum_j \pi_j e^{-d_j + v_j}`        :math:`+r_j`
-:func:`cross_entropy`       :math:`d_y + \log\sum_k e^{-d_k}`               :math:`t_j - r_j`
-:func:`correntropy`         :math:`\sum_j 1 - e^{-d_j^2/\sigma^2}`          :math:`\tfrac{2d_j}{\sigma^2}e^{-d_j^2/\sigma^2}`
-:func:`sigmoid_bce`         :math:`\sum_j \mathrm{BCE}(\sigma(-d_j), t_j)`  :math:`t_j - \sigma(-d_j)`
-==========================  ==============================================  ========================
+| objective           | per-sample loss                               | $\partial/\partial d_j$                          |
+| ------------------- | --------------------------------------------- | ------------------------------------------------ |
+| [mixture_nll][]     | $-\log\sum_j \pi_j e^{-d_j + v_j}$            | $+r_j$                                           |
+| [cross_entropy][]   | $d_y + \log\sum_k e^{-d_k}$                   | $t_j - r_j$                                      |
+| [correntropy][]     | $\sum_j 1 - e^{-d_j^2/\sigma^2}$              | $\tfrac{2d_j}{\sigma^2}e^{-d_j^2/\sigma^2}$      |
+| [sigmoid_bce][]     | $\sum_j \mathrm{BCE}(\sigma(-d_j), t_j)$      | $t_j - \sigma(-d_j)$                             |
 
-Normalized objectives (the first two) couple the components through :math:`r`; the
-unnormalized comparators (the last two) have a diagonal Hessian in ``d``: no competition, no
-responsibility (claims C7, C8). :func:`append_null` adds a "none of the above" component that
-works with both normalized objectives, and :func:`variance_penalty` /
-:func:`decorrelation_penalty` are the batch surrogates of the missing log-det volume term (C9).
+Normalized objectives (the first two) couple the components through $r$; the
+unnormalized comparators (the last two) have a diagonal Hessian in `d`: no competition, no
+responsibility (claims C7, C8). [append_null][] adds a "none of the above" component that
+works with both normalized objectives, and [variance_penalty][] /
+[decorrelation_penalty][] are the batch surrogates of the missing log-det volume term (C9).
+
+Examples
+--------
+>>> import torch
+>>> from implicit_em import objectives, responsibilities
+>>> d = torch.rand(4, 3, requires_grad=True)
+>>> (grad,) = torch.autograd.grad(objectives.mixture_nll(d, reduction="sum"), d)
+>>> torch.allclose(grad, responsibilities(d.detach()))
+True
 """
 
 from __future__ import annotations
@@ -89,24 +96,50 @@ def mixture_nll(
     dim: int = -1,
     reduction: Reduction = "mean",
 ) -> Tensor:
-    r"""Mixture negative log-likelihood :math:`-\log\sum_j \pi_j \exp(-d_j + \log|\det W_j|)`.
+    r"""Mixture negative log-likelihood $-\log\sum_j \pi_j \exp(-d_j + \log|\det W_j|)$.
 
-    With :math:`d_j = \tfrac12\lVert W_j(x-\mu_j)\rVert^2` (a whitened Gaussian component, see
-    :mod:`implicit_em.distances`) and the volume term ``log_det`` this is the Gaussian mixture
-    NLL up to the constant :math:`\tfrac D2\log 2\pi`; without ``log_det`` it is the paper's
-    objective :math:`-L`, which has no volume term (m1).
+    With $d_j = \tfrac12\lVert W_j(x-\mu_j)\rVert^2$ (a whitened Gaussian component, see
+    [implicit_em.distances][]) and the volume term `log_det` this is the Gaussian mixture
+    NLL up to the constant $\tfrac D2\log 2\pi$; without `log_det` it is the paper's
+    objective $-L$, which has no volume term (m1).
 
-    Args:
-        d: distances, component axis at ``dim``.
-        log_prior: log mixing weights :math:`\log\pi` broadcastable to ``d`` (uniform if None).
-        log_det: per-component :math:`\log|\det W_j|`, broadcastable to ``d``.
-        dim: the component axis.
-        reduction: ``"mean"`` | ``"sum"`` | ``"none"`` over the remaining axes.
+    Parameters
+    ----------
+    d : Tensor
+        Distances, component axis at `dim`.
+    log_prior : Tensor or None, default=None
+        Log mixing weights $\log\pi$ broadcastable to `d`; uniform if None.
+    log_det : Tensor or None, default=None
+        Per-component $\log|\det W_j|$, broadcastable to `d`.
+    dim : int, default=-1
+        The component axis.
+    reduction : {"mean", "sum", "none"}, default="mean"
+        Reduction over the remaining axes.
 
-    Gradient (per sample): :math:`\partial/\partial d_j = +r_j` (R4: the sign of the minimized
-    objective), :math:`\partial/\partial\log|\det W_j| = -r_j`, and
-    :math:`\partial/\partial\log\pi_j = -r_j`, where
-    :math:`r_j \propto \pi_j e^{-d_j + \log|\det W_j|}`.
+    Returns
+    -------
+    Tensor
+        The loss: a scalar, or per sample with `reduction="none"`.
+
+    Raises
+    ------
+    TypeError
+        If `d`, `log_prior` or `log_det` is not a floating tensor.
+    ValueError
+        If `dim` is out of range, the component axis is empty, `log_prior` or `log_det` does
+        not broadcast to `d`'s shape, or `reduction` is unknown.
+
+    Notes
+    -----
+    Gradient per sample, with $r_j \propto \pi_j e^{-d_j + \log|\det W_j|}$:
+
+    $$
+    \frac{\partial}{\partial d_j} = +r_j, \qquad
+    \frac{\partial}{\partial \log|\det W_j|} = -r_j, \qquad
+    \frac{\partial}{\partial \log\pi_j} = -r_j ,
+    $$
+
+    the first with the sign of the minimized objective (R4).
     """
     dim = check_component_axis(d, dim)
     _check_volume(log_det, d)
@@ -117,15 +150,27 @@ def mixture_nll(
 
 
 class MixtureNLL(nn.Module):
-    r"""Module form of :func:`mixture_nll` holding the mixing weights.
+    r"""Module form of [mixture_nll][] holding the mixing weights.
 
-    Args:
-        n_components: K.
-        log_prior: initial log weights (normalized on use); uniform if None.
-        learnable_prior: if True the weights are a parameter, normalized by ``log_softmax`` so
-            that :math:`\pi` stays on the simplex; its gradient is
-            :math:`\partial/\partial\text{logits}_j = \pi_j - r_j` per sample.
-        reduction: as in :func:`mixture_nll`.
+    `forward(d, log_det=None)` returns `mixture_nll(d, log_prior=self.log_prior(), log_det=log_det)`.
+
+    Parameters
+    ----------
+    n_components : int
+        $K$.
+    log_prior : Tensor or None, default=None
+        Initial log weights, `[K]` (normalized on use); uniform if None.
+    learnable_prior : bool, default=False
+        If True the weights are a parameter, normalized by `log_softmax` so that $\pi$ stays
+        on the simplex; its gradient is $\partial/\partial\,\mathrm{logits}_j = \pi_j - r_j$
+        per sample.
+    reduction : {"mean", "sum", "none"}, default="mean"
+        As in [mixture_nll][].
+
+    Raises
+    ------
+    ValueError
+        If `n_components` < 1 or `log_prior` is not of shape `[K]`.
     """
 
     def __init__(
@@ -150,7 +195,7 @@ class MixtureNLL(nn.Module):
         self.reduction: Reduction = reduction
 
     def log_prior(self) -> Tensor:
-        """The normalized log mixing weights :math:`\\log\\pi`, shape ``[K]``."""
+        r"""The normalized log mixing weights $\log\pi$, shape `[K]`."""
         return torch.log_softmax(self.prior_logits, dim=-1)
 
     def forward(self, d: Tensor, log_det: Tensor | None = None) -> Tensor:
@@ -164,11 +209,33 @@ class MixtureNLL(nn.Module):
 
 
 def soft_targets(d: Tensor, target: Tensor, label_smoothing: float = 0.0, dim: int = -1) -> Tensor:
-    r"""The target distribution :math:`t` used by :func:`cross_entropy`, shaped like ``d``.
+    r"""The target distribution $t$ used by [cross_entropy][], shaped like `d`.
 
-    ``target`` is either integer class indices (``d``'s shape without ``dim``) or a probability
-    tensor of ``d``'s shape. Label smoothing mixes it with the uniform distribution:
-    :math:`t \leftarrow (1-\varepsilon)\,t + \varepsilon/K`.
+    Parameters
+    ----------
+    d : Tensor
+        Distances, component axis at `dim`.
+    target : Tensor
+        Integer class indices (`d`'s shape without `dim`) or a probability tensor of `d`'s
+        shape.
+    label_smoothing : float, default=0.0
+        $\varepsilon \in [0, 1]$: the target is mixed with the uniform distribution,
+        $t \leftarrow (1-\varepsilon)\,t + \varepsilon/K$.
+    dim : int, default=-1
+        The component axis.
+
+    Returns
+    -------
+    Tensor
+        $t$, of `d`'s shape and dtype.
+
+    Raises
+    ------
+    TypeError
+        If `d` is not a floating tensor or `target` is neither class indices nor probabilities.
+    ValueError
+        If `label_smoothing` is outside $[0, 1]$, class indices are out of range, or a soft
+        target has the wrong shape, a negative entry or does not sum to 1.
     """
     dim = check_component_axis(d, dim)
     if not 0.0 <= label_smoothing <= 1.0:
@@ -214,21 +281,41 @@ def cross_entropy(
     dim: int = -1,
     reduction: Reduction = "mean",
 ) -> Tensor:
-    r"""Cross-entropy over distances :math:`-\sum_j t_j\log r_j`, i.e. :math:`d_y + \log\sum_k e^{-d_k}`.
+    r"""Cross-entropy over distances $-\sum_j t_j\log r_j$, for a label $d_y + \log\sum_k e^{-d_k}$.
 
     The constrained regime: supervision clamps the target's responsibility while the wrong
-    classes still compete through :math:`r` (C6). Equal to
-    ``F.cross_entropy(-d, target, label_smoothing=...)``.
+    classes still compete through $r$ (C6). Equal to
+    `F.cross_entropy(-d, target, label_smoothing=...)`.
 
-    Args:
-        d: distances, component axis at ``dim``.
-        target: class indices (``d``'s shape without ``dim``) or probabilities (``d``'s shape).
-        label_smoothing: :math:`\varepsilon \in [0, 1]` (a partial clamp, C14).
-        dim: the component axis.
-        reduction: ``"mean"`` | ``"sum"`` | ``"none"``.
+    Parameters
+    ----------
+    d : Tensor
+        Distances, component axis at `dim`.
+    target : Tensor
+        Class indices (`d`'s shape without `dim`) or probabilities (`d`'s shape).
+    label_smoothing : float, default=0.0
+        $\varepsilon \in [0, 1]$ (a partial clamp, C14).
+    dim : int, default=-1
+        The component axis.
+    reduction : {"mean", "sum", "none"}, default="mean"
+        Reduction over the remaining axes.
 
-    Gradient (per sample): :math:`\partial/\partial d_j = t_j - r_j`; for a hard label
-    :math:`1[j=y] - r_j` (R4). Components with :math:`d_j=+\infty` and :math:`t_j = 0` contribute 0.
+    Returns
+    -------
+    Tensor
+        The loss: a scalar, or per sample with `reduction="none"`.
+
+    Raises
+    ------
+    TypeError
+        If `d` is not a floating tensor or `target` is neither class indices nor probabilities.
+    ValueError
+        If the target does not fit `d` (see [soft_targets][]) or `reduction` is unknown.
+
+    Notes
+    -----
+    Gradient per sample: $\partial/\partial d_j = t_j - r_j$; for a hard label
+    $1[j=y] - r_j$ (R4). Components with $d_j=+\infty$ and $t_j = 0$ contribute 0.
     """
     dim = check_component_axis(d, dim)
     t = soft_targets(d, target, label_smoothing, dim)
@@ -241,7 +328,20 @@ def cross_entropy(
 
 
 class CrossEntropy(nn.Module):
-    """Module form of :func:`cross_entropy`."""
+    r"""Module form of [cross_entropy][]: `forward(d, target)`.
+
+    Parameters
+    ----------
+    label_smoothing : float, default=0.0
+        As in [cross_entropy][].
+    reduction : {"mean", "sum", "none"}, default="mean"
+        As in [cross_entropy][].
+
+    Raises
+    ------
+    ValueError
+        If `label_smoothing` is outside $[0, 1]$.
+    """
 
     def __init__(self, label_smoothing: float = 0.0, reduction: Reduction = "mean") -> None:
         super().__init__()
@@ -260,13 +360,34 @@ class CrossEntropy(nn.Module):
 
 
 def append_null(d: Tensor, d0: Tensor | float, dim: int = -1) -> Tensor:
-    r"""Append a null component with distance :math:`d_0` as the last component (index K).
+    r"""Append a null component with distance $d_0$ as the last component (index $K$).
 
-    The extended distances :math:`[d_1, \dots, d_K, d_0]` go into :func:`mixture_nll` (the
-    unsupervised regime: :math:`\partial/\partial d_0 = +r_0`) or :func:`cross_entropy` with
-    class index ``K`` meaning "none of the above" (the constrained regime:
-    :math:`\partial/\partial d_0 = 1[y=K] - r_0`). ``d0`` is a scalar or broadcastable to ``d``
-    without the component axis (a per-input threshold).
+    The extended distances $[d_1, \dots, d_K, d_0]$ go into [mixture_nll][] (the
+    unsupervised regime: $\partial/\partial d_0 = +r_0$) or [cross_entropy][] with
+    class index $K$ meaning "none of the above" (the constrained regime:
+    $\partial/\partial d_0 = 1[y=K] - r_0$).
+
+    Parameters
+    ----------
+    d : Tensor
+        Distances of the real components, component axis at `dim`.
+    d0 : Tensor or float
+        The null distance: a scalar, or broadcastable to `d` without the component axis (a
+        per-input threshold).
+    dim : int, default=-1
+        The component axis.
+
+    Returns
+    -------
+    Tensor
+        `d` with one more component along `dim`.
+
+    Raises
+    ------
+    TypeError
+        If `d` or `d0` is not floating.
+    ValueError
+        If `d0` does not broadcast to `d`'s batch shape.
     """
     dim = check_component_axis(d, dim)
     d0 = torch.as_tensor(d0, dtype=d.dtype, device=d.device)
@@ -286,11 +407,33 @@ def append_null(d: Tensor, d0: Tensor | float, dim: int = -1) -> Tensor:
 def null_responsibility(
     d: Tensor, d0: Tensor | float, log_prior: Tensor | None = None, dim: int = -1
 ) -> Tensor:
-    r"""Rejection responsibility :math:`r_0 = e^{-d_0} / (e^{-d_0} + \sum_j \pi_j e^{-d_j})`.
+    r"""Rejection responsibility $r_0 = e^{-d_0} / (e^{-d_0} + \sum_j \pi_j e^{-d_j})$.
 
-    Equivalently :math:`r_0 = \sigma(-d_0 - L(d))` with :math:`L` the :func:`~implicit_em.lse`
+    Equivalently $r_0 = \sigma(-d_0 - L(d))$ with $L$ the [lse][implicit_em.core.lse]
     of the real components: the input is rejected when no component explains it better than the
-    threshold :math:`d_0` (the open-set answer to C10).
+    threshold $d_0$ (the open-set answer to C10).
+
+    Parameters
+    ----------
+    d : Tensor
+        Distances of the real components, component axis at `dim`.
+    d0 : Tensor or float
+        The null distance, broadcastable to `d` without the component axis.
+    log_prior : Tensor or None, default=None
+        Log mixing weights of the real components, broadcastable to `d`.
+    dim : int, default=-1
+        The component axis.
+
+    Returns
+    -------
+    Tensor
+        $r_0$, of `d`'s shape without the component axis.
+        Raises
+    ------
+    TypeError
+        If `d` is not a floating tensor.
+    ValueError
+        If `dim` is out of range or the component axis is empty.
     """
     dim = check_component_axis(d, dim)
     d0 = torch.as_tensor(d0, dtype=d.dtype, device=d.device)
@@ -298,12 +441,19 @@ def null_responsibility(
 
 
 class NullComponent(nn.Module):
-    r"""A "none of the above" component with fixed or learnable distance :math:`d_0`.
+    r"""A "none of the above" component with fixed or learnable distance $d_0$.
 
-    ``forward(d)`` returns :func:`append_null` of ``d`` (index K is the null component), so it
-    composes with :class:`MixtureNLL` and :class:`CrossEntropy`; :meth:`responsibility` gives
-    :math:`r_0`. The learnable distance receives :math:`\partial/\partial d_0 = +r_0` under the
-    mixture NLL and :math:`1[y=K] - r_0` under cross-entropy.
+    `forward(d)` returns [append_null][] of `d` (index $K$ is the null component), so it
+    composes with [MixtureNLL][] and [CrossEntropy][]; [responsibility][] gives
+    $r_0$. The learnable distance receives $\partial/\partial d_0 = +r_0$ under the
+    mixture NLL and $1[y=K] - r_0$ under cross-entropy.
+
+    Parameters
+    ----------
+    d0 : float, default=0.0
+        The initial null distance.
+    learnable : bool, default=True
+        Make $d_0$ a parameter (otherwise a buffer).
     """
 
     def __init__(self, d0: float = 0.0, learnable: bool = True) -> None:
@@ -318,7 +468,10 @@ class NullComponent(nn.Module):
         return append_null(d, self.d0.to(d.dtype))
 
     def responsibility(self, d: Tensor, log_prior: Tensor | None = None) -> Tensor:
-        """:math:`r_0` for distances ``d`` of the real components (see :func:`null_responsibility`)."""
+        """The rejection responsibility $r_0$ for distances `d` of the real components.
+
+        See [null_responsibility][implicit_em.objectives.null_responsibility].
+        """
         return null_responsibility(d, self.d0.to(d.dtype), log_prior=log_prior)
 
 
@@ -328,10 +481,35 @@ class NullComponent(nn.Module):
 
 
 def correntropy(d: Tensor, sigma: float, dim: int = -1, reduction: Reduction = "mean") -> Tensor:
-    r"""Correntropy-induced loss :math:`\sum_j \bigl(1 - \exp(-d_j^2/\sigma^2)\bigr)` (C7).
+    r"""Correntropy-induced loss $\sum_j \bigl(1 - \exp(-d_j^2/\sigma^2)\bigr)$ (C7).
 
-    Gradient: :math:`\partial/\partial d_j = \tfrac{2 d_j}{\sigma^2}\exp(-d_j^2/\sigma^2)`, which
-    depends on :math:`d_j` alone: the Hessian is diagonal, far outliers get a vanishing gradient
+    Parameters
+    ----------
+    d : Tensor
+        Distances, component axis at `dim`.
+    sigma : float
+        The kernel width $\sigma > 0$.
+    dim : int, default=-1
+        The component axis.
+    reduction : {"mean", "sum", "none"}, default="mean"
+        Reduction over the remaining axes.
+
+    Returns
+    -------
+    Tensor
+        The loss: a scalar, or per sample with `reduction="none"`.
+
+    Raises
+    ------
+    TypeError
+        If `d` is not a floating tensor.
+    ValueError
+        If `sigma` <= 0, `dim` is out of range or `reduction` is unknown.
+
+    Notes
+    -----
+    Gradient: $\partial/\partial d_j = \tfrac{2 d_j}{\sigma^2}\exp(-d_j^2/\sigma^2)$, which
+    depends on $d_j$ alone: the Hessian is diagonal, far outliers get a vanishing gradient
     (robustness) and no component competes with another (no responsibility).
     """
     dim = check_component_axis(d, dim)
@@ -341,7 +519,20 @@ def correntropy(d: Tensor, sigma: float, dim: int = -1, reduction: Reduction = "
 
 
 class CorrentropyLoss(nn.Module):
-    """Module form of :func:`correntropy`."""
+    r"""Module form of [correntropy][]: `forward(d)`.
+
+    Parameters
+    ----------
+    sigma : float, default=1.0
+        The kernel width $\sigma > 0$.
+    reduction : {"mean", "sum", "none"}, default="mean"
+        As in [correntropy][].
+
+    Raises
+    ------
+    ValueError
+        If `sigma` <= 0.
+    """
 
     def __init__(self, sigma: float = 1.0, reduction: Reduction = "mean") -> None:
         super().__init__()
@@ -363,12 +554,39 @@ def sigmoid_bce(
 ) -> Tensor:
     r"""Independent per-component sigmoids with binary cross-entropy (C8).
 
-    Each component :math:`j` predicts :math:`p_j = \sigma(b - d_j)` on its own, with loss
-    :math:`\sum_j -t_j\log p_j - (1-t_j)\log(1-p_j)`. ``target`` is class indices (one-hot
-    targets) or a float tensor of ``d``'s shape in :math:`[0,1]` (multi-label or soft).
+    Each component $j$ predicts $p_j = \sigma(b - d_j)$ on its own, with loss
+    $\sum_j -t_j\log p_j - (1-t_j)\log(1-p_j)$.
 
-    Gradient: :math:`\partial/\partial d_j = t_j - \sigma(b - d_j)`: component :math:`j` alone,
-    so the Hessian in ``d`` is diagonal, :math:`\sigma'(b-d_j)`, and there is no responsibility.
+    Parameters
+    ----------
+    d : Tensor
+        Distances, component axis at `dim`.
+    target : Tensor
+        Class indices (one-hot targets) or a float tensor of `d`'s shape in $[0,1]$
+        (multi-label or soft).
+    bias : Tensor or float, default=0.0
+        The shared bias $b$.
+    dim : int, default=-1
+        The component axis.
+    reduction : {"mean", "sum", "none"}, default="mean"
+        Reduction over the remaining axes.
+
+    Returns
+    -------
+    Tensor
+        The loss: a scalar, or per sample with `reduction="none"`.
+
+    Raises
+    ------
+    TypeError
+        If `d` is not a floating tensor or `target` holds neither indices nor floats.
+    ValueError
+        If the target does not fit `d` or lies outside $[0, 1]$, or `reduction` is unknown.
+
+    Notes
+    -----
+    Gradient: $\partial/\partial d_j = t_j - \sigma(b - d_j)$: component $j$ alone,
+    so the Hessian in `d` is diagonal, $\sigma'(b-d_j)$, and there is no responsibility.
     """
     dim = check_component_axis(d, dim)
     if isinstance(target, Tensor) and target.is_floating_point():
@@ -389,7 +607,17 @@ def sigmoid_bce(
 
 
 class SigmoidBCE(nn.Module):
-    """Module form of :func:`sigmoid_bce`, with an optional learnable shared bias :math:`b`."""
+    r"""Module form of [sigmoid_bce][] with a shared bias $b$: `forward(d, target)`.
+
+    Parameters
+    ----------
+    bias : float, default=0.0
+        The initial shared bias $b$.
+    learnable_bias : bool, default=False
+        Make $b$ a parameter (otherwise a buffer).
+    reduction : {"mean", "sum", "none"}, default="mean"
+        As in [sigmoid_bce][].
+    """
 
     def __init__(
         self, bias: float = 0.0, learnable_bias: bool = False, reduction: Reduction = "mean"
@@ -420,21 +648,63 @@ def _check_batch(d: Tensor, name: str = "d") -> None:
 
 
 def variance_penalty(d: Tensor, eps: float = 1e-6) -> Tensor:
-    r""":math:`-\sum_j \log(\operatorname{Var}_b(d_{bj}) + \varepsilon)` over a batch ``d[B, K]``.
+    r"""Variance penalty $-\sum_j \log(\operatorname{Var}_b(d_{bj}) + \varepsilon)$ over a batch.
 
     The diagonal of the missing log-det: a component whose distance no longer varies over the
     batch (it answers every input alike, the first sign of collapse, C9) is penalized without
-    bound. Gradient: :math:`\partial/\partial d_{bj} = -\tfrac{2(d_{bj}-\bar d_j)}{(B-1)(\operatorname{Var}_j+\varepsilon)}`.
+    bound.
+
+    Parameters
+    ----------
+    d : Tensor
+        Distances `[B, K]` with $B \ge 2$.
+    eps : float, default=1e-6
+        $\varepsilon$.
+
+    Returns
+    -------
+    Tensor
+        The penalty, a scalar.
+
+    Raises
+    ------
+    TypeError
+        If `d` is not a floating tensor.
+    ValueError
+        If `d` is not of shape `[B, K]` with $B \ge 2$.
+
+    Notes
+    -----
+    Gradient: $\partial/\partial d_{bj} = -\dfrac{2(d_{bj}-\bar d_j)}{(B-1)(\operatorname{Var}_j+\varepsilon)}$.
     """
     _check_batch(d)
     return -torch.log(d.var(dim=0) + eps).sum()
 
 
 def decorrelation_penalty(d: Tensor, eps: float = 1e-6) -> Tensor:
-    r""":math:`\lVert \operatorname{Corr}(d) - I\rVert_F^2` over a batch ``d[B, K]``.
+    r"""Decorrelation penalty $\lVert \operatorname{Corr}(d) - I\rVert_F^2$ over a batch.
 
     The off-diagonal of the missing log-det: components whose distances are correlated answer
     the same inputs (redundant, a softer collapse).
+
+    Parameters
+    ----------
+    d : Tensor
+        Distances `[B, K]` with $B \ge 2$.
+    eps : float, default=1e-6
+        Added to each variance before the square root.
+
+    Returns
+    -------
+    Tensor
+        The penalty, a scalar.
+
+    Raises
+    ------
+    TypeError
+        If `d` is not a floating tensor.
+    ValueError
+        If `d` is not of shape `[B, K]` with $B \ge 2$.
     """
     _check_batch(d)
     centered = d - d.mean(dim=0, keepdim=True)
@@ -446,7 +716,26 @@ def decorrelation_penalty(d: Tensor, eps: float = 1e-6) -> Tensor:
 
 
 class VolumeSurrogate(nn.Module):
-    """``variance_weight * variance_penalty(d) + decorrelation_weight * decorrelation_penalty(d)``."""
+    """Both volume surrogates, weighted: `forward(d)` for a batch `d[B, K]`.
+
+    `forward(d)` returns
+    `variance_weight * variance_penalty(d) + decorrelation_weight * decorrelation_penalty(d)`
+    (see [variance_penalty][] and [decorrelation_penalty][]).
+
+    Parameters
+    ----------
+    variance_weight : float, default=1.0
+        Weight of the variance penalty, >= 0.
+    decorrelation_weight : float, default=1.0
+        Weight of the decorrelation penalty, >= 0.
+    eps : float, default=1e-6
+        Passed to both penalties.
+
+    Raises
+    ------
+    ValueError
+        If a weight is negative.
+    """
 
     def __init__(
         self, variance_weight: float = 1.0, decorrelation_weight: float = 1.0, eps: float = 1e-6

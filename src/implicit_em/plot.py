@@ -1,7 +1,15 @@
-"""The standard figures of a traced run, from a :class:`~implicit_em.trace.History` or a JSONL file.
+"""The standard figures of a traced run, from a tracer's history or its JSON Lines file.
 
-Each function draws on a fresh matplotlib ``Figure`` (Agg canvas, no pyplot state) and returns it;
-:func:`standard_figures` writes them all as PNG files. Requires matplotlib.
+Each function draws on a fresh matplotlib `Figure` (Agg canvas, no pyplot state) and returns it;
+[standard_figures][] writes them all as PNG files. Requires matplotlib (the `plot` extra).
+
+Examples
+--------
+```python
+import implicit_em as iem
+
+paths = iem.plot.standard_figures("runs/trace.jsonl", "figures/")
+```
 """
 
 from __future__ import annotations
@@ -30,7 +38,28 @@ def _figure(rows: int = 1, width: float = 7.0, height: float = 3.2) -> Any:
 
 
 def responsibility_mass(source: History | str | Path, site: str) -> Any:
-    """Stacked responsibility mass :math:`\\bar r_j` per component over steps at one site."""
+    r"""Stacked responsibility mass $\bar r_j$ per component over steps at one site.
+
+    Parameters
+    ----------
+    source : History or str or Path
+        A [History][implicit_em.trace.History], or the path of a JSON Lines file written by the
+        tracer's `"jsonl"` sink.
+    site : str
+        A classification or mixture site's name.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure.
+
+    Raises
+    ------
+    ValueError
+        If the site has no recorded mass.
+    ImportError
+        If matplotlib is missing.
+    """
     history = _history(source)
     steps, masses = history.series(site, "mass")
     if not steps:
@@ -52,7 +81,19 @@ def responsibility_mass(source: History | str | Path, site: str) -> Any:
 
 
 def effective_k(source: History | str | Path) -> Any:
-    """Effective number of components :math:`\\exp H(\\bar r)` and mean entropy per site."""
+    r"""Effective number of components $\exp H(\bar r)$ and mean entropy per site, over steps.
+
+    Parameters
+    ----------
+    source : History or str or Path
+        A [History][implicit_em.trace.History], or the path of a JSON Lines file written by the
+        tracer's `"jsonl"` sink.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Two panels: effective K and mean entropy, one line per responsibility site.
+    """
     history = _history(source)
     fig = _figure(rows=2)
     top, bottom = fig.subplots(2, 1, sharex=True)
@@ -66,7 +107,19 @@ def effective_k(source: History | str | Path) -> Any:
 
 
 def churn(source: History | str | Path) -> Any:
-    """Share of probe assignments (argmax) that changed between measurements, per site."""
+    """Share of probe assignments (argmax) that changed between measurements, per site.
+
+    Parameters
+    ----------
+    source : History or str or Path
+        A [History][implicit_em.trace.History], or the path of a JSON Lines file written by the
+        tracer's `"jsonl"` sink.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        One line per responsibility site.
+    """
     history = _history(source)
     fig = _figure()
     ax = fig.add_subplot()
@@ -78,7 +131,20 @@ def churn(source: History | str | Path) -> Any:
 
 
 def two_timescales(source: History | str | Path) -> Any:
-    """Attention-pattern drift versus value drift on the probe batch, per attention site (C12)."""
+    """Attention-pattern drift versus value drift on the probe batch, per attention site (C12).
+
+    Parameters
+    ----------
+    source : History or str or Path
+        A [History][implicit_em.trace.History], or the path of a JSON Lines file written by the
+        tracer's `"jsonl"` sink.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        One panel, log scale: per attention site, the attention drift (solid) and the value
+        drift (dashed) between measurements.
+    """
     history = _history(source)
     fig = _figure()
     ax = fig.add_subplot()
@@ -97,7 +163,22 @@ def two_timescales(source: History | str | Path) -> Any:
 
 
 def standard_figures(source: History | str | Path, outdir: str | Path) -> list[Path]:
-    """Write every figure that the history has data for as PNG files; returns their paths."""
+    """Write every figure that the history has data for as PNG files.
+
+    Parameters
+    ----------
+    source : History or str or Path
+        A [History][implicit_em.trace.History], or the path of a JSON Lines file written by the
+        tracer's `"jsonl"` sink.
+    outdir : str or Path
+        The folder (created if missing).
+
+    Returns
+    -------
+    list of Path
+        The files written: `mass_<site>.png` per responsibility site with mass,
+        `effective_k.png`, `churn.png` and `two_timescales.png` where the history has their data.
+    """
     history = _history(source)
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,176 @@
+"""The documentation site: it builds without a warning, documents every public name, loads nothing
+from the network, and the examples in the converted docstrings run as written."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import os
+import pkgutil
+import re
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+
+import implicit_em
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "mkdocs.yml"
+REFERENCE = "reference/"
+
+# Top-level submodules that the reference does not document: the command line is documented by
+# `implicit-em --help` and the guides.
+NOT_REFERENCED = {"implicit_em.cli"}
+
+# Modules whose docstrings follow the NumPy convention with doctest examples.
+DOCTESTED = (
+    "implicit_em",
+    "implicit_em.core",
+    "implicit_em.distances",
+    "implicit_em.attention",
+    "implicit_em.objectives",
+    "implicit_em.identities",
+)
+
+
+class _Ids(HTMLParser):
+    """Collects every `id` attribute and every external script or stylesheet of a page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[str] = set()
+        self.external: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = dict(attrs)
+        if values.get("id"):
+            self.ids.add(values["id"])
+        url = values.get("src") if tag == "script" else None
+        if tag == "link" and "stylesheet" in (values.get("rel") or ""):
+            url = values.get("href")
+        if tag == "link" and "preconnect" in (values.get("rel") or ""):
+            url = values.get("href")
+        if url and re.match(r"^(https?:)?//", url):
+            self.external.append(url)
+
+
+def _nav_pages(nav: list) -> list[str]:
+    pages = []
+    for entry in nav:
+        value = next(iter(entry.values())) if isinstance(entry, dict) else entry
+        pages.extend(_nav_pages(value) if isinstance(value, list) else [value])
+    return pages
+
+
+def _page_html(site: Path, page: str) -> Path:
+    stem = page.removesuffix(".md")
+    if stem == "index" or stem.endswith("/index"):
+        return site / stem.removesuffix("index") / "index.html"
+    return site / stem / "index.html"
+
+
+@pytest.fixture(scope="module")
+def config() -> dict:
+    return yaml.safe_load(CONFIG.read_text())
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`mkdocs build --strict` into a temporary folder (the same build as `make docs`)."""
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    cmd = [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(CONFIG), "-d", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
+    return out
+
+
+def _parse(path: Path) -> _Ids:
+    parser = _Ids()
+    parser.feed(path.read_text(encoding="utf-8"))
+    return parser
+
+
+def _public_names() -> list[str]:
+    """`module.name` for every name in the `__all__` of the package and its public submodules.
+
+    A public subpackage without an `__all__` of its own is documented through its submodules'.
+    """
+    names = [f"implicit_em.{name}" for name in implicit_em.__all__]
+    for info in pkgutil.iter_modules(implicit_em.__path__, "implicit_em."):
+        if info.name in NOT_REFERENCED or info.name.rsplit(".", 1)[1].startswith("_"):
+            continue
+        names.extend(_module_names(importlib.import_module(info.name)))
+    return names
+
+
+def _module_names(module: ModuleType) -> list[str]:
+    if hasattr(module, "__all__"):
+        return [module.__name__] + [f"{module.__name__}.{name}" for name in module.__all__]
+    assert hasattr(module, "__path__"), f"{module.__name__} has no __all__"
+    names = [module.__name__]
+    for info in pkgutil.iter_modules(module.__path__, module.__name__ + "."):
+        if not info.name.rsplit(".", 1)[1].startswith("_"):
+            names.extend(_module_names(importlib.import_module(info.name)))
+    return names
+
+
+def test_every_public_name_has_an_entry_in_the_reference(config: dict, site: Path) -> None:
+    pages = [p for p in _nav_pages(config["nav"]) if p.startswith(REFERENCE)]
+    assert pages, "mkdocs.yml has no API reference pages in its nav"
+    documented: set[str] = set()
+    for page in pages:
+        documented |= _parse(_page_html(site, page)).ids
+    missing = [name for name in _public_names() if name not in documented]
+    assert not missing, f"public names without an entry in the API reference: {missing}"
+
+
+def test_every_page_is_in_the_nav(config: dict) -> None:
+    in_nav = set(_nav_pages(config["nav"]))
+    excluded = set((config.get("exclude_docs") or "").split())
+    docs = ROOT / config.get("docs_dir", "docs")
+    pages = {p.relative_to(docs).as_posix() for p in docs.rglob("*.md")} - excluded
+    assert pages - in_nav == set(), "pages missing from the nav of mkdocs.yml"
+    assert in_nav - pages == set(), "nav entries without a page"
+
+
+def test_pages_load_nothing_from_the_network(site: Path) -> None:
+    external = {
+        f"{page.relative_to(site)}: {url}"
+        for page in site.rglob("*.html")
+        for url in _parse(page).external
+    }
+    assert not external, f"scripts or stylesheets from the network: {sorted(external)}"
+
+
+def test_math_is_typeset_by_the_bundled_katex(config: dict, site: Path) -> None:
+    for asset in config["extra_javascript"] + config["extra_css"]:
+        assert (site / asset).is_file(), f"{asset} is not in the built site"
+    core = (site / "reference" / "core" / "index.html").read_text(encoding="utf-8")
+    assert 'class="arithmatex"' in core, "the docstring math did not reach the page"
+    assert ":math:" not in core, "a Sphinx role was left in a converted docstring"
+    fonts = re.findall(r"url\((fonts/[^)]+)\)", (site / "assets/katex/katex.min.css").read_text())
+    assert fonts, "the KaTeX stylesheet names no fonts"
+    missing = [f for f in fonts if not (site / "assets/katex" / f).is_file()]
+    assert not missing, f"fonts named by the KaTeX stylesheet but not shipped: {missing}"
+
+
+@pytest.mark.parametrize("name", DOCTESTED)
+def test_docstring_examples_run(name: str) -> None:
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0, f"{name} has no docstring example"
+    assert result.failed == 0, f"{result.failed} docstring examples of {name} failed"
+
+
+def test_getting_started_python_blocks_run() -> None:
+    page = ROOT / "docs" / "getting-started.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S)
+    assert blocks, "the tour shows Python examples"
+    for block in blocks:
+        exec(compile(block, str(page), "exec"), {"__name__": "getting_started"})
