@@ -18,7 +18,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -59,12 +59,33 @@ class Result:
     seconds: float
     cached: bool = False
     error: str | None = None
-    figure_dir: str = ""
-    criteria: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def meaning(self) -> str:
         return self.experiment.meaning.get(self.judgement.verdict, "")
+
+    @property
+    def figure_dir(self) -> str:
+        """The folder of the figures, relative to the report's output folder."""
+        return f"figures/{self.experiment.id}-{self.key}"
+
+    @property
+    def criteria(self) -> list[dict[str, Any]]:
+        """Each criterion of the rule with its measured value and whether it is met."""
+        if self.outcome is None:
+            return []
+        numbers = self.outcome.numbers
+        return [
+            {
+                "number": c.number,
+                "op": c.op,
+                "threshold": c.threshold,
+                "means": c.means,
+                "value": c.value(numbers),
+                "met": c.met(numbers),
+            }
+            for c in self.experiment.rule.criteria
+        ]
 
     def as_dict(self) -> dict[str, Any]:
         e = self.experiment
@@ -150,20 +171,6 @@ def check_output_folder(out: Path) -> None:
         raise ValueError(f"--out {out}: not a writable folder ({err.strerror or err})") from err
 
 
-def _criteria(experiment: Experiment, numbers: dict[str, Any]) -> list[dict[str, Any]]:
-    return [
-        {
-            "number": c.number,
-            "op": c.op,
-            "threshold": c.threshold,
-            "means": c.means,
-            "value": c.value(numbers),
-            "met": c.met(numbers),
-        }
-        for c in experiment.rule.criteria
-    ]
-
-
 def _load(experiment: Experiment, path: Path, size: str, config: dict, key: str) -> Result | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -184,8 +191,6 @@ def _load(experiment: Experiment, path: Path, size: str, config: dict, key: str)
         experiment.judge(outcome),
         float(data.get("seconds", 0.0)),
         cached=True,
-        figure_dir=f"figures/{experiment.id}-{key}",
-        criteria=_criteria(experiment, outcome.numbers),
     )
 
 
@@ -250,8 +255,6 @@ def _run_one(experiment: Experiment, size: str, config: dict, key: str, out: Pat
         outcome,
         experiment.judge(outcome),
         seconds,
-        figure_dir=f"figures/{experiment.id}-{key}",
-        criteria=_criteria(experiment, outcome.numbers),
     )
 
 
