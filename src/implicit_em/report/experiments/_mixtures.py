@@ -65,6 +65,17 @@ def datasets(n_synthetic: int, seed: int = 0) -> list[Dataset]:
     return [synthetic(n_synthetic, seed), wine()]
 
 
+def starts(seeds: list[int], n_synthetic: int) -> list[tuple[int, Dataset]]:
+    """Every (seed, data set) pair the mixture experiments run: each seed on each data set."""
+    return [(seed, data) for seed in seeds for data in datasets(n_synthetic, seed)]
+
+
+def finite(reduce, values: list[float]) -> float:
+    """``reduce`` over the finite ``values``; NaN when there are none."""
+    kept = [v for v in values if np.isfinite(v)]
+    return float(reduce(kept)) if kept else float("nan")
+
+
 def poor_start(data: Dataset, seed: int, covariance_type: str = "full") -> Mixture:
     """Random data rows as means, the data's covariance for every component, uniform weights."""
     x, k = data.x, data.n_components

@@ -62,11 +62,7 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
     rows, curves = [], {}
     residual_by = {label: [] for label, _, _ in fitters}
     deviation_by = {label: [] for label, _, _ in fitters}
-    jobs = [
-        (seed, data)
-        for seed in config["seeds"]
-        for data in mx.datasets(config["n_synthetic"], seed)
-    ]
+    jobs = mx.starts(config["seeds"], config["n_synthetic"])
     for seed, data in progress(jobs, desc="E2 starts"):
         start = mx.poor_start(data, seed)
         em_path, _, _ = mx.path("em", start, data.x, config["passes"])
@@ -94,11 +90,11 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
                 curves[(data.name, label)] = (log_likelihoods, deviation)
     gd_labels = [label for label, fitter, _ in fitters if fitter == "gd"]
     adam_labels = [label for label, fitter, _ in fitters if fitter == "adam"]
-    gd_residual = min(_finite_max(residual_by[label]) for label in gd_labels)
-    adam_residual = min(_finite_max(residual_by[label]) for label in adam_labels)
+    gd_residual = min(mx.finite(max, residual_by[label]) for label in gd_labels)
+    adam_residual = min(mx.finite(max, residual_by[label]) for label in adam_labels)
     numbers = {
         "preconditioned_max_deviation": max(deviation_by["preconditioned"]),
-        "preconditioned_median_residual": _finite_max(residual_by["preconditioned"]),
+        "preconditioned_median_residual": mx.finite(max, residual_by["preconditioned"]),
         "gd_best_median_residual": gd_residual,
         "adam_best_median_residual": adam_residual,
         "gd_min_max_deviation": min(max(deviation_by[label]) for label in gd_labels),
@@ -139,11 +135,6 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
         ],
         notes=notes,
     )
-
-
-def _finite_max(values: list[float]) -> float:
-    finite = [v for v in values if np.isfinite(v)]
-    return max(finite) if finite else float("nan")
 
 
 def _plot(curves: dict, out: Path) -> str:

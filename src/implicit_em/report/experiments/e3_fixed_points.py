@@ -54,11 +54,7 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
     tol = config["gradient_tolerance"]
     rows, curves = [], {}
     same, stationary, optimum_norms, drifts = [], [], [], []
-    jobs = [
-        (seed, data)
-        for seed in config["seeds"]
-        for data in mx.datasets(config["n_synthetic"], seed)
-    ]
+    jobs = mx.starts(config["seeds"], config["n_synthetic"])
     for seed, data in progress(jobs, desc="E3 starts"):
         start = mx.poor_start(data, seed)
         em_path, em_ll, _ = mx.path("em", start, data.x, config["em_passes"])

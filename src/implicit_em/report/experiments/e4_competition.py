@@ -19,15 +19,13 @@ from typing import Any
 import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
-from sklearn.datasets import load_wine
-from sklearn.decomposition import PCA
 from sklearn.metrics import adjusted_rand_score
-from sklearn.preprocessing import StandardScaler
 from torch import Tensor
 
 from implicit_em import objectives
 from implicit_em.core import responsibilities
 from implicit_em.distances import squared_euclidean
+from implicit_em.report.experiments import _mixtures as mx
 from implicit_em.report.figures import new_figure, save
 from implicit_em.report.registry import (
     Criterion,
@@ -53,15 +51,11 @@ def blobs(n: int, seed: int) -> tuple[Tensor, np.ndarray, Tensor]:
 
 
 def wine_2d() -> tuple[Tensor, np.ndarray, Tensor]:
-    """Wine, standardized, PCA to 2-D; the three cultivars' means as the true centres."""
-    bunch = load_wine()
-    x = PCA(2, random_state=0).fit_transform(StandardScaler().fit_transform(bunch.data))
-    centres = np.stack([x[bunch.target == c].mean(0) for c in range(3)])
-    return (
-        torch.tensor(x, dtype=torch.float32),
-        bunch.target,
-        torch.tensor(centres, dtype=torch.float32),
-    )
+    """Wine as the mixture experiments use it (PCA 2-D), in float32; the cultivars' means as
+    the true centres."""
+    data = mx.wine()
+    centres = torch.stack([data.x[torch.as_tensor(data.labels == c)].mean(0) for c in range(3)])
+    return data.x.float(), data.labels, centres.float()
 
 
 def with_outliers(x: Tensor, share: float, radius: float, seed: int) -> Tensor:

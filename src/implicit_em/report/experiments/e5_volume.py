@@ -137,11 +137,7 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
         name: {"alarms": [], "gap": [], "share": [], "log_det_drop": [], "diverged": []}
         for name in CONFIGURATIONS
     }
-    jobs = [
-        (seed, data)
-        for seed in config["seeds"]
-        for data in mx.datasets(config["n_synthetic"], seed)
-    ]
+    jobs = mx.starts(config["seeds"], config["n_synthetic"])
     for seed, data in progress(jobs, desc="E5 runs"):
         x = data.x.float()
         generator = torch.Generator().manual_seed(seed)
@@ -189,17 +185,17 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
         "no_volume_alarm_share": float(np.mean([a > 0 for a in per["no volume"]["alarms"]])),
         "volume_alarm_share": float(np.mean([a > 0 for a in per["log-det volume"]["alarms"]])),
         "surrogate_alarm_share": float(np.mean([a > 0 for a in per["surrogate"]["alarms"]])),
-        "no_volume_log_det_drop": _finite(np.min, per["no volume"]["log_det_drop"]),
+        "no_volume_log_det_drop": mx.finite(np.min, per["no volume"]["log_det_drop"]),
         "volume_reaches_em_share": float(
             np.mean([g >= -config["em_gap"] for g in per["log-det volume"]["gap"]])
         )
         if per["log-det volume"]["gap"]
         else float("nan"),
-        "volume_worst_gap_to_em": _finite(np.min, per["log-det volume"]["gap"]),
-        "no_volume_best_gap_to_em": _finite(np.max, per["no volume"]["gap"]),
-        "surrogate_best_gap_to_em": _finite(np.max, per["surrogate"]["gap"]),
-        "no_volume_max_share": _finite(np.mean, per["no volume"]["share"]),
-        "volume_max_share": _finite(np.mean, per["log-det volume"]["share"]),
+        "volume_worst_gap_to_em": mx.finite(np.min, per["log-det volume"]["gap"]),
+        "no_volume_best_gap_to_em": mx.finite(np.max, per["no volume"]["gap"]),
+        "surrogate_best_gap_to_em": mx.finite(np.max, per["surrogate"]["gap"]),
+        "no_volume_max_share": mx.finite(np.mean, per["no volume"]["share"]),
+        "volume_max_share": mx.finite(np.mean, per["log-det volume"]["share"]),
         "surrogate_diverged_share": float(np.mean(per["surrogate"]["diverged"])),
         "volume_diverged_share": float(np.mean(per["log-det volume"]["diverged"])),
         "seeds": len(config["seeds"]),
@@ -244,11 +240,6 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
         ],
         notes=notes,
     )
-
-
-def _finite(reduce, values: list[float]) -> float:
-    finite = [v for v in values if np.isfinite(v)]
-    return float(reduce(finite)) if finite else float("nan")
 
 
 def _plot(curves: dict, config: dict, out: Path) -> str:
