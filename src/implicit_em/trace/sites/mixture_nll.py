@@ -22,7 +22,8 @@ from implicit_em.trace.metrics import Stats
 from implicit_em.trace.sites.base import Context, Kept
 from implicit_em.trace.sites.responsibility import (
     ResponsibilityKind,
-    responsibility_statistics,
+    distance_statistics,
+    keep_distance_gradients,
     rows,
 )
 
@@ -70,19 +71,7 @@ class MixtureNLL(ResponsibilityKind):
         kept = MixtureKept(ctx.keep(rows(logits, dim)))
         ctx.add(name, self, kept)
 
-        def grad(g: Tensor) -> None:
-            kept.grad = ctx.keep(rows(g, dim))
-
-        def factor(u: Tensor) -> None:
-            kept.factor = ctx.keep(u.reshape(-1))
-
-        ctx.on_gradient(d, grad)
-        ctx.on_gradient(loss, factor)
+        keep_distance_gradients(ctx, kept, d, loss, dim)
 
     def statistics(self, k: Kept) -> Stats:
-        dtype = torch.promote_types(k.logits.dtype, torch.float32)
-        weight = torch.ones(k.logits.shape[:2], dtype=dtype, device=k.logits.device)
-        c = None
-        if k.grad is not None:
-            c = torch.zeros_like(weight) if k.factor is None else k.factor.to(weight.dtype)
-        return responsibility_statistics(k.logits, None, weight, c, k.grad, 1.0)
+        return distance_statistics(k, None, 1.0)

@@ -22,9 +22,16 @@ from implicit_em.trace.metrics import (
     read_responsibilities,
     responsibility_stats_steps,
 )
-from implicit_em.trace.sites.base import Kept, SiteKind
+from implicit_em.trace.sites.base import Context, Kept, SiteKind
 
-__all__ = ["ResponsibilityKind", "responsibility_statistics", "rows", "to_float"]
+__all__ = [
+    "ResponsibilityKind",
+    "distance_statistics",
+    "keep_distance_gradients",
+    "responsibility_statistics",
+    "rows",
+    "to_float",
+]
 
 
 def rows(t: Tensor, dim: int) -> Tensor:
@@ -76,6 +83,33 @@ def responsibility_statistics(
     stats["nonfinite"] = (~finite & (c != 0)).sum(-1).to(grad.dtype)
     stats["n_grad"] = valid.sum(-1).to(grad.dtype)
     return stats
+
+
+def keep_distance_gradients(ctx: Context, kept: Kept, d: Tensor, loss: Tensor, dim: int) -> None:
+    """Keep what a site of the package's distance objectives reads in the backward pass: the
+    gradient of ``d`` as ``[N, K]`` rows in ``kept.grad``, and the upstream gradient of the
+    per-sample ``loss`` (the row factor :math:`c_i`) in ``kept.factor``."""
+
+    def grad(g: Tensor) -> None:
+        kept.grad = ctx.keep(rows(g, dim))
+
+    def factor(u: Tensor) -> None:
+        kept.factor = ctx.keep(u.reshape(-1))
+
+    ctx.on_gradient(d, grad)
+    ctx.on_gradient(loss, factor)
+
+
+def distance_statistics(k: Kept, target: Tensor | None, sign: float) -> Stats:
+    """:func:`responsibility_statistics` of stacked distance-objective records (``k.logits``,
+    ``k.grad``, ``k.factor``): every row has weight 1, and a row whose loss received no upstream
+    gradient has factor 0."""
+    dtype = torch.promote_types(k.logits.dtype, torch.float32)
+    weight = torch.ones(k.logits.shape[:2], dtype=dtype, device=k.logits.device)
+    c = None
+    if k.grad is not None:
+        c = torch.zeros_like(weight) if k.factor is None else k.factor.to(weight.dtype)
+    return responsibility_statistics(k.logits, target, weight, c, k.grad, sign)
 
 
 class ResponsibilityKind(SiteKind):
