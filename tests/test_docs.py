@@ -35,6 +35,7 @@ DOCTESTED = (
     "implicit_em.attention",
     "implicit_em.objectives",
     "implicit_em.identities",
+    "implicit_em.mixture.estimator",
 )
 
 

@@ -1,19 +1,19 @@
 r"""Real image data for the neural experiments, read from local files (nothing is downloaded).
 
 * **Fashion-MNIST** (70,000 grey 28 x 28 images, 10 classes) from its four IDX files,
-  ``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``, ``t10k-images-idx3-ubyte`` and
-  ``t10k-labels-idx1-ubyte``, each optionally gzipped (``.gz``). They are looked for in
-  ``$IMPLICIT_EM_DATA/fashion-mnist``, then ``$IMPLICIT_EM_DATA``, then
-  ``/usr/share/datasets/fashion-mnist`` (where Debian's ``dataset-fashion-mnist`` package puts
-  them: ``make data`` installs it).
-* **digits**: scikit-learn's bundled ``load_digits`` (1,797 grey 8 x 8 images, 10 classes),
+  `train-images-idx3-ubyte`, `train-labels-idx1-ubyte`, `t10k-images-idx3-ubyte` and
+  `t10k-labels-idx1-ubyte`, each optionally gzipped (`.gz`). They are looked for in
+  `$IMPLICIT_EM_DATA/fashion-mnist`, then `$IMPLICIT_EM_DATA`, then
+  `/usr/share/datasets/fashion-mnist` (where Debian's `dataset-fashion-mnist` package puts
+  them: `make data` installs it).
+* **digits**: scikit-learn's bundled `load_digits` (1,797 grey 8 x 8 images, 10 classes),
   split into train and test with a fixed stratified split.
 
-Both come as an :class:`ImageData`: float32 pixels in :math:`[0, 1]`, one flattened image per row.
+Both come as an `ImageData`: float32 pixels in $[0, 1]$, one flattened image per row.
 
 The IDX format: a 4-byte magic number (two zero bytes, a type code, the number of dimensions
-``n``), then ``n`` big-endian unsigned 32-bit sizes, then the values in row-major order,
-big-endian. :func:`read_idx` reads any IDX file of the types 0x08 (uint8), 0x09 (int8),
+`n`), then `n` big-endian unsigned 32-bit sizes, then the values in row-major order,
+big-endian. `read_idx` reads any IDX file of the types 0x08 (uint8), 0x09 (int8),
 0x0B (int16), 0x0C (int32), 0x0D (float32) and 0x0E (float64).
 """
 
@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 FASHION_MNIST_SYSTEM_DIR = Path("/usr/share/datasets/fashion-mnist")
-"""Where Debian's ``dataset-fashion-mnist`` package installs the files."""
+"""Where Debian's `dataset-fashion-mnist` package installs the files."""
 
 FASHION_MNIST_CLASSES = (
     "T-shirt/top",
@@ -94,15 +94,24 @@ class DataNotFoundError(FileNotFoundError):
 class ImageData:
     """A labelled image data set split into train and test.
 
-    Attributes:
-        name: ``"fashion-mnist"`` or ``"digits"``.
-        x_train: float32 ``[N, H*W]``, pixels in :math:`[0, 1]`.
-        y_train: int64 ``[N]``, class indices in ``[0, len(classes))``.
-        x_test: float32 ``[M, H*W]``.
-        y_test: int64 ``[M]``.
-        classes: the class names.
-        image_shape: ``(H, W)``.
-        source: where the images were read from.
+    Attributes
+    ----------
+    name : str
+        `"fashion-mnist"` or `"digits"`.
+    x_train : numpy.ndarray
+        float32 `[N, H*W]`, pixels in $[0, 1]$.
+    y_train : numpy.ndarray
+        int64 `[N]`, class indices in `[0, len(classes))`.
+    x_test : numpy.ndarray
+        float32 `[M, H*W]`.
+    y_test : numpy.ndarray
+        int64 `[M]`.
+    classes : tuple of str
+        The class names.
+    image_shape : tuple of int
+        `(H, W)`.
+    source : str
+        Where the images were read from.
     """
 
     name: str
@@ -122,7 +131,7 @@ class ImageData:
 def read_idx(path: str | os.PathLike) -> np.ndarray:
     """Read an IDX file (plain or gzipped) into an array of its stored shape and type.
 
-    Raises ``FileNotFoundError`` when ``path`` does not exist and :class:`IDXFormatError` when
+    Raises `FileNotFoundError` when `path` does not exist and `IDXFormatError` when
     it is not a complete IDX file (bad magic number, unknown type code, truncated data or
     trailing bytes). Multi-byte values are returned in the machine's native byte order.
     """
@@ -187,14 +196,25 @@ def _find(folder: Path, stem: str) -> Path | None:
 
 
 def load_fashion_mnist(root: str | os.PathLike | None = None) -> ImageData:
-    """Fashion-MNIST: 60,000 training and 10,000 test images, 784 pixels in :math:`[0, 1]`.
+    """Fashion-MNIST: 60,000 training and 10,000 test images, 784 pixels in $[0, 1]$.
 
-    Args:
-        root: the folder holding the four IDX files; None searches :func:`fashion_mnist_dirs`.
+    Parameters
+    ----------
+    root : str or os.PathLike, optional
+        The folder holding the four IDX files; `None` searches `fashion_mnist_dirs`.
 
-    Raises :class:`DataNotFoundError` (saying how to get the data) when no folder holds all four
-    files, and :class:`IDXFormatError` when one is malformed or the files disagree (image and
-    label counts, 28 x 28 images, labels in 0..9).
+    Returns
+    -------
+    ImageData
+        The training and test splits.
+
+    Raises
+    ------
+    DataNotFoundError
+        When no folder holds all four files (the message says how to get the data).
+    IDXFormatError
+        When a file is malformed or the files disagree (image and label counts, 28 x 28
+        images, labels in 0..9).
     """
     folders = [Path(root)] if root is not None else fashion_mnist_dirs()
     for folder in folders:
@@ -234,9 +254,9 @@ def load_fashion_mnist(root: str | os.PathLike | None = None) -> ImageData:
 
 
 def load_digits(test_fraction: float = 0.25, seed: int = 0) -> ImageData:
-    """scikit-learn's bundled 8 x 8 digits (1,797 images), 64 pixels in :math:`[0, 1]`.
+    """scikit-learn's bundled 8 x 8 digits (1,797 images), 64 pixels in $[0, 1]$.
 
-    The test set is a stratified ``test_fraction`` of each class, drawn with ``seed``.
+    The test set is a stratified `test_fraction` of each class, drawn with `seed`.
     """
     from sklearn.datasets import load_digits as sklearn_digits
     from sklearn.model_selection import train_test_split
@@ -264,7 +284,7 @@ def load_digits(test_fraction: float = 0.25, seed: int = 0) -> ImageData:
 
 
 def load_dataset(name: str) -> ImageData:
-    """``"fashion-mnist"`` (:func:`load_fashion_mnist`) or ``"digits"`` (:func:`load_digits`)."""
+    """`"fashion-mnist"` (`load_fashion_mnist`) or `"digits"` (`load_digits`)."""
     if name == "fashion-mnist":
         return load_fashion_mnist()
     if name == "digits":

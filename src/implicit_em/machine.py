@@ -1,7 +1,7 @@
 """The machine a figure was measured on: CPU model, instruction set, BLAS, threads, device.
 
 Speed ratios differ by about 2x between machines of the same core count (AVX-512 against AVX2),
-so every benchmark and report prints :func:`describe` beside its figures.
+so every benchmark and report prints `describe` beside its figures.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def describe(device: str | torch.device = "cpu") -> dict[str, str | int]:
 
 
 def summary(device: str | torch.device = "cpu") -> str:
-    """One line: ``AMD EPYC (AVX2), 2 cores, torch 2.13.0 (2 threads, MKL), numpy BLAS ..., cpu``."""
+    """One line: `AMD EPYC (AVX2), 2 cores, torch 2.13.0 (2 threads, MKL), numpy BLAS ..., cpu`."""
     m = describe(device)
     return (
         f"{m['cpu']} ({m['isa']}), {m['cores']} cores, torch {m['torch']} "

@@ -1,7 +1,7 @@
-"""``implicit-em fit``: fit a Gaussian mixture to a ``.npy``/``.csv`` file, or predict with one.
+"""`implicit-em fit`: fit a Gaussian mixture to a `.npy`/`.csv` file, or predict with one.
 
 A user error (a missing or unreadable file, a non-numeric cell, NaN, a wrong shape, an output
-that cannot be written, an invalid option) is one line on stderr, ``error: ...``, and exit
+that cannot be written, an invalid option) is one line on stderr, `error: ...`, and exit
 status 2; never a traceback.
 """
 
@@ -40,7 +40,7 @@ def _is_numbers(line: str) -> bool:
 
 def _read_csv(path: Path, header: bool | None) -> np.ndarray:
     """Comma-separated numbers; a first line that is not all numbers is a header (skipped) when
-    ``header`` is None."""
+    `header` is None."""
     with path.open() as f:
         first = next((line for line in f if line.strip()), "")
     if header is None:
@@ -53,11 +53,11 @@ def _read_csv(path: Path, header: bool | None) -> np.ndarray:
 
 
 def read_data(path: Path, header: bool | None = None) -> np.ndarray:
-    """A 2-D float array (float32 stays float32) from ``.npy`` or ``.csv``.
+    """A 2-D float array (float32 stays float32) from `.npy` or `.csv`.
 
-    CSV: comma-separated numbers, one row per line; ``header`` None detects a header row (a
+    CSV: comma-separated numbers, one row per line; `header` None detects a header row (a
     first line that is not all numbers) and skips it, True always skips the first line, False
-    never does. ``DataError`` names the file and what is wrong with it.
+    never does. `DataError` names the file and what is wrong with it.
     """
     if not path.is_file():
         raise DataError(f"{path}: no such file")

@@ -1,41 +1,39 @@
 r"""Per-covariance-type Gaussian math, as small functions selected by name.
 
-Shapes, with ``K`` components and ``D`` features (scikit-learn's conventions):
+Shapes, with `K` components and `D` features (scikit-learn's conventions):
 
-===========  =====================  ============================================================
-type         covariance             precision Cholesky factor :math:`U` (:math:`\Sigma^{-1}=UU^\top`)
-===========  =====================  ============================================================
-full         ``[K, D, D]``          ``[K, D, D]`` upper triangular
-tied         ``[D, D]``             ``[D, D]`` upper triangular
-diag         ``[K, D]`` variances   ``[K, D]`` = :math:`1/\sigma_{jd}`
-spherical    ``[K]`` variances      ``[K]`` = :math:`1/\sigma_j`
-===========  =====================  ============================================================
+| type        | covariance         | precision Cholesky factor $U$ ($\Sigma^{-1}=UU^\top$) |
+| ----------- | ------------------ | ----------------------------------------------------- |
+| `full`      | `[K, D, D]`        | `[K, D, D]` upper triangular                          |
+| `tied`      | `[D, D]`           | `[D, D]` upper triangular                             |
+| `diag`      | `[K, D]` variances | `[K, D]` $= 1/\sigma_{jd}$                            |
+| `spherical` | `[K]` variances    | `[K]` $= 1/\sigma_j$                                  |
 
-A component's energy is :math:`d_j(x) = \tfrac12\lVert (x-\mu_j)^\top U_j\rVert^2` and its volume
-:math:`\log|\det U_j|`, so :math:`\log\mathcal N(x\mid\mu_j,\Sigma_j) = -\tfrac D2\log 2\pi - d_j
-+ \log|\det U_j|`: exactly the ``d`` and ``log_det`` of :func:`implicit_em.objectives.mixture_nll`.
+A component's energy is $d_j(x) = \tfrac12\lVert (x-\mu_j)^\top U_j\rVert^2$ and its volume
+$\log|\det U_j|$, so $\log\mathcal N(x\mid\mu_j,\Sigma_j) = -\tfrac D2\log 2\pi - d_j
++ \log|\det U_j|$: exactly the `d` and `log_det` of `implicit_em.objectives.mixture_nll`.
 
-Every type provides three families of functions, gathered in a :class:`CovarianceModel`:
+Every type provides three families of functions, gathered in a `CovarianceModel`:
 
-* **EM** (closed form): ``energies`` of shifted data :math:`y = x - s` (batched matmuls, never a
-  Python loop over K), which also return the chunk's *features*, ``moments`` (the chunk's sums,
-  built from those features, so the M-step reuses the E-step's work), and ``estimate``, the
-  M-step from the summed statistics. ``full`` accumulates its scatter about the current means
-  from the E-step's whitened residuals :math:`z_{tj} = U_j^\top(x_t-\mu_j)`:
-  :math:`\sum_t r_{tj}(x_t-\mu_j)(x_t-\mu_j)^\top = U_j^{-\top}\big(\sum_t r_{tj}z_{tj}z_{tj}^\top\big)U_j^{-1}`
-  (differences first: no cancellation; one batched matmul; ``unwhiten`` applies the K small
-  triangular factors once per pass). ``diag`` and ``spherical`` read both moments off one
-  matmul :math:`r^\top[y^2, y]` of the features their energies were computed from; ``tied``
-  and they accumulate about the shared shift :math:`s` (the mixture mean), which removes the
+* **EM** (closed form): `energies` of shifted data $y = x - s$ (batched matmuls, never a
+  Python loop over K), which also return the chunk's *features*, `moments` (the chunk's sums,
+  built from those features, so the M-step reuses the E-step's work), and `estimate`, the
+  M-step from the summed statistics. `full` accumulates its scatter about the current means
+  from the E-step's whitened residuals $z_{tj} = U_j^\top(x_t-\mu_j)$:
+  $\sum_t r_{tj}(x_t-\mu_j)(x_t-\mu_j)^\top = U_j^{-\top}\big(\sum_t r_{tj}z_{tj}z_{tj}^\top\big)U_j^{-1}$
+  (differences first: no cancellation; one batched matmul; `unwhiten` applies the K small
+  triangular factors once per pass). `diag` and `spherical` read both moments off one
+  matmul $r^\top[y^2, y]$ of the features their energies were computed from; `tied`
+  and they accumulate about the shared shift $s$ (the mixture mean), which removes the
   data's offset (constant features give exactly zero variance). Either way the statistics are
   plain sums, so chunks and ranks add, and the variances are clipped at zero before
-  ``reg_covar`` is added: never negative, in float32 too.
-* **Natural parameters** (``preconditioned``): ``natural_energies`` is differentiable in the
-  covariance itself, and ``mean_step`` / ``covariance_step`` apply Xu & Jordan's preconditioners
-  :math:`P_{\mu_j} = \Sigma_j/N_j` and :math:`P_{\Sigma_j} = \tfrac2{N_j}\Sigma_j\otimes\Sigma_j`.
-* **Unconstrained parameters** (``gd``, ``adam``): a raw tensor mapped to the whitening factor
-  :math:`W_j = U_j^\top` (lower triangular, positive diagonal), with energies from
-  :mod:`implicit_em.distances`.
+  `reg_covar` is added: never negative, in float32 too.
+* **Natural parameters** (`preconditioned`): `natural_energies` is differentiable in the
+  covariance itself, and `mean_step` / `covariance_step` apply Xu & Jordan's preconditioners
+  $P_{\mu_j} = \Sigma_j/N_j$ and $P_{\Sigma_j} = \tfrac2{N_j}\Sigma_j\otimes\Sigma_j$.
+* **Unconstrained parameters** (`gd`, `adam`): a raw tensor mapped to the whitening factor
+  $W_j = U_j^\top$ (lower triangular, positive diagonal), with energies from
+  `implicit_em.distances`.
 """
 
 from __future__ import annotations
@@ -68,7 +66,7 @@ def _sym(a: Tensor) -> Tensor:
 
 
 def _precision_cholesky_matrix(cov: Tensor) -> Tensor:
-    """Upper :math:`U = L^{-\\top}` for :math:`\\Sigma = LL^\\top`, batched over leading axes."""
+    """Upper $U = L^{-\\top}$ for $\\Sigma = LL^\\top$, batched over leading axes."""
     lower, info = torch.linalg.cholesky_ex(cov)
     if bool((info != 0).any()):
         raise ValueError(ILL_DEFINED_COVARIANCE)
@@ -94,7 +92,7 @@ def _check_positive(var: Tensor) -> None:
 
 
 def _square_features(y: Tensor, workspace: Workspace | None = None) -> Tensor:
-    """:math:`[y^2, y]`, ``[B, 2D]``: what the diagonal energies and moments are linear in."""
+    """$[y^2, y]$, `[B, 2D]`: what the diagonal energies and moments are linear in."""
     shape = (y.shape[0], 2 * y.shape[1])
     features = y.new_empty(shape) if workspace is None else workspace.take("features", shape, y)
     torch.mul(y, y, out=features[:, : y.shape[1]])
@@ -103,8 +101,8 @@ def _square_features(y: Tensor, workspace: Workspace | None = None) -> Tensor:
 
 
 def _quadratic_operands(m: Tensor, scale: Tensor) -> tuple[Tensor, Tensor]:
-    r"""The per-pass operands of :func:`_quadratic`: :math:`\tfrac12\sum_d s\,m^2` ``[K]`` and
-    :math:`[\tfrac12 s, -s\odot m]^\top` ``[2D, K]``."""
+    r"""The per-pass operands of `_quadratic`: $\tfrac12\sum_d s\,m^2$ `[K]` and
+    $[\tfrac12 s, -s\odot m]^\top$ `[2D, K]`."""
     weights = torch.cat([0.5 * scale, -(m * scale)], dim=1)
     return 0.5 * (m * m * scale).sum(dim=1), weights.T
 
@@ -112,11 +110,11 @@ def _quadratic_operands(m: Tensor, scale: Tensor) -> tuple[Tensor, Tensor]:
 def _quadratic(
     y: Tensor, operands: tuple[Tensor, ...], workspace: Workspace
 ) -> tuple[Tensor, Tensor]:
-    r""":math:`\tfrac12\sum_d s_{jd}(y_d - m_{jd})^2`, ``[B, K]``, clipped at 0, and :math:`[y^2, y]`.
+    r"""$\tfrac12\sum_d s_{jd}(y_d - m_{jd})^2$, `[B, K]`, clipped at 0, and $[y^2, y]$.
 
-    One matmul: :math:`[y^2, y]\,[\tfrac12 s, -s\odot m]^\top + \tfrac12\sum_d s\,m^2`
-    (``operands`` from :func:`_quadratic_operands`). The features :math:`[y^2, y]` are returned
-    for the moments of the same chunk (:func:`_square_moments`), so the M-step reuses them.
+    One matmul: $[y^2, y]\,[\tfrac12 s, -s\odot m]^\top + \tfrac12\sum_d s\,m^2$
+    (`operands` from `_quadratic_operands`). The features $[y^2, y]$ are returned
+    for the moments of the same chunk (`_square_moments`), so the M-step reuses them.
     """
     offset, weights = operands
     features = _square_features(y, workspace)
@@ -124,8 +122,8 @@ def _quadratic(
 
 
 def _square_moments(y: Tensor, features: Tensor, r: Tensor) -> tuple[Tensor, Tensor]:
-    r""":math:`F_j = \sum_t r_{tj}y_t` and :math:`\sum_t r_{tj}y_t^2` from one matmul
-    :math:`r^\top[y^2, y]`, ``([K, D], [K, D])``."""
+    r"""$F_j = \sum_t r_{tj}y_t$ and $\sum_t r_{tj}y_t^2$ from one matmul
+    $r^\top[y^2, y]$, `([K, D], [K, D])`."""
     moments = r.T @ features
     dim = y.shape[1]
     return moments[:, dim:], moments[:, :dim]
@@ -165,9 +163,9 @@ def _full_log_det(prec_chol: Tensor, k: int, d: int) -> Tensor:
 
 
 def _full_operands(m: Tensor, prec_chol: Tensor) -> tuple[Tensor, Tensor]:
-    r"""The per-pass operands of :func:`_full_energies`: the stacked whitening factors
-    :math:`[U_1 \cdots U_K]^\top` ``[K·D, D]`` and :math:`[U_1^\top m_1 \cdots U_K^\top m_K]`
-    ``[K·D, 1]``."""
+    r"""The per-pass operands of `_full_energies`: the stacked whitening factors
+    $[U_1 \cdots U_K]^\top$ `[K·D, D]` and $[U_1^\top m_1 \cdots U_K^\top m_K]$
+    `[K·D, 1]`."""
     k, d = m.shape
     stacked = prec_chol.mT.reshape(k * d, d)
     return stacked, (prec_chol.mT @ m.unsqueeze(-1)).reshape(k * d, 1)
@@ -176,14 +174,14 @@ def _full_operands(m: Tensor, prec_chol: Tensor) -> tuple[Tensor, Tensor]:
 def _full_energies(
     y: Tensor, operands: tuple[Tensor, ...], workspace: Workspace
 ) -> tuple[Tensor, Tensor]:
-    r""":math:`d_j = \tfrac12\lVert z_j\rVert^2` and the whitened residuals
-    :math:`z_j = U_j^\top(y-m_j)`, ``([B, K], [K, D, B])``, from one matmul.
+    r"""$d_j = \tfrac12\lVert z_j\rVert^2$ and the whitened residuals
+    $z_j = U_j^\top(y-m_j)$, `([B, K], [K, D, B])`, from one matmul.
 
-    :math:`z = [U_1 \cdots U_K]^\top y^\top - [U_1^\top m_1 \cdots U_K^\top m_K]`, ``[K·D, B]``
-    (``operands`` from :func:`_full_operands`): one ``[K·D, D] @ [D, B]`` product instead of K
+    $z = [U_1 \cdots U_K]^\top y^\top - [U_1^\top m_1 \cdots U_K^\top m_K]$, `[K·D, B]`
+    (`operands` from `_full_operands`): one `[K·D, D] @ [D, B]` product instead of K
     small ones, laid out with the rows last so that the energies, the weighting and the M-step's
-    batched matmul (:func:`_full_moments`) all read it contiguously. ``z`` and its squares are
-    written into ``workspace``; ``d`` is a transposed view.
+    batched matmul (`_full_moments`) all read it contiguously. `z` and its squares are
+    written into `workspace`; `d` is a transposed view.
     """
     stacked, offset = operands
     d = y.shape[1]
@@ -196,16 +194,16 @@ def _full_energies(
 
 
 def _full_features(y: Tensor, ref: Tensor) -> Tensor:
-    r"""Residuals :math:`y - \mathrm{ref}_j` with no whitening (:math:`U = I`), ``[K, D, B]``."""
+    r"""Residuals $y - \mathrm{ref}_j$ with no whitening ($U = I$), `[K, D, B]`."""
     return y.T.unsqueeze(0) - ref.unsqueeze(-1)
 
 
 def _full_moments(y: Tensor, z: Tensor, r: Tensor) -> tuple[Tensor, Tensor]:
-    r""":math:`F_j = \sum_t r_{tj}y_t` and the whitened scatter
-    :math:`G_j = \sum_t r_{tj}\,z_{tj}z_{tj}^\top`, ``([K, D], [K, D, D])``.
+    r"""$F_j = \sum_t r_{tj}y_t$ and the whitened scatter
+    $G_j = \sum_t r_{tj}\,z_{tj}z_{tj}^\top$, `([K, D], [K, D, D])`.
 
-    :math:`G_j` is one batched matmul of :math:`\sqrt{r_{tj}}\,z_{tj}` with itself; the
-    residuals are differences taken before squaring, so there is no cancellation. ``z`` is
+    $G_j$ is one batched matmul of $\sqrt{r_{tj}}\,z_{tj}$ with itself; the
+    residuals are differences taken before squaring, so there is no cancellation. `z` is
     weighted in place (it is the chunk's scratch).
     """
     weighted = z.mul_(r.T.sqrt().unsqueeze(1))
@@ -213,8 +211,8 @@ def _full_moments(y: Tensor, z: Tensor, r: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def _full_unwhiten(second: Tensor, prec_chol: Tensor | None) -> Tensor:
-    r"""The scatter in data coordinates, :math:`S_j = U_j^{-\top} G_j U_j^{-1}` (``U`` of the
-    E-step that whitened the residuals; ``None`` for none)."""
+    r"""The scatter in data coordinates, $S_j = U_j^{-\top} G_j U_j^{-1}$ (`U` of the
+    E-step that whitened the residuals; `None` for none)."""
     if prec_chol is None:
         return second
     inverse = torch.linalg.solve_triangular(
@@ -281,8 +279,8 @@ def _tied_log_det(prec_chol: Tensor, k: int, d: int) -> Tensor:
 
 
 def _tied_operands(m: Tensor, prec_chol: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    r"""The per-pass operands of :func:`_tied_energies`: :math:`U`, :math:`(mU)^\top` and
-    :math:`\lVert m_jU\rVert^2`."""
+    r"""The per-pass operands of `_tied_energies`: $U$, $(mU)^\top$ and
+    $\lVert m_jU\rVert^2$."""
     mu = m @ prec_chol
     return prec_chol, mu.T, (mu * mu).sum(dim=1)
 
@@ -301,7 +299,7 @@ def _tied_features(y: Tensor, ref: Tensor) -> Tensor:
 
 
 def _tied_moments(y: Tensor, features: Tensor, r: Tensor) -> tuple[Tensor, Tensor]:
-    r""":math:`F_j` and :math:`\sum_t (y_t - s)(y_t - s)^\top` (rows of ``r`` sum to 1)."""
+    r"""$F_j$ and $\sum_t (y_t - s)(y_t - s)^\top$ (rows of `r` sum to 1)."""
     return r.T @ y, y.T @ y
 
 
@@ -461,40 +459,61 @@ def _spherical_raw_energies(x: Tensor, means: Tensor, raw: Tensor) -> tuple[Tens
 class CovarianceModel:
     r"""The functions of one covariance type (see the module docstring for their roles).
 
-    Attributes:
-        name: ``"full"``, ``"tied"``, ``"diag"`` or ``"spherical"``.
-        centered: whether ``second`` is taken about the current means (else about the shift).
-        per_component: whether the covariance has a leading component axis (all but tied).
-        precision: :math:`U` -> :math:`\Sigma^{-1} = UU^\top`.
-        n_parameters: ``(K, D) -> int``, free covariance parameters (for BIC/AIC).
-        precision_cholesky: covariance -> :math:`U` (``ValueError`` if not positive definite).
-        from_precision: precision -> covariance.
-        log_det: ``(U, K, D) -> [K]``, :math:`\log|\det U_j|`.
-        operands: ``(m, U) -> operands``, what the energies of every chunk of a pass share,
-            for shifted means ``m`` (stacked whitening factors, quadratic-form weights).
-        energies: ``(y, operands, workspace) -> (d [B, K], features)``, :math:`d_j` for
-            shifted data ``y``, and the chunk's features the moments are built from
-            (whitened residuals for ``full``, :math:`[y^2, y]` for ``diag``/``spherical``,
-            ``y`` for tied), written into the :class:`~implicit_em.mixture.workspace.Workspace`.
-        features: ``(y, ref) -> features``, the same features without an E-step (no whitening;
-            used for the initial M-step).
-        moments: ``(y, features, r) -> (first, second)``, the chunk's sums :math:`F_j` and
-            second moment (``full``: in the whitened coordinates of its features, which it
-            overwrites).
-        row_width: ``(K, D) -> int``, the features' numbers per row (sizes default chunks).
-        unwhiten: ``(second, U or None) -> second``, the summed second moment in data
-            coordinates (``full``: :math:`U_j^{-\top}G_jU_j^{-1}`; the identity otherwise).
-        estimate: ``(second, N_j, delta, N, reg) -> covariance``, the M-step, with ``delta``
-            the new means minus the reference of ``second``.
-        noise: ``(covariance, labels, z) -> [n, D]``, :math:`L_j z` with :math:`L_jL_j^\top=\Sigma_j`.
-        natural_energies: ``(x, means, covariance) -> (d, log_det)``, differentiable in all three.
-        mean_step: ``(covariance, grad, N_j) -> step``, :math:`(\Sigma_j/N_j)\,g_{\mu_j}`.
-        covariance_step: ``(covariance, grad, N_j, delta, N, reg) -> covariance``, the
-            preconditioned step :math:`\Sigma + \tfrac2{N_j}\Sigma g\Sigma` moved to the new
-            means (:math:`-\delta\delta^\top`, the parallel-axis shift), plus ``reg``.
-        raw: :math:`U` -> unconstrained tensor (log of the positive diagonal).
-        raw_energies: ``(x, means, raw) -> (d, log_det)``, differentiable in all three.
-        raw_precision_cholesky: unconstrained tensor -> :math:`U`.
+    Attributes
+    ----------
+    name : str
+        `"full"`, `"tied"`, `"diag"` or `"spherical"`.
+    centered : bool
+        Whether `second` is taken about the current means (else about the shift).
+    per_component : bool
+        Whether the covariance has a leading component axis (all but tied).
+    precision : Callable
+        $U$ -> $\Sigma^{-1} = UU^\top$.
+    n_parameters : Callable
+        `(K, D) -> int`, free covariance parameters (for BIC/AIC).
+    precision_cholesky : Callable
+        Covariance -> $U$ (`ValueError` if not positive definite).
+    from_precision : Callable
+        Precision -> covariance.
+    log_det : Callable
+        `(U, K, D) -> [K]`, $\log|\det U_j|$.
+    operands : Callable
+        `(m, U) -> operands`, what the energies of every chunk of a pass share, for shifted
+        means `m` (stacked whitening factors, quadratic-form weights).
+    energies : Callable
+        `(y, operands, workspace) -> (d [B, K], features)`, $d_j$ for shifted data `y`, and
+        the chunk's features the moments are built from (whitened residuals for `full`,
+        $[y^2, y]$ for `diag`/`spherical`, `y` for tied), written into the `Workspace`.
+    features : Callable
+        `(y, ref) -> features`, the same features without an E-step (no whitening; used for
+        the initial M-step).
+    moments : Callable
+        `(y, features, r) -> (first, second)`, the chunk's sums $F_j$ and second moment
+        (`full`: in the whitened coordinates of its features, which it overwrites).
+    unwhiten : Callable
+        `(second, U or None) -> second`, the summed second moment in data coordinates
+        (`full`: $U_j^{-\top}G_jU_j^{-1}$; the identity otherwise).
+    row_width : Callable
+        `(K, D) -> int`, the features' numbers per row (sizes default chunks).
+    estimate : Callable
+        `(second, N_j, delta, N, reg) -> covariance`, the M-step, with `delta` the new means
+        minus the reference of `second`.
+    noise : Callable
+        `(covariance, labels, z) -> [n, D]`, $L_j z$ with $L_jL_j^\top=\Sigma_j$.
+    natural_energies : Callable
+        `(x, means, covariance) -> (d, log_det)`, differentiable in all three.
+    mean_step : Callable
+        `(covariance, grad, N_j) -> step`, $(\Sigma_j/N_j)\,g_{\mu_j}$.
+    covariance_step : Callable
+        `(covariance, grad, N_j, delta, N, reg) -> covariance`, the preconditioned step
+        $\Sigma + \tfrac2{N_j}\Sigma g\Sigma$ moved to the new means ($-\delta\delta^\top$,
+        the parallel-axis shift), plus `reg`.
+    raw : Callable
+        $U$ -> unconstrained tensor (log of the positive diagonal).
+    raw_energies : Callable
+        `(x, means, raw) -> (d, log_det)`, differentiable in all three.
+    raw_precision_cholesky : Callable
+        Unconstrained tensor -> $U$.
     """
 
     name: str
@@ -622,7 +641,7 @@ COVARIANCE_TYPES: dict[str, CovarianceModel] = {
 
 
 def covariance_model(name: str) -> CovarianceModel:
-    """The :class:`CovarianceModel` for ``name``; ``ValueError`` for an unknown type."""
+    """The `CovarianceModel` for `name`; `ValueError` for an unknown type."""
     try:
         return COVARIANCE_TYPES[name]
     except KeyError:

@@ -1,8 +1,8 @@
 """Input handling: validation of arrays and tensors, chunking, and iterables of batches.
 
-A :class:`GaussianMixture` accepts NumPy arrays (and anything :func:`sklearn.utils.check_array`
-accepts), torch tensors (kept on their device; results come back as tensors) and, for ``fit``,
-re-iterable collections of batches such as a :class:`torch.utils.data.DataLoader` (a batch may
+A `GaussianMixture` accepts NumPy arrays (and anything `sklearn.utils.check_array`
+accepts), torch tensors (kept on their device; results come back as tensors) and, for `fit`,
+re-iterable collections of batches such as a `torch.utils.data.DataLoader` (a batch may
 be a tensor, an array, or a tuple/list whose first item is the data).
 """
 
@@ -36,7 +36,7 @@ def is_batch_iterable(x: Any) -> bool:
 
 
 def check_tensor(x: Tensor, n_features: int | None, name: str) -> Tensor:
-    """Validate a 2-D finite real tensor with ``n_features`` columns (if given)."""
+    """Validate a 2-D finite real tensor with `n_features` columns (if given)."""
     if x.is_complex():
         raise ValueError("Complex data not supported")
     if x.dim() != 2:
@@ -58,7 +58,7 @@ def check_tensor(x: Tensor, n_features: int | None, name: str) -> Tensor:
 
 
 def check_rows(n_samples: int, n_components: int) -> None:
-    """``ValueError`` when there are fewer samples than components."""
+    """`ValueError` when there are fewer samples than components."""
     if n_samples < n_components:
         raise ValueError(
             f"Expected n_samples >= n_components but got n_components = {n_components}, "
@@ -75,7 +75,7 @@ def _to_tensor(x: Any, dtype: torch.dtype, device: torch.device) -> Tensor:
 def as_batches(
     x: Any, batch_size: int | None, dtype: torch.dtype, device: torch.device
 ) -> Iterator[Tensor]:
-    """Chunks of ``batch_size`` rows (all rows if None) as ``dtype`` tensors on ``device``."""
+    """Chunks of `batch_size` rows (all rows if None) as `dtype` tensors on `device`."""
     n = x.shape[0]
     step = n if batch_size is None else batch_size
     for start in range(0, n, step):
@@ -83,7 +83,7 @@ def as_batches(
 
 
 def _floating(x: Any) -> Tensor:
-    """``x`` as a tensor: float32 stays float32, anything else becomes float64."""
+    """`x` as a tensor: float32 stays float32, anything else becomes float64."""
     if not isinstance(x, Tensor):
         array = np.asarray(x)
         x = torch.as_tensor(array if array.dtype == np.float32 else array.astype(np.float64))
@@ -97,8 +97,8 @@ def iterate_batches(
     dtype: torch.dtype | None,
     device: torch.device,
 ) -> Iterator[Tensor]:
-    """Validated tensors from an iterable of batches (tensor, array or ``(x, ...)``), as
-    ``dtype`` (None: float32 stays float32, anything else becomes float64)."""
+    """Validated tensors from an iterable of batches (tensor, array or `(x, ...)`), as
+    `dtype` (None: float32 stays float32, anything else becomes float64)."""
     for batch in batches:
         x = batch[0] if isinstance(batch, (tuple, list)) else batch
         x = check_tensor(_floating(x), n_features, name)
@@ -106,7 +106,7 @@ def iterate_batches(
 
 
 def to_output(values: Tensor, like: Any) -> Any:
-    """``values`` as a tensor on ``like``'s device when ``like`` is a tensor, else as NumPy."""
+    """`values` as a tensor on `like`'s device when `like` is a tensor, else as NumPy."""
     if isinstance(like, Tensor):
         return values.to(like.device)
     return values.detach().cpu().numpy()

@@ -1,14 +1,14 @@
-"""Data-parallel fitting under ``torch.distributed``: every rank streams its own shard.
+"""Data-parallel fitting under `torch.distributed`: every rank streams its own shard.
 
 The step rules accumulate only *sums* (sufficient statistics or gradients, with the
 log-likelihood and the sample count), so a pass over the concatenated data is one all-reduce
-(``SUM``) of those sums; the initial parameters are broadcast from rank 0 and the re-seeding
-candidates are gathered. Launch with ``torchrun``; gloo on CPU, NCCL on GPU. Without an
+(`SUM`) of those sums; the initial parameters are broadcast from rank 0 and the re-seeding
+candidates are gathered. Launch with `torchrun`; gloo on CPU, NCCL on GPU. Without an
 initialized process group (or with one process) every function here is the identity.
 
 The tensors handed to the latest collectives are kept referenced here (those of the last four
 calls: a pass's all-reduce and gathers), and a process that ran one waits 50 ms at exit, before the interpreter starts tearing down. Without
-this, a 2-process ``gd`` or ``adam`` fit on two busy cores aborted at exit in about a quarter of
+this, a 2-process `gd` or `adam` fit on two busy cores aborted at exit in about a quarter of
 the runs ("terminate called without an active exception"): a gloo worker thread destroys a
 finished collective's work object shortly after the call returns (a barrier's work releases the
 earlier works it waited on), and if the tensors' Python objects are already gone, releasing
@@ -52,7 +52,7 @@ def is_distributed() -> bool:
 
 
 def all_reduce_sums(sums: dict[str, Tensor]) -> dict[str, Tensor]:
-    """Sum every tensor of ``sums`` over the ranks, in place (a fixed key order on every rank)."""
+    """Sum every tensor of `sums` over the ranks, in place (a fixed key order on every rank)."""
     if is_distributed():
         _hold(*sums.values())
         for key in sorted(sums):
@@ -76,7 +76,7 @@ def broadcast_mixture(mixture: Mixture) -> Mixture:
 
 
 def all_gather_rows(rows: Tensor) -> Tensor:
-    """Concatenate every rank's ``rows`` (the same shape on every rank) along axis 0."""
+    """Concatenate every rank's `rows` (the same shape on every rank) along axis 0."""
     if not is_distributed():
         return rows
     parts = [torch.empty_like(rows) for _ in range(dist.get_world_size())]

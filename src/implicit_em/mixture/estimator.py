@@ -1,11 +1,11 @@
-r"""``GaussianMixture``: a scikit-learn estimator fitted by EM or by gradient descent.
+r"""`GaussianMixture`: a scikit-learn estimator fitted by EM or by gradient descent.
 
 One template loop (initialize, pass over the data, step, re-seed, convergence on the *mean*
-log-likelihood) owns the fit; the four ``fitter`` values differ only in the step rule of
-:mod:`~implicit_em.mixture.step_rules`, and the four ``covariance_type`` values only in the
-functions of :mod:`~implicit_em.mixture.covariance`. Passes stream over chunks of
-``batch_size`` rows (or the batches of a ``DataLoader``) and accumulate sums, so memory is
-:math:`O(B\,K + K\,D^2)` and ``torch.distributed`` ranks combine with one all-reduce.
+log-likelihood) owns the fit; the four `fitter` values differ only in the step rule of
+`step_rules`, and the four `covariance_type` values only in the
+functions of `covariance`. Passes stream over chunks of
+`batch_size` rows (or the batches of a `DataLoader`) and accumulate sums, so memory is
+$O(B\,K + K\,D^2)$ and `torch.distributed` ranks combine with one all-reduce.
 """
 
 from __future__ import annotations
@@ -64,10 +64,10 @@ _CHUNK_ROWS = (1024, 8192)
 
 
 def default_chunk_rows(covariance_type: str, n_components: int, n_features: int) -> int:
-    r"""Rows per internal chunk when ``batch_size`` is None.
+    r"""Rows per internal chunk when `batch_size` is None.
 
-    A chunk holds :math:`B\,(w + K)` numbers (``w`` the type's features per row: :math:`KD`
-    whitened residuals for ``full``, :math:`[y^2, y]` for ``diag``); about :math:`2^{20}` of
+    A chunk holds $B\,(w + K)$ numbers (`w` the type's features per row: $KD$
+    whitened residuals for `full`, $[y^2, y]$ for `diag`); about $2^{20}$ of
     them (4 MiB in float32) keep its E-step and M-step in cache, clipped to 1,024..8,192 rows
     (measured on a 2-core EPYC: full (32, 16) is fastest at 1-2k rows, diag at 4-8k; the
     whole 200k rows at once was 2-3 times slower).
@@ -89,63 +89,130 @@ class _Run:
 
 
 class GaussianMixture(DensityMixin, BaseEstimator):
-    r"""Gaussian mixture :math:`p(x) = \sum_j \pi_j\,\mathcal N(x\mid\mu_j,\Sigma_j)`.
+    r"""Gaussian mixture $p(x) = \sum_j \pi_j\,\mathcal N(x\mid\mu_j,\Sigma_j)$, fitted by EM or by
+    gradient descent.
+
+    A drop-in for scikit-learn's `GaussianMixture`: the same parameters with the same meaning,
+    validated by scikit-learn's parameter constraints, and the same fitted attributes. The
+    extensions are `fitter`, `batch_size`, `learning_rate`, `device` and `dtype`, the `history_`
+    attribute, `partial_fit`, tensor input (methods then return tensors on the input's device)
+    and re-iterable batches such as a `DataLoader` (`fit`, `score`, `bic`, `aic`).
+
+    **Data types.** With `dtype=None`, as in scikit-learn, float32 input is fitted in float32 and
+    every fitted attribute and every floating output (`score_samples`, `predict_proba`, `sample`)
+    is float32; float64 input (and any other input, converted) is fitted and returned in float64. A method computes in the common type of
+    its input and the fitted parameters (float32 input on a float64 fit gives float64). The
+    extension `dtype="float32"` or `dtype="float64"` sets the type of the fit and of every output,
+    whatever the input.
 
     Parameters
     ----------
     n_components : int, default=1
+        The number of mixture components $K$.
     covariance_type : {"full", "tied", "diag", "spherical"}, default="full"
+        The form of the covariances: `"full"`, one full matrix per component; `"tied"`, one full
+        matrix shared by all components; `"diag"`, one diagonal matrix per component;
+        `"spherical"`, one variance per component.
     fitter : {"em", "gd", "adam", "preconditioned"}, default="em"
-        The step rule (see :mod:`implicit_em.mixture.step_rules`). ``em`` is classical EM;
-        ``gd``/``adam`` descend the core's mixture NLL by autograd; ``preconditioned`` takes Xu &
-        Jordan's preconditioned gradient steps, which reproduce EM.
+        The step rule (an extension; see `implicit_em.mixture.step_rules`). `"em"` is classical
+        EM; `"gd"`/`"adam"` descend the core's mixture NLL by autograd; `"preconditioned"` takes
+        Xu & Jordan's preconditioned gradient steps, which reproduce EM.
     tol : float, default=1e-3
-        Convergence threshold on the change of the mean log-likelihood per sample.
+        Convergence threshold on the change of the mean log-likelihood per sample between two
+        passes.
     reg_covar : float, default=1e-6
-        Added to the diagonal of every covariance.
+        Non-negative constant added to the diagonal of every covariance, so that all are
+        positive definite.
     max_iter : int, default=100
-        Passes over the data (one step each).
+        The number of passes over the data (one step each) of every initialization.
     n_init : int, default=1
-        Initializations; the one with the best final lower bound is kept.
+        The number of initializations; the one with the best final lower bound is kept.
     init_params : {"kmeans", "k-means++", "random", "random_from_data"}, default="kmeans"
-        Initial responsibilities, computed on at most 100,000 rows (a random subset), or on the
-        first batch of an iterable; the initial parameters are one M-step from them.
-    weights_init, means_init, precisions_init : array-like, default=None
-        User-provided initial parameters (they override ``init_params``).
-    random_state : int, RandomState or None, default=None
+        How the initial responsibilities are computed: by k-means, by k-means++ seeding (each
+        seed row responsible for its component), at random, or from randomly chosen rows. They
+        are computed on at most 100,000 rows (a random subset), or on the first batch of an
+        iterable; the initial parameters are one M-step from them.
+    weights_init : array-like of shape (n_components,), default=None
+        Initial weights $\pi$; `None` takes them from `init_params`.
+    means_init : array-like of shape (n_components, n_features), default=None
+        Initial means $\mu$; `None` takes them from `init_params`.
+    precisions_init : array-like, default=None
+        Initial precisions $\Sigma^{-1}$ in the shape of `covariance_type` (see `precisions_`);
+        `None` takes them from `init_params`.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the initialization (and `sample`); an int gives reproducible fits.
     warm_start : bool, default=False
-        Continue from the previous fit (a single initialization).
+        If true, `fit` continues from the previous fit's parameters (a single initialization,
+        `n_init` is ignored).
     batch_size : int or None, default=None
-        Rows per chunk of the streamed E-step. None means the whole data per pass (exact EM),
-        streamed internally in cache-sized chunks (:func:`default_chunk_rows`, 1,024 to 8,192
-        rows); an integer sets the chunk. EM is exact either way: a pass sums every chunk's
-        statistics before its one step.
+        Rows per chunk of the streamed E-step (an extension). `None` means the whole data per
+        pass (exact EM), streamed internally in cache-sized chunks (`default_chunk_rows`, 1,024
+        to 8,192 rows); an integer sets the chunk. EM is exact either way: a pass sums every
+        chunk's statistics before its one step.
     learning_rate : float or None, default=None
-        Step size of ``gd`` (default 0.5) and ``adam`` (default 0.05); unused otherwise.
-    device : str, default="cpu"
+        Step size of `"gd"` (default 0.5) and `"adam"` (default 0.05); unused by the other
+        fitters (an extension).
+    device : str or torch.device, default="cpu"
+        Where the fit and the methods compute, e.g. `"cuda"` (an extension). Fitted attributes
+        are NumPy arrays either way.
     dtype : {"float64", "float32"} or None, default=None
-        None follows the data, as scikit-learn does: float32 input is fitted in float32 and
-        gives float32 attributes and outputs; any other input is fitted in float64. Methods
-        compute in the common type of their input and the fitted parameters. An explicit
-        dtype (an extension) sets the type of the fit and of every output, whatever the input.
+        The floating type of the fit and of every output (an extension). `None` follows the
+        data, as scikit-learn does (see *Data types* above).
     verbose : int, default=0
-        1 prints the log-likelihood every ``verbose_interval`` passes.
+        Nonzero prints the log-likelihood, its change and the number of re-seeded components every
+        `verbose_interval` passes.
     verbose_interval : int, default=10
+        Passes between two printed lines when `verbose` is set.
 
     Attributes
     ----------
-    weights_, means_, covariances_, precisions_, precisions_cholesky_ : ndarray
-        The fitted parameters (shapes as in scikit-learn).
+    weights_ : ndarray of shape (n_components,)
+        The mixing weights $\pi_j$, on the simplex.
+    means_ : ndarray of shape (n_components, n_features)
+        The component means $\mu_j$.
+    covariances_ : ndarray
+        The covariances $\Sigma_j$, of shape `(n_components, n_features, n_features)` for
+        `"full"`, `(n_features, n_features)` for `"tied"`, `(n_components, n_features)` for
+        `"diag"` (variances) and `(n_components,)` for `"spherical"` (variances).
+    precisions_ : ndarray
+        The precision matrices $\Sigma_j^{-1}$, in the shape of `covariances_`.
+    precisions_cholesky_ : ndarray
+        The Cholesky factors $U_j$ of the precisions, $\Sigma_j^{-1} = U_jU_j^\top$ with $U_j$
+        upper triangular, in the shape of `covariances_` (for `"diag"` and `"spherical"`,
+        $1/\sigma$: the inverse standard deviations).
     converged_ : bool
+        Whether the best initialization converged (its last change of the mean log-likelihood
+        was below `tol`) within `max_iter` passes.
     n_iter_ : int
+        The number of passes the best initialization took.
     lower_bound_ : float
-        Mean log-likelihood per sample at the last pass (before its step, as in scikit-learn).
+        The mean log-likelihood per sample at the last pass (before its step, as in
+        scikit-learn) of the best initialization.
     lower_bounds_ : list of float
-        ``lower_bound_`` of every pass of the best initialization, as in scikit-learn.
-    history_ : dict
-        Per pass: ``"log_likelihood"`` (mean per sample) and ``"n_reseeded"`` (components
-        re-seeded after that pass's step, see :mod:`implicit_em.mixture.reseed`).
+        `lower_bound_` of every pass of the best initialization, as in scikit-learn.
+    history_ : dict of str to list
+        Per pass of the best initialization (an extension): `"log_likelihood"` (the mean per
+        sample, the values of `lower_bounds_`) and `"n_reseeded"` (components re-seeded after
+        that pass's step, see `implicit_em.mixture.reseed`).
     n_features_in_ : int
+        The number of features seen during `fit`.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        The names of the features seen during `fit`; set only when `X` has feature names that
+        are all strings (a pandas DataFrame).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from implicit_em.mixture import GaussianMixture
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.concatenate([rng.normal(-3, 1, (200, 2)), rng.normal(3, 1, (200, 2))])
+    >>> gm = GaussianMixture(n_components=2, random_state=0).fit(X.astype(np.float32))
+    >>> gm.means_.dtype, gm.converged_
+    (dtype('float32'), True)
+    >>> np.sort(gm.means_[:, 0]).round()
+    array([-3.,  3.], dtype=float32)
+    >>> gm.predict_proba(X[:3]).dtype
+    dtype('float64')
     """
 
     _parameter_constraints: ClassVar[dict] = {
@@ -218,14 +285,14 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     # -----------------------------------------------------------------------------------------
 
     def _fit_dtype(self, data_dtype: Any) -> torch.dtype:
-        """The dtype a fit computes in: the ``dtype`` parameter, else float32 for float32
+        """The dtype a fit computes in: the `dtype` parameter, else float32 for float32
         data (NumPy or torch) and float64 for anything else."""
         if self.dtype is not None:
             return _DTYPES[self.dtype]
         return torch.float32 if data_dtype in (np.float32, torch.float32) else torch.float64
 
     def _method_dtype(self, data_dtype: Any) -> torch.dtype:
-        """The dtype of a method's computation and output: the ``dtype`` parameter, else the
+        """The dtype of a method's computation and output: the `dtype` parameter, else the
         common type of the data and the fitted parameters."""
         if self.dtype is not None:
             return _DTYPES[self.dtype]
@@ -249,10 +316,10 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         return validate_data(self, x, reset=reset, dtype=[np.float64, np.float32])
 
     def _chunks(self, x: Any, dtype: torch.dtype) -> Iterator[Tensor]:
-        """``x`` as ``dtype`` chunks of ``batch_size`` rows, or of :func:`default_chunk_rows`
+        """`x` as `dtype` chunks of `batch_size` rows, or of `default_chunk_rows`
         if None.
 
-        Either way a pass visits every row once before its step: ``batch_size=None`` is exact
+        Either way a pass visits every row once before its step: `batch_size=None` is exact
         whole-data EM, streamed through the cache.
         """
         rows = self.batch_size or default_chunk_rows(
@@ -271,8 +338,8 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         return np.array(x, dtype=np.float64)
 
     def _initial_mixture(self, x: Any, rng: np.random.RandomState, dtype: torch.dtype) -> Mixture:
-        """The M-step of the initial responsibilities, then the user's overrides, as ``dtype``
-        (see :mod:`~implicit_em.mixture.initialization`)."""
+        """The M-step of the initial responsibilities, then the user's overrides, as `dtype`
+        (see `initialization`)."""
         model = covariance_model(self.covariance_type)
         k, dim = self.n_components, self.n_features_in_
         weights = None if self.weights_init is None else check_weights(self.weights_init, k)
@@ -408,9 +475,23 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     # -----------------------------------------------------------------------------------------
 
     def fit(self, X: Any, y: Any = None, *, callback: Callback | None = None) -> GaussianMixture:
-        """Fit on ``X`` (array, tensor, or a re-iterable of batches such as a ``DataLoader``).
+        """Fit the mixture to `X`: `n_init` initializations of up to `max_iter` passes each.
 
-        ``callback(n_iter, mean_log_likelihood)`` is called after every pass.
+        Parameters
+        ----------
+        X : array-like, Tensor or re-iterable of batches
+            The data, `[N, D]`: an array, a tensor, or a re-iterable collection of `[B, D]`
+            batches such as a `DataLoader` (each pass iterates it once; a one-shot iterator is
+            refused).
+        y : None
+            Ignored (scikit-learn's signature).
+        callback : callable, optional
+            `callback(n_iter, mean_log_likelihood)`, called after every pass.
+
+        Returns
+        -------
+        GaussianMixture
+            The fitted estimator itself.
         """
         self._validate_params()
         if is_batch_iterable(X):
@@ -443,11 +524,26 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         return self
 
     def partial_fit(self, X: Any, y: Any = None, *, end_of_pass: bool = True) -> GaussianMixture:
-        """Stream ``X`` into the current pass; with ``end_of_pass`` take the pass's step.
+        """Stream `X` into the current pass; with `end_of_pass` take the pass's step.
 
-        The first call initializes the parameters from ``X``. Calling ``partial_fit`` on every
-        batch of a pass with ``end_of_pass=False`` except the last is exactly one EM (or
+        The first call initializes the parameters from `X`. Calling `partial_fit` on every
+        batch of a pass with `end_of_pass=False` except the last is exactly one EM (or
         gradient) step on the concatenated data; the default makes every call one full step.
+
+        Parameters
+        ----------
+        X : array-like or Tensor
+            A batch of rows, `[B, D]`.
+        y : None
+            Ignored (scikit-learn's signature).
+        end_of_pass : bool, default=True
+            Whether `X` closes the pass: its step is taken and `n_iter_`, `lower_bound_`,
+            `converged_` and `history_` are updated.
+
+        Returns
+        -------
+        GaussianMixture
+            The estimator itself.
         """
         self._validate_params()
         first = not hasattr(self, "_mixture")
@@ -480,7 +576,20 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         return self
 
     def fit_predict(self, X: Any, y: Any = None) -> Any:
-        """Fit, then the component with the largest responsibility for every row of ``X``."""
+        """Fit, then the component with the largest responsibility for every row of `X`.
+
+        Parameters
+        ----------
+        X : array-like or Tensor
+            The data, `[N, D]`.
+        y : None
+            Ignored (scikit-learn's signature).
+
+        Returns
+        -------
+        ndarray or Tensor
+            The component labels, `[N]` int64.
+        """
         return self.fit(X).predict(X)
 
     # -----------------------------------------------------------------------------------------
@@ -502,11 +611,22 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         return to_output(torch.cat(parts), X)
 
     def score_samples(self, X: Any) -> Any:
-        r"""Per-sample :math:`\log p(x_t)`, ``[N]``."""
+        r"""Per-sample log-likelihood $\log p(x_t)$.
+
+        Parameters
+        ----------
+        X : array-like or Tensor
+            The data, `[N, D]`.
+
+        Returns
+        -------
+        ndarray or Tensor
+            $\log p(x_t)$, `[N]`: an array, or a tensor on `X`'s device when `X` is a tensor.
+        """
         return self._rowwise(X, lambda log_p, r: log_p)
 
     def _total_log_likelihood(self, X: Any) -> tuple[float, int]:
-        r""":math:`\ell = \sum_t \log p(x_t)` (summed in float64) and the number of rows, for an
+        r"""$\ell = \sum_t \log p(x_t)$ (summed in float64) and the number of rows, for an
         array, a tensor or a re-iterable of batches."""
         check_is_fitted(self, "_mixture")
         if not is_batch_iterable(X):
@@ -521,35 +641,109 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         return total, rows
 
     def score(self, X: Any, y: Any = None) -> float:
-        """Mean log-likelihood per sample: ``score_samples(X).mean()`` (in its dtype, as
-        scikit-learn), or the float64 mean over a re-iterable of batches."""
+        """Mean log-likelihood per sample.
+
+        Parameters
+        ----------
+        X : array-like, Tensor or re-iterable of batches
+            The data, `[N, D]`, or a re-iterable collection of `[B, D]` batches.
+        y : None
+            Ignored (scikit-learn's signature).
+
+        Returns
+        -------
+        float
+            `score_samples(X).mean()` (computed in its dtype, as scikit-learn does), or the
+            float64 mean over every row of the batches.
+        """
         if not is_batch_iterable(X):
             return float(self.score_samples(X).mean())
         total, rows = self._total_log_likelihood(X)
         return total / rows
 
     def predict_proba(self, X: Any) -> Any:
-        """Responsibilities :math:`r_{tj}`, ``[N, K]``."""
+        r"""Responsibilities $r_{tj} = p(j \mid x_t)$.
+
+        Parameters
+        ----------
+        X : array-like or Tensor
+            The data, `[N, D]`.
+
+        Returns
+        -------
+        ndarray or Tensor
+            $r_{tj}$, `[N, K]`, each row on the simplex.
+        """
         return self._rowwise(X, lambda log_p, r: r)
 
     def predict(self, X: Any) -> Any:
-        """The most responsible component of every row, ``[N]`` integers."""
+        r"""The most responsible component of every row.
+
+        Parameters
+        ----------
+        X : array-like or Tensor
+            The data, `[N, D]`.
+
+        Returns
+        -------
+        ndarray or Tensor
+            $\arg\max_j r_{tj}$, `[N]` int64.
+        """
         return self._rowwise(X, lambda log_p, r: r.argmax(dim=1))
 
     def bic(self, X: Any) -> float:
-        """Bayesian information criterion :math:`-2\\ell + p\\log N` (lower is better); ``X`` may
-        be a re-iterable of batches."""
+        r"""Bayesian information criterion $-2\ell + p\log N$ (lower is better).
+
+        $\ell = \sum_t \log p(x_t)$ is the total log-likelihood (summed in float64), $p$ the
+        number of free parameters and $N$ the number of rows.
+
+        Parameters
+        ----------
+        X : array-like, Tensor or re-iterable of batches
+            The data, `[N, D]`, or a re-iterable collection of `[B, D]` batches.
+
+        Returns
+        -------
+        float
+            The BIC of the fitted mixture on `X`.
+        """
         total, rows = self._total_log_likelihood(X)
         return -2 * total + self._mixture.n_free_parameters() * math.log(rows)
 
     def aic(self, X: Any) -> float:
-        """Akaike information criterion :math:`-2\\ell + 2p` (lower is better); ``X`` may be a
-        re-iterable of batches."""
+        r"""Akaike information criterion $-2\ell + 2p$ (lower is better).
+
+        $\ell = \sum_t \log p(x_t)$ is the total log-likelihood (summed in float64) and $p$
+        the number of free parameters.
+
+        Parameters
+        ----------
+        X : array-like, Tensor or re-iterable of batches
+            The data, `[N, D]`, or a re-iterable collection of `[B, D]` batches.
+
+        Returns
+        -------
+        float
+            The AIC of the fitted mixture on `X`.
+        """
         total, _ = self._total_log_likelihood(X)
         return -2 * total + 2 * self._mixture.n_free_parameters()
 
     def sample(self, n_samples: int = 1) -> tuple[np.ndarray, np.ndarray]:
-        """Draw ``n_samples`` points and their component labels (NumPy arrays)."""
+        """Draw points from the fitted mixture.
+
+        Parameters
+        ----------
+        n_samples : int, default=1
+            The number of points, at least 1.
+
+        Returns
+        -------
+        X : ndarray of shape (n_samples, n_features)
+            The points, in the fitted dtype, grouped by component.
+        labels : ndarray of shape (n_samples,)
+            The component of every point.
+        """
         check_is_fitted(self, "_mixture")
         if isinstance(n_samples, bool) or not isinstance(n_samples, Integral) or n_samples < 1:
             raise ValueError(f"Invalid value for 'n_samples': {n_samples}. It must be >= 1")
@@ -567,5 +761,5 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         return x.cpu().numpy(), labels
 
     def is_distributed(self) -> bool:
-        """Whether fits all-reduce over a ``torch.distributed`` process group."""
+        """Whether fits all-reduce over a `torch.distributed` process group."""
         return is_distributed()

@@ -1,20 +1,20 @@
-r"""The starting parameters of a fit: responsibilities from ``init_params``, then one M-step,
-then the user's ``weights_init`` / ``means_init`` / ``precisions_init`` (checked here).
+r"""The starting parameters of a fit: responsibilities from `init_params`, then one M-step,
+then the user's `weights_init` / `means_init` / `precisions_init` (checked here).
 
-The four ``init_params`` give initial responsibilities :math:`r^{(0)}` on a sample of the data:
+The four `init_params` give initial responsibilities $r^{(0)}$ on a sample of the data:
 
-* ``kmeans``: one-hot k-means labels; ``random``: uniform draws, normalized per row (both give
+* `kmeans`: one-hot k-means labels; `random`: uniform draws, normalized per row (both give
   rows that sum to one);
-* ``k-means++`` / ``random_from_data``: one chosen row per component, :math:`r^{(0)}_{c_j j} = 1`
-  and zero elsewhere, so only :math:`K` rows carry mass.
+* `k-means++` / `random_from_data`: one chosen row per component, $r^{(0)}_{c_j j} = 1$
+  and zero elsewhere, so only $K$ rows carry mass.
 
-The starting mixture is the M-step of :math:`r^{(0)}`, as scikit-learn takes it. For ``tied``,
-scikit-learn's M-step is :math:`\Sigma = \big(\sum_t x_tx_t^\top - \sum_j N_j\mu_j\mu_j^\top\big)
-/\sum_j N_j`, which is the pooled within-component scatter only when every row's
-responsibilities sum to one. With one-point-per-component starts :math:`\sum_j N_j = K` while
-:math:`\sum_t x_tx_t^\top` runs over all :math:`N` rows, and the formula gives the data's raw
-second moment about the origin scaled by about :math:`N/K`: a very wide start.
-:func:`tied_covariance_of_one_point_starts` reproduces that start, so that a fit given
+The starting mixture is the M-step of $r^{(0)}$, as scikit-learn takes it. For `tied`,
+scikit-learn's M-step is $\Sigma = \big(\sum_t x_tx_t^\top - \sum_j N_j\mu_j\mu_j^\top\big)
+/\sum_j N_j$, which is the pooled within-component scatter only when every row's
+responsibilities sum to one. With one-point-per-component starts $\sum_j N_j = K$ while
+$\sum_t x_tx_t^\top$ runs over all $N$ rows, and the formula gives the data's raw
+second moment about the origin scaled by about $N/K$: a very wide start.
+`tied_covariance_of_one_point_starts` reproduces that start, so that a fit given
 scikit-learn's parameters follows scikit-learn's path.
 """
 
@@ -46,8 +46,8 @@ _ONE_POINT_STARTS = ("k-means++", "random_from_data")
 def initial_responsibilities(
     x: np.ndarray, n_components: int, init_params: str, rng: np.random.RandomState
 ) -> np.ndarray:
-    """:math:`r^{(0)}` ``[N, K]`` (float64) for ``init_params``, drawing from ``rng`` as
-    scikit-learn does (the same draws for the same ``random_state``)."""
+    """$r^{(0)}$ `[N, K]` (float64) for `init_params`, drawing from `rng` as
+    scikit-learn does (the same draws for the same `random_state`)."""
     n, k = x.shape[0], n_components
     resp = np.zeros((n, k))
     if init_params == "kmeans":
@@ -67,8 +67,8 @@ def initial_responsibilities(
 def tied_covariance_of_one_point_starts(
     x: Tensor, resp: Tensor, means: Tensor, reg_covar: float
 ) -> Tensor:
-    r"""scikit-learn's tied M-step, :math:`\big(x^\top x - \sum_j N_j\mu_j\mu_j^\top\big)/\sum_j N_j
-    + \lambda I`, ``[D, D]``, for responsibilities whose rows need not sum to one."""
+    r"""scikit-learn's tied M-step, $\big(x^\top x - \sum_j N_j\mu_j\mu_j^\top\big)/\sum_j N_j
+    + \lambda I$, `[D, D]`, for responsibilities whose rows need not sum to one."""
     n = resp.sum(dim=0) + 10 * torch.finfo(x.dtype).eps
     cov = (x.T @ x - (means * n[:, None]).T @ means) / n.sum()
     cov = 0.5 * (cov + cov.T)
@@ -78,7 +78,7 @@ def tied_covariance_of_one_point_starts(
 def responsibility_start(
     model: CovarianceModel, x: np.ndarray, resp: np.ndarray, init_params: str, reg_covar: float
 ) -> Mixture:
-    """The M-step of the initial responsibilities ``resp`` on the sample ``x`` (float64)."""
+    """The M-step of the initial responsibilities `resp` on the sample `x` (float64)."""
     xs, r = torch.as_tensor(x, dtype=torch.float64), torch.as_tensor(resp, dtype=torch.float64)
     k, dim = r.shape[1], xs.shape[1]
     shift = xs.mean(dim=0)
@@ -108,7 +108,7 @@ def _as_array(value: object, name: str, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def check_weights(value: object, n_components: int) -> np.ndarray:
-    """``weights_init`` as an array in [0, 1] summing to one (tolerance 1e-6 in float32, 1e-8
+    """`weights_init` as an array in [0, 1] summing to one (tolerance 1e-6 in float32, 1e-8
     otherwise); the messages are scikit-learn's."""
     weights = _as_array(value, "weights", (n_components,))
     if (weights < 0).any() or (weights > 1).any():
@@ -127,15 +127,15 @@ def check_weights(value: object, n_components: int) -> np.ndarray:
 
 
 def check_means(value: object, n_components: int, n_features: int) -> np.ndarray:
-    """``means_init`` as a ``[K, D]`` finite array."""
+    """`means_init` as a `[K, D]` finite array."""
     return _as_array(value, "means", (n_components, n_features))
 
 
 def check_precisions(
     value: object, covariance_type: str, n_components: int, n_features: int
 ) -> np.ndarray:
-    """``precisions_init`` in the type's shape, symmetric positive-definite (``full``, ``tied``:
-    every eigenvalue > 0) or positive (``diag``, ``spherical``); the messages are
+    """`precisions_init` in the type's shape, symmetric positive-definite (`full`, `tied`:
+    every eigenvalue > 0) or positive (`diag`, `spherical`); the messages are
     scikit-learn's."""
     shapes = {
         "full": (n_components, n_features, n_features),

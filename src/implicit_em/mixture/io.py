@@ -1,4 +1,4 @@
-"""Saving a fitted :class:`GaussianMixture` to ``.npz`` and loading it back, fitted."""
+"""Saving a fitted `GaussianMixture` to `.npz` and loading it back, fitted."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ __all__ = ["load", "save"]
 
 
 def save(gm: GaussianMixture, path: str | Path) -> None:
-    """Write the parameters, the covariance type and the fit summary of ``gm`` to ``path``."""
+    """Write the parameters, the covariance type and the fit summary of `gm` to `path`."""
     np.savez(
         path,
         covariance_type=np.array(gm.covariance_type),
@@ -30,8 +30,8 @@ def save(gm: GaussianMixture, path: str | Path) -> None:
 
 
 def load(path: str | Path) -> GaussianMixture:
-    """A fitted :class:`GaussianMixture` (float64, CPU) from a file written by :func:`save`
-    (``ValueError`` for another kind of file, ``KeyError`` for an ``.npz`` without its fields)."""
+    """A fitted `GaussianMixture` (float64, CPU) from a file written by `save`
+    (`ValueError` for another kind of file, `KeyError` for an `.npz` without its fields)."""
     data = np.load(path, allow_pickle=False)
     if not isinstance(data, np.lib.npyio.NpzFile):
         raise ValueError(f"{path} is not an .npz archive")

@@ -1,11 +1,11 @@
 r"""The parameters of a Gaussian mixture and the per-sample quantities they define.
 
-:math:`p(x) = \sum_j \pi_j \mathcal N(x \mid \mu_j, \Sigma_j)` with
-:math:`\log \mathcal N = -\tfrac D2\log 2\pi - d_j(x) + \log|\det U_j|`. The per-sample
-log-likelihood is the log-sum-exp (the core's :func:`implicit_em.lse`, fused with the
-responsibilities in :func:`normalize`) of the energies
-:math:`d_j - \log|\det U_j|` under the log-prior :math:`\log\pi`, and the responsibilities are
-:math:`r_{tj} = \pi_j e^{-d_j + \log|\det U_j|} / \sum_k \pi_k e^{-d_k + \log|\det U_k|}`.
+$p(x) = \sum_j \pi_j \mathcal N(x \mid \mu_j, \Sigma_j)$ with
+$\log \mathcal N = -\tfrac D2\log 2\pi - d_j(x) + \log|\det U_j|$. The per-sample
+log-likelihood is the log-sum-exp (the core's `implicit_em.lse`, fused with the
+responsibilities in `normalize`) of the energies
+$d_j - \log|\det U_j|$ under the log-prior $\log\pi$, and the responsibilities are
+$r_{tj} = \pi_j e^{-d_j + \log|\det U_j|} / \sum_k \pi_k e^{-d_k + \log|\det U_k|}$.
 """
 
 from __future__ import annotations
@@ -24,14 +24,20 @@ __all__ = ["EStep", "Mixture", "log_likelihood_and_responsibilities", "normalize
 
 @dataclass(frozen=True)
 class Mixture:
-    """Mixture parameters as tensors (shapes in :mod:`implicit_em.mixture.covariance`).
+    """Mixture parameters as tensors (shapes in `implicit_em.mixture.covariance`).
 
-    Attributes:
-        model: the covariance type's functions.
-        weights: :math:`\\pi`, ``[K]``, on the simplex.
-        means: :math:`\\mu`, ``[K, D]``.
-        covariances: :math:`\\Sigma` in the type's shape.
-        precisions_cholesky: :math:`U`, with :math:`\\Sigma^{-1} = UU^\\top`.
+    Attributes
+    ----------
+    model : CovarianceModel
+        The covariance type's functions.
+    weights : Tensor
+        $\\pi$, `[K]`, on the simplex.
+    means : Tensor
+        $\\mu$, `[K, D]`.
+    covariances : Tensor
+        $\\Sigma$ in the type's shape.
+    precisions_cholesky : Tensor
+        $U$, with $\\Sigma^{-1} = UU^\\top$.
     """
 
     model: CovarianceModel
@@ -44,7 +50,7 @@ class Mixture:
     def from_covariances(
         cls, model: CovarianceModel, weights: Tensor, means: Tensor, covariances: Tensor
     ) -> Mixture:
-        """Complete the parameters with :math:`U` (``ValueError`` if a covariance is singular)."""
+        """Complete the parameters with $U$ (`ValueError` if a covariance is singular)."""
         prec_chol = model.precision_cholesky(covariances)
         return cls(model, weights, means, covariances, prec_chol)
 
@@ -52,7 +58,7 @@ class Mixture:
     def from_precisions_cholesky(
         cls, model: CovarianceModel, weights: Tensor, means: Tensor, prec_chol: Tensor
     ) -> Mixture:
-        """Complete the parameters with :math:`\\Sigma = (UU^\\top)^{-1}`, in canonical form."""
+        """Complete the parameters with $\\Sigma = (UU^\\top)^{-1}$, in canonical form."""
         if not bool(torch.isfinite(prec_chol).all()):
             raise ValueError(
                 "The step produced non-finite parameters (the fit diverged); lower learning_rate."
@@ -70,11 +76,11 @@ class Mixture:
 
     @property
     def shift(self) -> Tensor:
-        r"""The mixture mean :math:`s = \sum_j \pi_j\mu_j`, the shift of the EM statistics."""
+        r"""The mixture mean $s = \sum_j \pi_j\mu_j$, the shift of the EM statistics."""
         return self.weights @ self.means
 
     def to(self, dtype: torch.dtype, device: torch.device | str) -> Mixture:
-        """The same parameters as ``dtype`` tensors on ``device``."""
+        """The same parameters as `dtype` tensors on `device`."""
         return replace(
             self,
             weights=self.weights.to(device=device, dtype=dtype),
@@ -84,25 +90,25 @@ class Mixture:
         )
 
     def n_free_parameters(self) -> int:
-        """Free parameters: covariances, means and :math:`K-1` weights (for BIC and AIC)."""
+        """Free parameters: covariances, means and $K-1$ weights (for BIC and AIC)."""
         k, d = self.n_components, self.n_features
         return self.model.n_parameters(k, d) + k * d + k - 1
 
 
 def normalize(logits: Tensor) -> tuple[Tensor, Tensor]:
-    r"""Log-sum-exp and softmax of ``logits[B, K]`` along ``K`` from one exponential, in place.
+    r"""Log-sum-exp and softmax of `logits[B, K]` along `K` from one exponential, in place.
 
-    With :math:`a_{tj} = \log\pi_j - d_j + \log|\det U_j|` and :math:`m_t = \max_j a_{tj}`:
-    :math:`e_{tj} = \exp(\max(a_{tj} - m_t, \tfrac12\log\tau))`,
-    :math:`\log p_t = m_t + \log\sum_j e_{tj}` (the core's :func:`implicit_em.lse`, max-shifted)
-    and :math:`r_{tj} = e_{tj}/\sum_k e_{tk}`. ``logits`` is overwritten with ``r``.
+    With $a_{tj} = \log\pi_j - d_j + \log|\det U_j|$ and $m_t = \max_j a_{tj}$:
+    $e_{tj} = \exp(\max(a_{tj} - m_t, \tfrac12\log\tau))$,
+    $\log p_t = m_t + \log\sum_j e_{tj}$ (the core's `implicit_em.lse`, max-shifted)
+    and $r_{tj} = e_{tj}/\sum_k e_{tk}$. `logits` is overwritten with `r`.
 
-    The floor :math:`\sqrt\tau` (:math:`\tau` the dtype's smallest normal number: about
-    1e-19 in float32, 1e-154 in float64) keeps the exponential, the square roots of ``r`` and
-    the products of the M-step off the CPU's slow subnormal path (``exp`` of a float32 below
-    -87 is about 25 times slower). It changes :math:`\log p_t` by at most
-    :math:`K\sqrt\tau` and a component's mass by at most :math:`N\sqrt\tau`: far below
-    rounding. Returns ``(log p [B], r [B, K])``.
+    The floor $\sqrt\tau$ ($\tau$ the dtype's smallest normal number: about
+    1e-19 in float32, 1e-154 in float64) keeps the exponential, the square roots of `r` and
+    the products of the M-step off the CPU's slow subnormal path (`exp` of a float32 below
+    -87 is about 25 times slower). It changes $\log p_t$ by at most
+    $K\sqrt\tau$ and a component's mass by at most $N\sqrt\tau$: far below
+    rounding. Returns `(log p [B], r [B, K])`.
     """
     floor = 0.5 * math.log(torch.finfo(logits.dtype).tiny)
     peak = logits.amax(dim=1, keepdim=True)
@@ -116,12 +122,17 @@ def normalize(logits: Tensor) -> tuple[Tensor, Tensor]:
 class EStep:
     r"""What the E-step of every chunk of one pass shares, computed once per pass.
 
-    Attributes:
-        model: the covariance type's functions.
-        shift: :math:`s`, ``[D]``; chunks are shifted to :math:`y = x - s`.
-        operands: the type's per-pass operands for the shifted means :math:`\mu_j - s`
-            (:attr:`~implicit_em.mixture.covariance.CovarianceModel.operands`).
-        bias: :math:`\log\pi_j + \log|\det U_j| - \tfrac D2\log 2\pi`, ``[K]``.
+    Attributes
+    ----------
+    model : CovarianceModel
+        The covariance type's functions.
+    shift : Tensor
+        $s$, `[D]`; chunks are shifted to $y = x - s$.
+    operands : tuple of Tensor
+        The type's per-pass operands for the shifted means $\mu_j - s$
+        (`CovarianceModel.operands`).
+    bias : Tensor
+        $\log\pi_j + \log|\det U_j| - \tfrac D2\log 2\pi$, `[K]`.
     """
 
     model: CovarianceModel
@@ -131,7 +142,7 @@ class EStep:
 
     @classmethod
     def of(cls, mixture: Mixture, shift: Tensor) -> EStep:
-        """The constants of ``mixture``'s E-step about ``shift``."""
+        """The constants of `mixture`'s E-step about `shift`."""
         model = mixture.model
         k, dim = mixture.n_components, mixture.n_features
         log_det = model.log_det(mixture.precisions_cholesky, k, dim)
@@ -143,11 +154,11 @@ class EStep:
 def log_likelihood_and_responsibilities(
     x: Tensor, e_step: EStep, workspace: Workspace | None = None
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    r"""The E-step of one chunk ``x[B, D]`` with the pass's constants ``e_step``.
+    r"""The E-step of one chunk `x[B, D]` with the pass's constants `e_step`.
 
-    Returns ``(log p(x_t) [B], r [B, K], y [B, D], features)`` where ``y = x - shift`` are the
-    shifted data the statistics are accumulated from and ``features`` what the covariance type's
-    energies were computed from (reused by its ``moments``). ``features`` live in ``workspace``
+    Returns `(log p(x_t) [B], r [B, K], y [B, D], features)` where `y = x - shift` are the
+    shifted data the statistics are accumulated from and `features` what the covariance type's
+    energies were computed from (reused by its `moments`). `features` live in `workspace`
     (a fresh one if None): pass the same workspace for every chunk of a pass.
     """
     y = x - e_step.shift

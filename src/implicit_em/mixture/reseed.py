@@ -1,12 +1,12 @@
 r"""Re-seeding of emptied components.
 
-A component is *empty* after a step when its mass :math:`N_j = \sum_t r_{tj}` falls below a
+A component is *empty* after a step when its mass $N_j = \sum_t r_{tj}$ falls below a
 thousandth of one sample (it explains no sample, and its covariance estimate is only
-``reg_covar``). It is then re-seeded at the worst-explained sample of
-the pass (the lowest :math:`\log p(x_t)`, a different sample for each empty component), with the
+`reg_covar`). It is then re-seeded at the worst-explained sample of
+the pass (the lowest $\log p(x_t)$, a different sample for each empty component), with the
 mass-weighted average covariance of the live components and a weight of one sample,
-:math:`1/N`, after which the weights are renormalized. For ``tied`` only the mean and weight
-move. Every re-seeding is counted in the fit history (``history_["n_reseeded"]``).
+$1/N$, after which the weights are renormalized. For `tied` only the mean and weight
+move. Every re-seeding is counted in the fit history (`history_["n_reseeded"]`).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ __all__ = ["WorstSamples", "reseed_empty"]
 
 
 class WorstSamples:
-    """The ``capacity`` samples with the lowest log-likelihood seen in a pass.
+    """The `capacity` samples with the lowest log-likelihood seen in a pass.
 
-    Each chunk contributes its own ``capacity`` lowest (one ``topk``); the candidates are merged
-    only every ``_MERGE_EVERY`` chunks and when read, so a pass pays two small ops per chunk.
+    Each chunk contributes its own `capacity` lowest (one `topk`); the candidates are merged
+    only every `_MERGE_EVERY` chunks and when read, so a pass pays two small ops per chunk.
     """
 
     _MERGE_EVERY = 64
@@ -36,7 +36,7 @@ class WorstSamples:
         self._points = [like.new_zeros(capacity, n_features)]
 
     def add(self, x: Tensor, log_p: Tensor) -> None:
-        """Take a chunk's samples ``x[B, D]`` with log-likelihoods ``log_p[B]``."""
+        """Take a chunk's samples `x[B, D]` with log-likelihoods `log_p[B]`."""
         k = min(self.capacity, log_p.shape[0])
         values, lowest = torch.topk(log_p.detach(), k, largest=False, sorted=False)
         self._values.append(values.to(self._values[0].dtype))
@@ -51,13 +51,13 @@ class WorstSamples:
 
     @property
     def values(self) -> Tensor:
-        """The lowest log-likelihoods, ascending, ``[capacity]`` (``inf`` where unfilled)."""
+        """The lowest log-likelihoods, ascending, `[capacity]` (`inf` where unfilled)."""
         self._merge()
         return self._values[0]
 
     @property
     def points(self) -> Tensor:
-        """Their samples, ``[capacity, D]``."""
+        """Their samples, `[capacity, D]`."""
         self._merge()
         return self._points[0]
 
@@ -71,7 +71,7 @@ class WorstSamples:
 def reseed_empty(
     mixture: Mixture, masses: Tensor, candidates: WorstSamples, total: Tensor
 ) -> tuple[Mixture, int]:
-    """Re-seed the empty components of ``mixture``; return it and how many were re-seeded."""
+    """Re-seed the empty components of `mixture`; return it and how many were re-seeded."""
     empty = empty_components(masses)
     n_empty = int(empty.sum())
     values, points = candidates.gathered()

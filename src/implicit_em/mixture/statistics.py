@@ -1,24 +1,28 @@
 r"""Streaming sufficient statistics of the EM step, summed chunk by chunk.
 
-For responsibilities :math:`r_{tj}` of the current parameters and the shared shift :math:`s`
-(:attr:`Mixture.shift`) a chunk contributes
+For responsibilities $r_{tj}$ of the current parameters and the shared shift $s$
+(`Mixture.shift`) a chunk contributes
 
-.. math::  N_j = \sum_t r_{tj}, \qquad F_j = \sum_t r_{tj}(x_t - s), \qquad
-           S_j = \sum_t r_{tj}(x_t - c_j)(x_t - c_j)^\top\ \text{(or its diagonal / trace)},
+$$
+N_j = \sum_t r_{tj}, \qquad F_j = \sum_t r_{tj}(x_t - s), \qquad
+S_j = \sum_t r_{tj}(x_t - c_j)(x_t - c_j)^\top\ \text{(or its diagonal / trace)},
+$$
 
-with :math:`c_j = \mu_j` for ``full`` (centered) and :math:`c_j = s` otherwise. All three are
-plain sums, so the statistics of chunks (and of ranks, under ``torch.distributed``) add, and the
+with $c_j = \mu_j$ for `full` (centered) and $c_j = s$ otherwise. All three are
+plain sums, so the statistics of chunks (and of ranks, under `torch.distributed`) add, and the
 M-step reads only the totals:
 
-.. math::  \mu_j' = s + F_j/N_j, \quad \delta_j = \mu_j' - c_j, \quad
-           \Sigma_j' = S_j/N_j - \delta_j\delta_j^\top + \lambda I, \quad \pi_j' = N_j / \sum_k N_k.
+$$
+\mu_j' = s + F_j/N_j, \quad \delta_j = \mu_j' - c_j, \quad
+\Sigma_j' = S_j/N_j - \delta_j\delta_j^\top + \lambda I, \quad \pi_j' = N_j / \sum_k N_k.
+$$
 
-For ``full``, :math:`S_j` is summed in the whitened coordinates of the E-step's residuals
-:math:`z_{tj} = U_j^\top(x_t-\mu_j)` and brought back once per pass,
-:math:`S_j = U_j^{-\top}\big(\sum_t r_{tj}z_{tj}z_{tj}^\top\big)U_j^{-1}`. Memory is
-:math:`O(B\,K + K\,D^2)` for a chunk of ``B`` rows (``full`` also holds the ``[B, K, D]``
-residuals), never :math:`O(N\,K)`. :math:`N_j` gets
-:math:`10\,\varepsilon_{\text{dtype}}` added, as in scikit-learn, so that an empty component
+For `full`, $S_j$ is summed in the whitened coordinates of the E-step's residuals
+$z_{tj} = U_j^\top(x_t-\mu_j)$ and brought back once per pass,
+$S_j = U_j^{-\top}\big(\sum_t r_{tj}z_{tj}z_{tj}^\top\big)U_j^{-1}$. Memory is
+$O(B\,K + K\,D^2)$ for a chunk of `B` rows (`full` also holds the `[B, K, D]`
+residuals), never $O(N\,K)$. $N_j$ gets
+$10\,\varepsilon_{\text{dtype}}$ added, as in scikit-learn, so that an empty component
 divides by a positive number.
 """
 
@@ -44,15 +48,15 @@ Statistics = dict[str, Tensor]
 
 
 def reference(mixture: Mixture, shift: Tensor) -> Tensor:
-    """The centers :math:`c_j - s` of the second moment, in shifted coordinates, ``[K, D]``."""
+    """The centers $c_j - s$ of the second moment, in shifted coordinates, `[K, D]`."""
     if mixture.model.centered:
         return mixture.means - shift
     return torch.zeros_like(mixture.means)
 
 
 def zero_statistics(model: CovarianceModel, k: int, d: int, like: Tensor) -> Statistics:
-    """Empty sums (``like``'s dtype and device): ``n [K]``, ``first [K, D]``, ``second`` (the
-    type's shape), ``log_likelihood``, ``count``."""
+    """Empty sums (`like`'s dtype and device): `n [K]`, `first [K, D]`, `second` (the
+    type's shape), `log_likelihood`, `count`."""
     shapes = {"full": (k, d, d), "tied": (d, d), "diag": (k, d), "spherical": (k,)}
     return {
         "n": like.new_zeros(k),
@@ -66,8 +70,8 @@ def zero_statistics(model: CovarianceModel, k: int, d: int, like: Tensor) -> Sta
 def accumulate(
     stats: Statistics, y: Tensor, features: Tensor, r: Tensor, model: CovarianceModel
 ) -> None:
-    """Add the statistics of one chunk (shifted data ``y``, the type's ``features`` of ``y``,
-    responsibilities ``r``) in place."""
+    """Add the statistics of one chunk (shifted data `y`, the type's `features` of `y`,
+    responsibilities `r`) in place."""
     first, second = model.moments(y, features, r)
     stats["n"] += r.sum(dim=0)
     stats["first"] += first
@@ -78,9 +82,9 @@ def accumulate(
 def e_step(
     stats: Statistics, x: Tensor, constants: EStep, workspace: Workspace | None = None
 ) -> Tensor:
-    """E-step of a chunk: add its statistics and return its per-sample log-likelihood ``[B]``.
+    """E-step of a chunk: add its statistics and return its per-sample log-likelihood `[B]`.
 
-    ``constants`` are the pass's (:meth:`EStep.of`); ``workspace`` holds the chunk's
+    `constants` are the pass's (`EStep.of`); `workspace` holds the chunk's
     intermediates (pass the same one for every chunk).
     """
     log_p, r, y, features = log_likelihood_and_responsibilities(x, constants, workspace)
@@ -90,11 +94,11 @@ def e_step(
 
 
 def empty_components(masses: Tensor) -> Tensor:
-    r"""Components whose mass :math:`N_j` is below a thousandth of one sample, ``[K]`` bool.
+    r"""Components whose mass $N_j$ is below a thousandth of one sample, `[K]` bool.
 
-    Their statistics carry no information (and :math:`S_j/N_j - \delta_j\delta_j^\top` would
-    be pure cancellation), so the M-step gives them ``reg_covar`` alone and
-    :mod:`~implicit_em.mixture.reseed` moves them.
+    Their statistics carry no information (and $S_j/N_j - \delta_j\delta_j^\top$ would
+    be pure cancellation), so the M-step gives them `reg_covar` alone and
+    `reseed` moves them.
     """
     return masses < 1e-3
 
@@ -107,10 +111,10 @@ def m_step(
     reg: float,
     whitening: Tensor | None = None,
 ) -> Mixture:
-    """The closed-form M-step from summed statistics (``ValueError`` on a singular covariance).
+    """The closed-form M-step from summed statistics (`ValueError` on a singular covariance).
 
-    ``whitening`` is the precision Cholesky factor :math:`U` the E-step whitened ``full``
-    residuals with (``None`` when the features were not whitened).
+    `whitening` is the precision Cholesky factor $U$ the E-step whitened `full`
+    residuals with (`None` when the features were not whitened).
     """
     n = stats["n"] + 10 * torch.finfo(stats["n"].dtype).eps
     means_y = stats["first"] / n[:, None]

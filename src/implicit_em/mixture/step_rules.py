@@ -1,31 +1,33 @@
-r"""The four step rules of :class:`~implicit_em.mixture.GaussianMixture`, over one loop.
+r"""The four step rules of `GaussianMixture`, over one loop.
 
-Each pass over the data calls :meth:`StepRule.begin` with the current parameters,
-:meth:`StepRule.accumulate` on every chunk (it adds *summable* tensors to :attr:`StepRule.sums`:
+Each pass over the data calls `StepRule.begin` with the current parameters,
+`StepRule.accumulate` on every chunk (it adds *summable* tensors to `StepRule.sums`:
 sufficient statistics or gradients, plus the log-likelihood and the sample count, so chunks and
-ranks combine by addition), and :meth:`StepRule.step` once; only ``step`` differs in kind.
+ranks combine by addition), and `StepRule.step` once; only `step` differs in kind.
 
-With :math:`\ell(\theta) = \sum_t \log\sum_j \pi_j\mathcal N(x_t\mid\mu_j,\Sigma_j)` and
-:math:`N_j = \sum_t r_{tj}`:
+With $\ell(\theta) = \sum_t \log\sum_j \pi_j\mathcal N(x_t\mid\mu_j,\Sigma_j)$ and
+$N_j = \sum_t r_{tj}$:
 
-* ``em``: the closed-form M-step from the statistics (:mod:`~implicit_em.mixture.statistics`).
-* ``gd`` / ``adam``: :func:`implicit_em.objectives.mixture_nll` of the core, over unconstrained
+* `em`: the closed-form M-step from the statistics (`statistics`).
+* `gd` / `adam`: `implicit_em.objectives.mixture_nll` of the core, over unconstrained
   parameters (softmax logits, means, log-diagonal whitening factors), differentiated by autograd:
-  the responsibilities arrive as gradients, :math:`\partial(-\ell)/\partial d_{tj} = r_{tj}`.
-  One optimizer step per pass on the mean NLL :math:`-\ell/N` (the full-data gradient).
-* ``preconditioned``: the same autograd gradient of the core's NLL, now over the natural
-  parameters :math:`(\pi, \mu, \Sigma)`, preconditioned as in Xu & Jordan (1996):
+  the responsibilities arrive as gradients, $\partial(-\ell)/\partial d_{tj} = r_{tj}$.
+  One optimizer step per pass on the mean NLL $-\ell/N$ (the full-data gradient).
+* `preconditioned`: the same autograd gradient of the core's NLL, now over the natural
+  parameters $(\pi, \mu, \Sigma)$, preconditioned as in Xu & Jordan (1996):
 
-  .. math::  \pi' = \pi + \tfrac1N(\operatorname{diag}\pi - \pi\pi^\top)\,\nabla_\pi\ell, \qquad
-             \mu_j' = \mu_j + \tfrac{\Sigma_j}{N_j}\nabla_{\mu_j}\ell, \qquad
-             \Sigma_j' = \Sigma_j + \tfrac2{N_j}\Sigma_j(\nabla_{\Sigma_j}\ell)\Sigma_j
-                         - \delta_j\delta_j^\top + \lambda I,
+  $$
+  \pi' = \pi + \tfrac1N(\operatorname{diag}\pi - \pi\pi^\top)\,\nabla_\pi\ell, \qquad
+  \mu_j' = \mu_j + \tfrac{\Sigma_j}{N_j}\nabla_{\mu_j}\ell, \qquad
+  \Sigma_j' = \Sigma_j + \tfrac2{N_j}\Sigma_j(\nabla_{\Sigma_j}\ell)\Sigma_j
+  - \delta_j\delta_j^\top + \lambda I,
+  $$
 
-  with :math:`N_j = \pi_j\,\partial\ell/\partial\pi_j` (read off the gradient) and
-  :math:`\delta_j = \mu_j' - \mu_j`. The weight and mean steps are exactly EM's; the covariance
-  step is EM's update about the *old* means, and :math:`-\delta_j\delta_j^\top` (the
+  with $N_j = \pi_j\,\partial\ell/\partial\pi_j$ (read off the gradient) and
+  $\delta_j = \mu_j' - \mu_j$. The weight and mean steps are exactly EM's; the covariance
+  step is EM's update about the *old* means, and $-\delta_j\delta_j^\top$ (the
   parallel-axis shift to the new means) makes it EM's exactly. Step by step the rule reproduces
-  ``em`` to rounding.
+  `em` to rounding.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ _LOG_2PI = float(torch.log(torch.tensor(2.0 * torch.pi, dtype=torch.float64)))
 
 
 class StepRule(ABC):
-    """A parameter update; :attr:`sums` holds what a pass accumulates (summable tensors)."""
+    """A parameter update; `sums` holds what a pass accumulates (summable tensors)."""
 
     def __init__(self, reg_covar: float) -> None:
         self.reg_covar = reg_covar
@@ -68,7 +70,7 @@ class StepRule(ABC):
         self.mixture: Mixture | None = None
 
     def begin(self, mixture: Mixture) -> None:
-        """Start a pass at ``mixture``: clear the sums."""
+        """Start a pass at `mixture`: clear the sums."""
         self.mixture = mixture
         self.sums = {
             "log_likelihood": mixture.means.new_zeros(()),
@@ -77,11 +79,11 @@ class StepRule(ABC):
 
     @abstractmethod
     def accumulate(self, x: Tensor) -> Tensor:
-        """Add a chunk ``x[B, D]`` to :attr:`sums`; return its per-sample log-likelihood ``[B]``."""
+        """Add a chunk `x[B, D]` to `sums`; return its per-sample log-likelihood `[B]`."""
 
     @abstractmethod
     def step(self) -> tuple[Mixture, Tensor]:
-        """The new parameters from the (all-reduced) sums, and the masses :math:`N_j` ``[K]``."""
+        """The new parameters from the (all-reduced) sums, and the masses $N_j$ `[K]`."""
 
     def _current(self) -> Mixture:
         if self.mixture is None:
@@ -128,7 +130,7 @@ class _AutogradRule(StepRule):
 
     @abstractmethod
     def _nll(self, x: Tensor) -> Tensor:
-        """Per-sample NLL ``[B]`` of the core (without the :math:`\\tfrac D2\\log 2\\pi`)."""
+        """Per-sample NLL `[B]` of the core (without the $\\tfrac D2\\log 2\\pi$)."""
 
     def begin(self, mixture: Mixture) -> None:
         super().begin(mixture)
@@ -148,7 +150,7 @@ class _AutogradRule(StepRule):
 
 
 class PreconditionedRule(_AutogradRule):
-    """Xu & Jordan's preconditioned gradient steps over :math:`(\\pi, \\mu, \\Sigma)`."""
+    """Xu & Jordan's preconditioned gradient steps over $(\\pi, \\mu, \\Sigma)$."""
 
     def begin(self, mixture: Mixture) -> None:
         self._leaves = {
@@ -264,7 +266,7 @@ DEFAULT_LEARNING_RATES = {"gd": 0.5, "adam": 0.05}
 
 
 def make_step_rule(fitter: str, reg_covar: float, learning_rate: float | None) -> StepRule:
-    """The :class:`StepRule` named ``fitter`` (``ValueError`` for an unknown name)."""
+    """The `StepRule` named `fitter` (`ValueError` for an unknown name)."""
     if fitter == "em":
         return EMRule(reg_covar)
     if fitter == "preconditioned":

@@ -1,9 +1,9 @@
 """The claims report: one experiment per claim, each with a verdict computed from measurements.
 
-``implicit-em report`` runs the registered experiments (:data:`REGISTRY`) and writes
-``report/index.html``, ``report/results.json`` and ``report/summary.md``. Each
-:class:`Experiment` names the claims it tests, states its hypothesis and its :class:`Rule`
-before it runs, and measures; the verdict (``holds``, ``fails``, ``partly``, ``not run``) is
+`implicit-em report` runs the registered experiments (`REGISTRY`) and writes
+`report/index.html`, `report/results.json` and `report/summary.md`. Each
+`Experiment` names the claims it tests, states its hypothesis and its `Rule`
+before it runs, and measures; the verdict (`holds`, `fails`, `partly`, `not run`) is
 computed from the numbers by the rule. Results are cached by configuration, so a killed or
 repeated report reruns only what changed.
 

@@ -1,5 +1,5 @@
-"""``run_report``: run the selected experiments and write ``index.html``, ``results.json`` and
-``summary.md`` into the output folder (each written atomically)."""
+"""`run_report`: run the selected experiments and write `index.html`, `results.json` and
+`summary.md` into the output folder (each written atomically)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ class Report:
 
     @property
     def failed_to_run(self) -> list[str]:
-        """Ids of experiments that crashed (their verdict is ``not run``)."""
+        """Ids of experiments that crashed (their verdict is `not run`)."""
         return [r.experiment.id for r in self.results if r.error is not None]
 
 
@@ -41,7 +41,7 @@ def run_report(
     force: bool = False,
     log: Callable[[str], None] = print,
 ) -> Report:
-    """Run (or load from the cache) the experiments ``ids`` (all when None) and write the report."""
+    """Run (or load from the cache) the experiments `ids` (all when None) and write the report."""
     out = Path(out)
     experiments = select(ids)
     results = run_experiments(experiments, size, out, device=device, log=log, force=force)
@@ -58,7 +58,7 @@ def run_report(
 
 
 def rebuild(out: Path | str) -> Path:
-    """Re-render ``index.html`` and ``summary.md`` from ``results.json`` in ``out``."""
+    """Re-render `index.html` and `summary.md` from `results.json` in `out`."""
     out = Path(out)
     document = json.loads((out / "results.json").read_text(encoding="utf-8"))
     write_atomic(out / "index.html", render_html(document, out))

@@ -1,6 +1,6 @@
 """The claims, objections and proposed tests the report checks, each in one line.
 
-IDs follow ``docs/theory.md``: C1-C14 the paper's claims, R1-R4 and m1-m3 the referee's
+IDs follow `docs/theory.md`: C1-C14 the paper's claims, R1-R4 and m1-m3 the referee's
 objections, T1-T3 the referee's proposed tests.
 """
 

@@ -1,4 +1,4 @@
-"""``implicit-em report``: run the claims report and print where the page is."""
+"""`implicit-em report`: run the claims report and print where the page is."""
 
 from __future__ import annotations
 

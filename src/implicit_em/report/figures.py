@@ -11,7 +11,7 @@ __all__ = ["new_figure", "save"]
 def new_figure(
     ncols: int = 1, nrows: int = 1, width: float = 5.0, height: float = 3.6
 ) -> tuple[Any, Any]:
-    """A figure with ``nrows x ncols`` axes of ``width x height`` inches each (Agg backend)."""
+    """A figure with `nrows x ncols` axes of `width x height` inches each (Agg backend)."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -22,7 +22,7 @@ def new_figure(
 
 
 def save(fig: Any, out: Path, name: str) -> str:
-    """Write ``fig`` to ``out/name`` (PNG, 110 dpi), close it, and return ``name``."""
+    """Write `fig` to `out/name` (PNG, 110 dpi), close it, and return `name`."""
     import matplotlib.pyplot as plt
 
     fig.tight_layout()

@@ -1,17 +1,17 @@
 r"""The registry of the claims report: experiments, the rules that judge them, their outcomes.
 
-An :class:`Experiment` names the claims it tests (the C/R/T/m IDs of ``docs/theory.md``), states
-its hypothesis and its :class:`Rule` *before* it runs, and has a ``run(config, out)`` that
-measures: it returns an :class:`Outcome` (numbers, tables, figures) and never a verdict. The
-verdict is computed afterwards by ``rule.judge(outcome.numbers)``:
+An `Experiment` names the claims it tests (the C/R/T/m IDs of `docs/theory.md`), states
+its hypothesis and its `Rule` *before* it runs, and has a `run(config, out)` that
+measures: it returns an `Outcome` (numbers, tables, figures) and never a verdict. The
+verdict is computed afterwards by `rule.judge(outcome.numbers)`:
 
-* ``holds``: every criterion of the rule is met;
-* ``fails``: none is;
-* ``partly``: some are, and the reason names those that are not;
-* ``not run``: the experiment crashed, or a number a criterion reads was not measured.
+* `holds`: every criterion of the rule is met;
+* `fails`: none is;
+* `partly`: some are, and the reason names those that are not;
+* `not run`: the experiment crashed, or a number a criterion reads was not measured.
 
-Adding an experiment is one new module under :mod:`implicit_em.report.experiments` that calls
-:func:`register`, plus one import line in that package.
+Adding an experiment is one new module under `implicit_em.report.experiments` that calls
+`register`, plus one import line in that package.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ __all__ = [
 
 VERDICTS = ("holds", "fails", "partly", "not run")
 SIZES = ("smoke", "quick", "full")
-"""``smoke``: seconds, for the test suite; ``quick``: the default report; ``full``: publication."""
+"""`smoke`: seconds, for the test suite; `quick`: the default report; `full`: publication."""
 
 _OPERATORS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le,
@@ -67,12 +67,12 @@ class Judgement:
 
 @dataclass(frozen=True)
 class Criterion:
-    """One measured number compared with a threshold fixed in advance: ``numbers[number] op threshold``.
+    """One measured number compared with a threshold fixed in advance: `numbers[number] op threshold`.
 
     Attributes
     ----------
     number : str
-        Key of the number in the outcome's ``numbers``.
+        Key of the number in the outcome's `numbers`.
     op : {"<=", "<", ">=", ">"}
         The comparison that must hold.
     threshold : float
@@ -111,8 +111,8 @@ class Criterion:
 class Rule:
     """A verdict rule: criteria fixed before the run, combined as holds / partly / fails.
 
-    ``holds`` when every criterion is met, ``fails`` when none is, ``partly`` otherwise; a
-    criterion whose number is missing or not finite makes the verdict ``not run``.
+    `holds` when every criterion is met, `fails` when none is, `partly` otherwise; a
+    criterion whose number is missing or not finite makes the verdict `not run`.
     """
 
     criteria: tuple[Criterion, ...]
@@ -130,7 +130,7 @@ class Rule:
         return f"holds if all of: {listed}. fails if none is met; partly otherwise."
 
     def judge(self, numbers: Numbers) -> Judgement:
-        """Compute the verdict from the measured ``numbers``."""
+        """Compute the verdict from the measured `numbers`."""
         missing = [c.number for c in self.criteria if c.met(numbers) is None]
         if missing:
             return Judgement("not run", f"not measured: {', '.join(missing)}")
@@ -155,7 +155,7 @@ class Rule:
 
 @dataclass(frozen=True)
 class Table:
-    """A table of measurements: ``rows`` of values under ``columns``."""
+    """A table of measurements: `rows` of values under `columns`."""
 
     title: str
     columns: tuple[str, ...]
@@ -182,7 +182,7 @@ class Table:
 
 @dataclass(frozen=True)
 class Figure:
-    """A figure the experiment wrote: ``path`` relative to its output folder, with a caption."""
+    """A figure the experiment wrote: `path` relative to its output folder, with a caption."""
 
     path: str
     caption: str
@@ -217,10 +217,10 @@ class Experiment:
     Attributes
     ----------
     id : str
-        ``"E1"``, ``"E2"``, ...
+        `"E1"`, `"E2"`, ...
     title : str
     claims : tuple of str
-        The claim, objection and test IDs it bears on (``("R1", "T2")``).
+        The claim, objection and test IDs it bears on (`("R1", "T2")`).
     hypothesis : str
         One sentence, stated before the run.
     setup : str
@@ -228,14 +228,14 @@ class Experiment:
     rule : Rule
         How the verdict follows from the numbers, fixed in advance.
     run : callable
-        ``run(config, out) -> Outcome``; ``out`` is a folder for its figures, ``config`` one of
-        :attr:`configs` plus ``"device"``.
+        `run(config, out) -> Outcome`; `out` is a folder for its figures, `config` one of
+        `configs` plus `"device"`.
     configs : mapping
-        The ``smoke``, ``quick`` and ``full`` configurations (JSON-serializable).
+        The `smoke`, `quick` and `full` configurations (JSON-serializable).
     headline : tuple of str
         Numbers shown in the summary table.
     meaning : mapping
-        For each of ``holds``, ``partly`` and ``fails``: what the verdict says about the claims.
+        For each of `holds`, `partly` and `fails`: what the verdict says about the claims.
     minutes : mapping
         Expected minutes per size on a 2-core CPU, used to announce how long a report takes.
     """
@@ -270,7 +270,7 @@ REGISTRY: dict[str, Experiment] = {}
 
 
 def register(experiment: Experiment) -> Experiment:
-    """Add ``experiment`` to :data:`REGISTRY` (ids are unique)."""
+    """Add `experiment` to `REGISTRY` (ids are unique)."""
     if experiment.id in REGISTRY:
         raise ValueError(f"experiment {experiment.id!r} is already registered")
     REGISTRY[experiment.id] = experiment

@@ -1,7 +1,7 @@
-"""The report's three files: ``index.html`` (self-contained), ``results.json``, ``summary.md``.
+"""The report's three files: `index.html` (self-contained), `results.json`, `summary.md`.
 
-``results.json`` holds everything the page shows (and the figures' paths beside it), so the page
-can be rebuilt from it with :func:`render_html` alone.
+`results.json` holds everything the page shows (and the figures' paths beside it), so the page
+can be rebuilt from it with `render_html` alone.
 """
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ code{font-size:.85em}
 
 
 def render_html(document: Mapping[str, Any], root: Path) -> str:
-    """The self-contained page; ``root`` is the folder the figures' paths are relative to."""
+    """The self-contained page; `root` is the folder the figures' paths are relative to."""
     meta = document["meta"]
     experiments = document["experiments"]
     summary_rows = "".join(

@@ -1,8 +1,8 @@
-"""Running experiments: a cache keyed by configuration, atomic writes, crashes kept as ``not run``.
+"""Running experiments: a cache keyed by configuration, atomic writes, crashes kept as `not run`.
 
-Each experiment's result is cached under ``<out>/cache/<ID>-<key>.json``, with ``key`` a hash of
+Each experiment's result is cached under `<out>/cache/<ID>-<key>.json`, with `key` a hash of
 its id, size, configuration (device included) and the source of its module, and its figures
-under ``<out>/figures/<ID>-<key>/``. Both appear atomically (written aside, then renamed), so a
+under `<out>/figures/<ID>-<key>/`. Both appear atomically (written aside, then renamed), so a
 report that is killed or run again reruns only what is not cached or has changed. The verdict is
 never cached: it is computed from the cached numbers by the experiment's rule on every load.
 """
@@ -125,7 +125,7 @@ def progress(items: Iterable[T], desc: str, total: int | None = None) -> Iterato
 
 def _source(experiment: Experiment) -> str:
     """The source of the experiment's module and of the private helper modules beside it that
-    it names (``_*.py`` in the same folder), so that a change to either reruns it."""
+    it names (`_*.py` in the same folder), so that a change to either reruns it."""
     module = inspect.getmodule(experiment.run)
     if module is None or module.__file__ is None:
         return inspect.getsource(experiment.run)
@@ -149,7 +149,7 @@ def cache_key(experiment: Experiment, size: str, config: dict[str, Any]) -> str:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
+    """Write `text` to `path` through a temporary file in the same folder and a rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
@@ -162,7 +162,7 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def check_output_folder(out: Path) -> None:
-    """Create ``out`` if needed and check that it is writable (``ValueError`` naming it if not)."""
+    """Create `out` if needed and check that it is writable (`ValueError` naming it if not)."""
     try:
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
@@ -266,7 +266,7 @@ def run_experiments(
     log: Callable[[str], None] = print,
     force: bool = False,
 ) -> list[Result]:
-    """Run (or load from the cache) each experiment at ``size``; crashes become ``not run``."""
+    """Run (or load from the cache) each experiment at `size`; crashes become `not run`."""
     if size not in SIZES:
         raise ValueError(f"size must be one of {SIZES}, got {size!r}")
     check_output_folder(out)

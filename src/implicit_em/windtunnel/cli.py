@@ -1,6 +1,6 @@
-"""``implicit-em windtunnel``: train one configuration, or the 3 x 2 comparison, and report in bits.
+"""`implicit-em windtunnel`: train one configuration, or the 3 x 2 comparison, and report in bits.
 
-Each configuration runs in its own directory under ``--out`` (named by task, model, objective,
+Each configuration runs in its own directory under `--out` (named by task, model, objective,
 scale, seed and a hash of the full configuration), so rerunning the same command resumes an
 interrupted run and returns a finished one at once.
 """
@@ -22,7 +22,7 @@ from implicit_em.windtunnel.train import MODELS, RunConfig, preset, run
 __all__ = ["COMPARE_MODELS", "compare_table", "run_dir", "windtunnel"]
 
 COMPARE_MODELS = MODELS
-"""Rows of ``--compare``: the transformer, the prefix MLP, the position-wise MLP."""
+"""Rows of `--compare`: the transformer, the prefix MLP, the position-wise MLP."""
 OBJECTIVES = ("ce", "sigmoid")
 
 
@@ -62,7 +62,7 @@ class Targets(StrEnum):
 
 
 def run_dir(out: Path, config: RunConfig, scale: str) -> Path:
-    """The directory of ``config``: readable fields plus a hash of the whole configuration."""
+    """The directory of `config`: readable fields plus a hash of the whole configuration."""
     digest = hashlib.sha1(json.dumps(asdict(config), sort_keys=True).encode()).hexdigest()[:8]
     return out / f"{config.task}-{config.model}-{config.objective}-{scale}-s{config.seed}-{digest}"
 

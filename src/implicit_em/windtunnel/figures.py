@@ -1,7 +1,7 @@
 """Figures of wind-tunnel results (matplotlib, Agg backend): error per position, training curves,
 and the two-timescale drift of a traced run.
 
-Both functions take result dictionaries as written by :func:`implicit_em.windtunnel.train.run`
+Both functions take result dictionaries as written by `implicit_em.windtunnel.train.run`
 and a label for each, draw one line per result on a log scale, and save a PNG.
 """
 

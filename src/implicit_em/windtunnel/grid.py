@@ -1,8 +1,8 @@
 """Run a grid of wind-tunnel configurations (models x objectives x seeds) in the CLI's directories.
 
-Each configuration runs in ``run_dir(runs_dir, config, label)``, the directory that
-``implicit-em windtunnel`` uses for it, so a grid whose configurations were already run by the
-command (with ``--scale label``) reuses their results, and an interrupted grid resumes.
+Each configuration runs in `run_dir(runs_dir, config, label)`, the directory that
+`implicit-em windtunnel` uses for it, so a grid whose configurations were already run by the
+command (with `--scale label`) reuses their results, and an interrupted grid resumes.
 """
 
 from __future__ import annotations
@@ -40,11 +40,11 @@ def run_grid(
     threads: int | None = 1,
     **run_options: Any,
 ) -> dict[GridRun, dict[str, Any]]:
-    """Train (or reload) ``base`` for every model, objective and seed; results by cell.
+    """Train (or reload) `base` for every model, objective and seed; results by cell.
 
-    ``progress(items, desc=..., total=...)`` wraps the loop (the report passes its progress bar);
-    ``run_options`` go to :func:`implicit_em.windtunnel.train.run` (``trace_every``,
-    ``snapshot_every``). ``threads``: torch CPU threads while the grid runs (restored after;
+    `progress(items, desc=..., total=...)` wraps the loop (the report passes its progress bar);
+    `run_options` go to `implicit_em.windtunnel.train.run` (`trace_every`,
+    `snapshot_every`). `threads`: torch CPU threads while the grid runs (restored after;
     None leaves them): one, as the CLI, since these models are too small to gain from more.
     """
     cells = [(m, o, s) for m in models for o in objectives for s in seeds]

@@ -1,15 +1,16 @@
 r"""Errors in bits between a model's predictive distribution and the exact posterior.
 
-For an exact posterior :math:`p` and a prediction :math:`q` over the same ``K`` answers
-(last axis), with :math:`0 \log 0 = 0`:
+For an exact posterior $p$ and a prediction $q$ over the same `K` answers
+(last axis), with $0 \log 0 = 0$:
 
-.. math::
-    H(p) = -\sum_k p_k \log_2 p_k, \qquad
-    \text{entropy error} = |H(q) - H(p)|, \qquad
-    \mathrm{KL}(p \,\|\, q) = \sum_k p_k (\log_2 p_k - \log_2 q_k).
+$$
+H(p) = -\sum_k p_k \log_2 p_k, \qquad
+\text{entropy error} = |H(q) - H(p)|, \qquad
+\mathrm{KL}(p \,\|\, q) = \sum_k p_k (\log_2 p_k - \log_2 q_k).
+$$
 
-Predictions are given as log-probabilities (``log_q``) so that a confident model keeps its
-precision. :func:`position_errors` averages them over sequences at each position, and over every
+Predictions are given as log-probabilities (`log_q`) so that a confident model keeps its
+precision. `position_errors` averages them over sequences at each position, and over every
 supervised (sequence, position) pair.
 """
 
@@ -33,17 +34,17 @@ _LOG2 = math.log(2.0)
 
 
 def entropy_bits(log_p: Tensor) -> Tensor:
-    """:math:`H(p)` in bits from log-probabilities ``log_p[..., K]`` (``-inf`` allowed)."""
+    """$H(p)$ in bits from log-probabilities `log_p[..., K]` (`-inf` allowed)."""
     p = log_p.exp()
     terms = torch.where(p > 0, p * log_p, torch.zeros_like(p))
     return -terms.sum(dim=-1) / _LOG2
 
 
 def kl_bits(p: Tensor, log_q: Tensor) -> Tensor:
-    r""":math:`\mathrm{KL}(p\,\|\,q)` in bits for probabilities ``p`` and log-probabilities ``log_q``.
+    r"""$\mathrm{KL}(p\,\|\,q)$ in bits for probabilities `p` and log-probabilities `log_q`.
 
-    Terms with :math:`p_k = 0` contribute 0; a :math:`q_k = 0` where :math:`p_k > 0` gives
-    :math:`+\infty`, as it should.
+    Terms with $p_k = 0$ contribute 0; a $q_k = 0$ where $p_k > 0$ gives
+    $+\infty$, as it should.
     """
     log_p = torch.log(p)
     terms = torch.where(p > 0, p * (log_p - log_q), torch.zeros_like(p))
@@ -51,11 +52,11 @@ def kl_bits(p: Tensor, log_q: Tensor) -> Tensor:
 
 
 def predictive_log_probs(logits: Tensor, objective: str) -> Tensor:
-    r"""The model's normalized predictive :math:`\log q` from its logits (in float64).
+    r"""The model's normalized predictive $\log q$ from its logits (in float64).
 
-    ``"ce"``: :math:`q = \operatorname{softmax}(z)`. ``"sigmoid"``: the independent per-answer
-    probabilities :math:`\sigma(z_k)` normalized at evaluation only,
-    :math:`q_k = \sigma(z_k) / \sum_j \sigma(z_j)`, i.e. :math:`\log q = \log\operatorname{softmax}(\log\sigma(z))`.
+    `"ce"`: $q = \operatorname{softmax}(z)$. `"sigmoid"`: the independent per-answer
+    probabilities $\sigma(z_k)$ normalized at evaluation only,
+    $q_k = \sigma(z_k) / \sum_j \sigma(z_j)$, i.e. $\log q = \log\operatorname{softmax}(\log\sigma(z))$.
     """
     z = logits.double()
     if objective == "ce":
@@ -67,11 +68,11 @@ def predictive_log_probs(logits: Tensor, objective: str) -> Tensor:
 
 @dataclass(frozen=True)
 class PositionErrors:
-    """Per-position errors in bits, averaged over sequences (``nan`` where unsupervised).
+    """Per-position errors in bits, averaged over sequences (`nan` where unsupervised).
 
-    ``entropy_mae[T]``: mean :math:`|H(q)-H(p)|`; ``kl[T]``: mean KL; ``entropy[T]``: mean
-    exact entropy :math:`H(p)`; ``supervised[T]``: whether position ``t`` is ever supervised.
-    ``bits_mae`` and ``kl_mean`` average over every supervised (sequence, position) pair.
+    `entropy_mae[T]`: mean $|H(q)-H(p)|$; `kl[T]`: mean KL; `entropy[T]`: mean
+    exact entropy $H(p)$; `supervised[T]`: whether position `t` is ever supervised.
+    `bits_mae` and `kl_mean` average over every supervised (sequence, position) pair.
     """
 
     entropy_mae: Tensor
@@ -83,7 +84,7 @@ class PositionErrors:
 
 
 def position_errors(posterior: Tensor, log_q: Tensor, mask: Tensor) -> PositionErrors:
-    """Errors of predictions ``log_q[B, T, K]`` against ``posterior[B, T, K]`` where ``mask[B, T]``."""
+    """Errors of predictions `log_q[B, T, K]` against `posterior[B, T, K]` where `mask[B, T]`."""
     p = posterior.double()
     log_q = log_q.double()
     h_p = entropy_bits(torch.log(p))

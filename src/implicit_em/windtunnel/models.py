@@ -1,25 +1,25 @@
 r"""Wind-tunnel models: a small causal GPT and two capacity-matched MLP controls.
 
-All map ``tokens[B, T]`` to ``logits[B, T, K]``; the prediction at position ``t`` depends only on
-``tokens[:, : t + 1]``. The objectives read distances ``d = -logits``.
+All map `tokens[B, T]` to `logits[B, T, K]`; the prediction at position `t` depends only on
+`tokens[:, : t + 1]`. The objectives read distances `d = -logits`.
 
-* :class:`GPT` (after nanoGPT): token + position embeddings, ``n_layer`` pre-norm blocks of causal
+* `GPT` (after nanoGPT): token + position embeddings, `n_layer` pre-norm blocks of causal
   multi-head attention and a GELU MLP, a final LayerNorm and a linear head. Attention runs either
-  eagerly through :func:`implicit_em.attention.attention` (the weights :math:`\alpha` are kept on
-  the module as ``last_alpha`` for tracing) or through ``scaled_dot_product_attention``.
-* :class:`PrefixMLP`: the same embeddings, concatenated over the causal prefix (zeros for the
+  eagerly through `implicit_em.attention.attention` (the weights $\alpha$ are kept on
+  the module as `last_alpha` for tracing) or through `scaled_dot_product_attention`.
+* `PrefixMLP`: the same embeddings, concatenated over the causal prefix (zeros for the
   future) and fed to an MLP. Its first layer on the concatenation
-  :math:`h_t = \sum_{j \le t} U_j e_j + c_t` is computed as a cumulative sum, so all positions
+  $h_t = \sum_{j \le t} U_j e_j + c_t$ is computed as a cumulative sum, so all positions
   cost one pass. No token can attend to another: the MLP must learn every slot separately.
-  :func:`matched_mlp` picks its width so that its parameter count is within a few percent of a
+  `matched_mlp` picks its width so that its parameter count is within a few percent of a
   given GPT's.
-* :class:`PositionMLP`: the same embeddings, then residual MLP blocks applied at each position
-  alone: no mixing across positions, so the prediction at ``t`` reads only ``tokens[:, t]`` and
-  ``t``. It cannot use the context; its error is the task's context-free floor.
-  :func:`matched_position_mlp` picks its number of blocks (width as the GPT's) to match the
+* `PositionMLP`: the same embeddings, then residual MLP blocks applied at each position
+  alone: no mixing across positions, so the prediction at `t` reads only `tokens[:, t]` and
+  `t`. It cannot use the context; its error is the task's context-free floor.
+  `matched_position_mlp` picks its number of blocks (width as the GPT's) to match the
   GPT's parameter count.
 
-Normalization layers are LayerNorm or RMSNorm (``norm="layernorm" | "rmsnorm"``).
+Normalization layers are LayerNorm or RMSNorm (`norm="layernorm" | "rmsnorm"`).
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ NORMS = ("layernorm", "rmsnorm")
 
 
 def make_norm(kind: str, width: int) -> nn.Module:
-    r"""LayerNorm (:math:`\gamma \odot (x-\mu)/\sigma + eta`) or RMSNorm
-    (:math:`\gamma \odot x / \sqrt{\overline{x^2}+\epsilon}`) over the last axis."""
+    r"""LayerNorm ($\gamma \odot (x-\mu)/\sigma + \beta$) or RMSNorm
+    ($\gamma \odot x / \sqrt{\overline{x^2}+\epsilon}$) over the last axis."""
     if kind == "layernorm":
         return nn.LayerNorm(width)
     if kind == "rmsnorm":
@@ -62,10 +62,10 @@ def make_norm(kind: str, width: int) -> nn.Module:
 
 @dataclass(frozen=True)
 class GPTConfig:
-    """Sizes of :class:`GPT`: vocabulary, answers (``n_classes``), context, depth and width.
+    """Sizes of `GPT`: vocabulary, answers (`n_classes`), context, depth and width.
 
-    ``norm`` picks LayerNorm or RMSNorm; ``split_qkv`` holds the query, key and value projections
-    as three parameters (``query``, ``key``, ``value``) instead of one ``qkv``, so that an
+    `norm` picks LayerNorm or RMSNorm; `split_qkv` holds the query, key and value projections
+    as three parameters (`query`, `key`, `value`) instead of one `qkv`, so that an
     optimizer can give the values their own learning rate. The function computed is the same.
     """
 
@@ -87,7 +87,7 @@ class GPTConfig:
 
 
 class CausalSelfAttention(nn.Module):
-    r""":math:`o_i = \sum_{j \le i} \alpha_{ij} v_j`, :math:`\alpha_{ij} = \operatorname{softmax}_{j \le i}(q_i^\top k_j/\sqrt{d_h})` per head."""
+    r"""$o_i = \sum_{j \le i} \alpha_{ij} v_j$, $\alpha_{ij} = \operatorname{softmax}_{j \le i}(q_i^\top k_j/\sqrt{d_h})$ per head."""
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
@@ -116,7 +116,7 @@ class CausalSelfAttention(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block: ``x + attn(ln(x))`` then ``x + mlp(ln(x))``."""
+    """Pre-norm transformer block: `x + attn(ln(x))` then `x + mlp(ln(x))`."""
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
@@ -135,7 +135,7 @@ class Block(nn.Module):
 
 
 class Embedding(nn.Module):
-    """Token plus learned position embedding, ``[B, T] -> [B, T, C]``."""
+    """Token plus learned position embedding, `[B, T] -> [B, T, C]`."""
 
     def __init__(self, vocab_size: int, block_size: int, n_embd: int) -> None:
         super().__init__()
@@ -156,7 +156,7 @@ def _init_weights(module: nn.Module) -> None:
 
 
 class GPT(nn.Module):
-    """A small causal transformer: ``tokens[B, T] -> logits[B, T, n_classes]``."""
+    """A small causal transformer: `tokens[B, T] -> logits[B, T, n_classes]`."""
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
@@ -179,7 +179,7 @@ class GPT(nn.Module):
 
 @dataclass(frozen=True)
 class MLPConfig:
-    """Sizes of :class:`PrefixMLP`: embeddings as in :class:`GPTConfig`, ``depth`` hidden layers of ``width``."""
+    """Sizes of `PrefixMLP`: embeddings as in `GPTConfig`, `depth` hidden layers of `width`."""
 
     vocab_size: int
     n_classes: int
@@ -191,12 +191,12 @@ class MLPConfig:
 
 
 class PrefixMLP(nn.Module):
-    r"""An MLP over the concatenated prefix embeddings, ``tokens[B, T] -> logits[B, T, K]``.
+    r"""An MLP over the concatenated prefix embeddings, `tokens[B, T] -> logits[B, T, K]`.
 
-    Position :math:`t` sees :math:`[e_1; \dots; e_t; 0; \dots; 0] \in \mathbb R^{T C}`; the first
-    layer :math:`h_t = \sum_{j \le t} U_j e_j + c_t` (weights :math:`U_j \in \mathbb R^{W \times C}`
-    per slot, a bias :math:`c_t` per query position) is followed by ``depth - 1`` layers
-    ``Linear(W, W)`` and GELUs, a LayerNorm and a linear head.
+    Position $t$ sees $[e_1; \dots; e_t; 0; \dots; 0] \in \mathbb R^{T C}$; the first
+    layer $h_t = \sum_{j \le t} U_j e_j + c_t$ (weights $U_j \in \mathbb R^{W \times C}$
+    per slot, a bias $c_t$ per query position) is followed by `depth - 1` layers
+    `Linear(W, W)` and GELUs, a LayerNorm and a linear head.
     """
 
     def __init__(self, config: MLPConfig) -> None:
@@ -239,8 +239,8 @@ def _mlp_parameters(config: MLPConfig) -> int:
 
 
 def matched_mlp(config: GPTConfig, depth: int = 2) -> MLPConfig:
-    """The :class:`MLPConfig` with ``depth`` hidden layers whose parameter count is closest to
-    that of ``GPT(config)`` (same vocabulary, embeddings and context)."""
+    """The `MLPConfig` with `depth` hidden layers whose parameter count is closest to
+    that of `GPT(config)` (same vocabulary, embeddings and context)."""
     target = count_parameters(GPT(config))
     base = dict(
         vocab_size=config.vocab_size,
@@ -263,8 +263,8 @@ def matched_mlp(config: GPTConfig, depth: int = 2) -> MLPConfig:
 
 @dataclass(frozen=True)
 class PositionMLPConfig:
-    """Sizes of :class:`PositionMLP`: embeddings as in :class:`GPTConfig`, ``n_block`` residual
-    blocks of hidden width ``hidden`` (``4 * n_embd`` when not given)."""
+    """Sizes of `PositionMLP`: embeddings as in `GPTConfig`, `n_block` residual
+    blocks of hidden width `hidden` (`4 * n_embd` when not given)."""
 
     vocab_size: int
     n_classes: int
@@ -284,12 +284,12 @@ class PositionMLPConfig:
 
 
 class PositionMLP(nn.Module):
-    r"""Residual MLP blocks applied at every position separately, ``tokens[B, T] -> logits[B, T, K]``.
+    r"""Residual MLP blocks applied at every position separately, `tokens[B, T] -> logits[B, T, K]`.
 
-    :math:`x_t = e(\text{token}_t) + p_t`, then ``n_block`` times
-    :math:`x_t \leftarrow x_t + W_2\,\operatorname{gelu}(W_1 \operatorname{norm}(x_t))`, a final norm
-    and a linear head. Nothing mixes positions: the output at ``t`` is a function of
-    ``tokens[:, t]`` and ``t`` alone (the reference protocol's MLP control).
+    $x_t = e(\text{token}_t) + p_t$, then `n_block` times
+    $x_t \leftarrow x_t + W_2\,\operatorname{gelu}(W_1 \operatorname{norm}(x_t))$, a final norm
+    and a linear head. Nothing mixes positions: the output at `t` is a function of
+    `tokens[:, t]` and `t` alone (the reference protocol's MLP control).
     """
 
     def __init__(self, config: PositionMLPConfig) -> None:
@@ -316,11 +316,11 @@ class PositionMLP(nn.Module):
 
 
 def matched_position_mlp(config: GPTConfig) -> PositionMLPConfig:
-    """The :class:`PositionMLPConfig` of the GPT's width and norm matched to ``GPT(config)``'s
+    """The `PositionMLPConfig` of the GPT's width and norm matched to `GPT(config)`'s
     parameter count.
 
-    The number of blocks (hidden width ``4 C``) is the one whose count is closest: about 1.5
-    blocks per layer, since a block has ``8 C^2`` weights and a transformer layer ``12 C^2``
+    The number of blocks (hidden width `4 C`) is the one whose count is closest: about 1.5
+    blocks per layer, since a block has `8 C^2` weights and a transformer layer `12 C^2`
     (9 blocks for 6 layers). When that count is still more than 3% off (an odd number of layers),
     the hidden width is then set to the one whose count is closest.
     """

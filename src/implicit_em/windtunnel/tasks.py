@@ -1,19 +1,19 @@
 r"""Wind-tunnel tasks: samplers of fresh sequences with the exact posterior at every target.
 
-Every call to :meth:`Task.sample` draws new latent structure (a bijection, a pair of HMM
+Every call to `Task.sample` draws new latent structure (a bijection, a pair of HMM
 matrices, a coin bias), so a model cannot memorize answers: it can only lower its loss by
-computing the posterior in context. A :class:`Batch` carries
+computing the posterior in context. A `Batch` carries
 
-* ``tokens[B, T]`` (int64): the input sequence;
-* ``mask[B, T]`` (bool): the supervised positions (the model's prediction at position ``t`` is
-  read after it has seen ``tokens[:, : t + 1]``);
-* ``target[B, T]`` (int64): the answer drawn from the generative process at each supervised
+* `tokens[B, T]` (int64): the input sequence;
+* `mask[B, T]` (bool): the supervised positions (the model's prediction at position `t` is
+  read after it has seen `tokens[:, : t + 1]`);
+* `target[B, T]` (int64): the answer drawn from the generative process at each supervised
   position (0 elsewhere), the hard label of ordinary next-token training;
-* ``posterior[B, T, K]`` (float64): the exact posterior over the ``K`` answers at each supervised
+* `posterior[B, T, K]` (float64): the exact posterior over the `K` answers at each supervised
   position (uniform elsewhere), the soft target and the reference of every metric.
 
-The target is always a draw from the posterior: ``target ~ posterior`` given the context, so the
-minimizer of the expected cross-entropy on ``target`` is ``posterior`` itself.
+The target is always a draw from the posterior: `target ~ posterior` given the context, so the
+minimizer of the expected cross-entropy on `target` is `posterior` itself.
 """
 
 from __future__ import annotations
@@ -46,14 +46,14 @@ class Batch:
     posterior: Tensor
 
     def to(self, device: torch.device | str) -> Batch:
-        """The same batch on ``device``."""
+        """The same batch on `device`."""
         return Batch(*(t.to(device) for t in (self.tokens, self.mask, self.target, self.posterior)))
 
 
 class Task(Protocol):
     """A sampler of sequences with exact posteriors.
 
-    ``vocab_size`` tokens, sequences of ``seq_len`` tokens, posteriors over ``n_classes``.
+    `vocab_size` tokens, sequences of `seq_len` tokens, posteriors over `n_classes`.
     """
 
     name: ClassVar[str]
@@ -65,37 +65,39 @@ class Task(Protocol):
 
 
 def _random_permutations(batch_size: int, n: int, generator: torch.Generator) -> Tensor:
-    """``[B, n]`` independent uniformly random permutations of ``0..n-1``."""
+    """`[B, n]` independent uniformly random permutations of `0..n-1`."""
     return torch.rand(batch_size, n, generator=generator).argsort(dim=-1)
 
 
 def _interleave(a: Tensor, b: Tensor) -> Tensor:
-    """``[a_1, b_1, a_2, b_2, ...]`` along the last axis."""
+    """`[a_1, b_1, a_2, b_2, ...]` along the last axis."""
     return torch.stack([a, b], dim=-1).flatten(-2)
 
 
 @dataclass(frozen=True)
 class Bijection:
-    r"""Bijection elimination: ``L`` key/value pairs of a fresh bijection on ``V`` symbols.
+    r"""Bijection elimination: `L` key/value pairs of a fresh bijection on `V` symbols.
 
-    Each sequence draws a fresh bijection :math:`\pi` of ``0..V-1`` and shows ``L = n_pairs``
-    pairs :math:`(x_k, \pi(x_k))`: ``tokens = [x_1, y_1, ..., x_L, y_L]`` with keys as ids
-    ``0..V-1`` and values as ids ``V..2V-1`` (separate tokens). The supervised positions are the
-    keys :math:`x_k` (predict :math:`y_k = \pi(x_k)` next); the last value is never read.
+    Each sequence draws a fresh bijection $\pi$ of `0..V-1` and shows `L = n_pairs`
+    pairs $(x_k, \pi(x_k))$: `tokens = [x_1, y_1, ..., x_L, y_L]` with keys as ids
+    `0..V-1` and values as ids `V..2V-1` (separate tokens). The supervised positions are the
+    keys $x_k$ (predict $y_k = \pi(x_k)$ next); the last value is never read.
 
-    * Without replacement (default) the keys are distinct; the posterior at :math:`x_k` is uniform
-      over the ``V - k + 1`` values not yet revealed,
+    * Without replacement (default) the keys are distinct; the posterior at $x_k$ is uniform
+      over the `V - k + 1` values not yet revealed,
 
-      .. math:: p(\pi(x_k) = y \mid \text{context}) = \frac{1[y \notin \{y_1..y_{k-1}\}]}{V-k+1},
-          \qquad H_k = \log_2(V-k+1)\ \text{bits}.
+      $$
+      p(\pi(x_k) = y \mid \text{context}) = \frac{1[y \notin \{y_1..y_{k-1}\}]}{V-k+1},
+      \qquad H_k = \log_2(V-k+1)\ \text{bits}.
+      $$
 
     * With replacement the keys are i.i.d. uniform: a key seen before has its known value
-      (:math:`H_k = 0`); a new key's value is uniform over the :math:`V - D_{k-1}` values not yet
-      revealed, :math:`D_{k-1}` the number of distinct keys among :math:`x_1..x_{k-1}`.
+      ($H_k = 0$); a new key's value is uniform over the $V - D_{k-1}$ values not yet
+      revealed, $D_{k-1}$ the number of distinct keys among $x_1..x_{k-1}$.
 
-    A model that cannot read the context (one that sees only :math:`x_k` and ``k``) can do no
-    better than the uniform prediction over ``V`` values; :attr:`context_free_bits` is its
-    error, the same in entropy MAE and in KL: :math:`\frac1L \sum_k E[\log_2 V - H_k]`.
+    A model that cannot read the context (one that sees only $x_k$ and `k`) can do no
+    better than the uniform prediction over `V` values; `context_free_bits` is its
+    error, the same in entropy MAE and in KL: $\frac1L \sum_k E[\log_2 V - H_k]$.
     """
 
     n_symbols: int = 10
@@ -114,7 +116,7 @@ class Bijection:
 
     @property
     def length(self) -> int:
-        """``L``, the number of pairs shown (``V`` when ``n_pairs`` is not given)."""
+        """`L`, the number of pairs shown (`V` when `n_pairs` is not given)."""
         return self.n_symbols if self.n_pairs is None else self.n_pairs
 
     @property
@@ -133,9 +135,9 @@ class Bijection:
     def context_free_bits(self) -> float:
         r"""Error in bits (entropy MAE and KL alike) of the best context-free prediction.
 
-        Without replacement :math:`\log_2 V - \frac1L \sum_{k=1}^{L} \log_2(V-k+1)`; with
-        replacement :math:`\log_2 V - \frac1L \sum_k \sum_d P(D_{k-1}=d)\,\frac{V-d}{V}\log_2(V-d)`,
-        the distinct-key count :math:`D` following its exact recursion. V = 20, L = 19: 1.107 bits
+        Without replacement $\log_2 V - \frac1L \sum_{k=1}^{L} \log_2(V-k+1)$; with
+        replacement $\log_2 V - \frac1L \sum_k \sum_d P(D_{k-1}=d)\,\frac{V-d}{V}\log_2(V-d)$,
+        the distinct-key count $D$ following its exact recursion. V = 20, L = 19: 1.107 bits
         without replacement and 1.849 with.
         """
         v, n = self.n_symbols, self.length
@@ -187,19 +189,28 @@ class Bijection:
 def forward_filter(
     transition: Tensor, emission: Tensor, initial: Tensor, observations: Tensor
 ) -> Tensor:
-    r"""Filtering posteriors :math:`p(s_t \mid o_{1:t})` of a batch of HMMs, in float64.
+    r"""Filtering posteriors $p(s_t \mid o_{1:t})$ of a batch of HMMs, in float64.
 
-    .. math:: \alpha_1 \propto \pi_0 \odot E_{\cdot, o_1}, \qquad
-        \alpha_t \propto (\alpha_{t-1}^\top A) \odot E_{\cdot, o_t}.
+    $$
+    \alpha_1 \propto \pi_0 \odot E_{\cdot, o_1}, \qquad
+    \alpha_t \propto (\alpha_{t-1}^\top A) \odot E_{\cdot, o_t}.
+    $$
 
-    Args:
-        transition: ``A[B, S, S]`` with ``A[b, i, j] = p(s_{t+1}=j | s_t=i)``.
-        emission: ``E[B, S, O]`` with ``E[b, i, o] = p(o | s=i)``.
-        initial: ``pi_0[B, S]``.
-        observations: ``o[B, T]`` (int64, observations with positive probability).
+    Parameters
+    ----------
+    transition : Tensor
+        $A$, `[B, S, S]`, with `A[b, i, j]` $= p(s_{t+1}=j \mid s_t=i)$.
+    emission : Tensor
+        $E$, `[B, S, O]`, with `E[b, i, o]` $= p(o \mid s=i)$.
+    initial : Tensor
+        $\pi_0$, `[B, S]`.
+    observations : Tensor
+        $o$, `[B, T]` (int64, observations with positive probability).
 
-    Returns:
-        ``alpha[B, T, S]``, each row a probability vector.
+    Returns
+    -------
+    Tensor
+        $\alpha$, `[B, T, S]` (float64), each row a probability vector.
     """
     a, e, alpha = transition.double(), emission.double(), initial.double()
     idx = observations[:, None, :].expand(-1, e.shape[1], -1)
@@ -215,9 +226,9 @@ def forward_filter(
 
 
 def _uniform_simplex(shape: tuple[int, ...], n: int, generator: torch.Generator) -> Tensor:
-    r"""Draws of :math:`\text{Dirichlet}(1, \dots, 1)` (uniform on the simplex), ``[*shape, n]``.
+    r"""Draws of $\text{Dirichlet}(1, \dots, 1)$ (uniform on the simplex), `[*shape, n]`.
 
-    Normalized i.i.d. exponentials :math:`-\log U`, so that ``generator`` alone fixes the draw.
+    Normalized i.i.d. exponentials $-\log U$, so that `generator` alone fixes the draw.
     """
     u = torch.rand((*shape, n), generator=generator, dtype=torch.float64)
     e = -torch.log1p(-u)
@@ -227,10 +238,10 @@ def _uniform_simplex(shape: tuple[int, ...], n: int, generator: torch.Generator)
 def _quantized_simplex(
     shape: tuple[int, ...], n: int, levels: int, generator: torch.Generator
 ) -> Tensor:
-    r"""Counts :math:`c \sim \text{Multinomial}(Q, p)`, :math:`p \sim \text{Dirichlet}(1)`.
+    r"""Counts $c \sim \text{Multinomial}(Q, p)$, $p \sim \text{Dirichlet}(1)$.
 
-    Returns int64 ``c[*shape, n]`` with rows summing to ``levels`` :math:`= Q`: the probability
-    row :math:`c / Q` is a Dirichlet draw quantized so that each entry is one of ``Q + 1`` tokens.
+    Returns int64 `c[*shape, n]` with rows summing to `levels` $= Q$: the probability
+    row $c / Q$ is a Dirichlet draw quantized so that each entry is one of `Q + 1` tokens.
     """
     p = _uniform_simplex(shape, n, generator).reshape(-1, n)
     draws = torch.multinomial(p, levels, replacement=True, generator=generator)
@@ -243,10 +254,10 @@ def _floored_grid(
 ) -> Tensor:
     r"""Counts of a Dirichlet(1) row floored, renormalized and rounded to a grid.
 
-    :math:`p \sim 	ext{Dirichlet}(1)`, :math:`p \leftarrow \max(p, f/Q)` renormalized, then
-    :math:`c = \max(f, \operatorname{round}(Q p))` with the largest entry absorbing the rounding so
-    that each row sums to ``levels`` :math:`= Q`. Every probability :math:`c / Q` is on the
-    :math:`1/Q` grid and at least :math:`f/Q` (``floor`` :math:`= f`); Q = 100, f = 5 gives the
+    $p \sim \text{Dirichlet}(1)$, $p \leftarrow \max(p, f/Q)$ renormalized, then
+    $c = \max(f, \operatorname{round}(Q p))$ with the largest entry absorbing the rounding so
+    that each row sums to `levels` $= Q$. Every probability $c / Q$ is on the
+    $1/Q$ grid and at least $f/Q$ (`floor` $= f$); Q = 100, f = 5 gives the
     0.01 grid with minimum 0.05.
     """
     p = _uniform_simplex(shape, n, generator)
@@ -262,7 +273,7 @@ def _floored_grid(
 
 
 def _categorical(p: Tensor, generator: torch.Generator) -> Tensor:
-    """One draw per row of ``p[B, K]``."""
+    """One draw per row of `p[B, K]`."""
     return torch.multinomial(p, 1, generator=generator).squeeze(-1)
 
 
@@ -270,18 +281,18 @@ def _categorical(p: Tensor, generator: torch.Generator) -> Tensor:
 class HMMFilter:
     r"""HMM state tracking with the model given in context.
 
-    Each sequence draws a transition matrix :math:`A` (``S x S``) and an emission matrix
-    :math:`E` (``S x O``) whose rows are Dirichlet(1) draws put on the grid of multiples of
-    :math:`1/Q` (``levels`` = Q), a uniform initial state, hidden states :math:`s_{1:T}` and
-    observations :math:`o_{1:T}`. With ``floor = 0`` a row is a multinomial quantization
-    (:math:`Q` draws from the Dirichlet row, so zeros occur); with ``floor = f > 0`` it is floored
-    at :math:`f/Q`, renormalized and rounded (:func:`_floored_grid`): Q = 100, f = 5 is the
+    Each sequence draws a transition matrix $A$ (`S x S`) and an emission matrix
+    $E$ (`S x O`) whose rows are Dirichlet(1) draws put on the grid of multiples of
+    $1/Q$ (`levels` = Q), a uniform initial state, hidden states $s_{1:T}$ and
+    observations $o_{1:T}$. With `floor = 0` a row is a multinomial quantization
+    ($Q$ draws from the Dirichlet row, so zeros occur); with `floor = f > 0` it is floored
+    at $f/Q$, renormalized and rounded (`_floored_grid`): Q = 100, f = 5 is the
     reference protocol's 0.01 grid with minimum 0.05. The context spells out the model, then the observations:
 
-    ``tokens = [Q A_11, ..., Q A_SS, Q E_11, ..., Q E_SO, o_1, ..., o_T]`` with matrix entries as
-    ids ``0..Q`` and observations as ids ``Q+1..Q+O``. The supervised positions are the
-    observations; the exact posterior at :math:`o_t` is the filter :math:`p(s_t \mid o_{1:t})`
-    (:func:`forward_filter`) and the sampled target is the true state :math:`s_t`.
+    `tokens = [Q A_11, ..., Q A_SS, Q E_11, ..., Q E_SO, o_1, ..., o_T]` with matrix entries as
+    ids `0..Q` and observations as ids `Q+1..Q+O`. The supervised positions are the
+    observations; the exact posterior at $o_t$ is the filter $p(s_t \mid o_{1:t})$
+    (`forward_filter`) and the sampled target is the true state $s_t$.
     """
 
     n_states: int = 5
@@ -352,13 +363,15 @@ class HMMFilter:
 
 @dataclass(frozen=True)
 class DiceCounting:
-    r"""Dirichlet-categorical counting (a coin for ``n_faces = 2``).
+    r"""Dirichlet-categorical counting (a coin for `n_faces = 2`).
 
-    Each sequence draws face probabilities :math:`\theta \sim \text{Dirichlet}(1)` and rolls
-    :math:`x_1, \dots, x_T`. ``tokens = [BOS, x_1, ..., x_{T-1}]`` (faces ``0..K-1``, BOS ``= K``)
-    and position ``t`` predicts :math:`x_{t+1}` with the exact posterior predictive (Laplace's rule)
+    Each sequence draws face probabilities $\theta \sim \text{Dirichlet}(1)$ and rolls
+    $x_1, \dots, x_T$. `tokens = [BOS, x_1, ..., x_{T-1}]` (faces `0..K-1`, BOS `= K`)
+    and position `t` predicts $x_{t+1}$ with the exact posterior predictive (Laplace's rule)
 
-    .. math:: p(x_{t+1} = j \mid x_{1:t}) = \frac{1 + n_j(t)}{K + t}.
+    $$
+    p(x_{t+1} = j \mid x_{1:t}) = \frac{1 + n_j(t)}{K + t}.
+    $$
     """
 
     n_faces: int = 2
@@ -398,7 +411,7 @@ _TASKS: dict[str, type] = {"bijection": Bijection, "hmm": HMMFilter, "dice": Dic
 
 
 def make_task(name: str, **params: int | bool | None) -> Task:
-    """The task called ``name`` (``bijection`` | ``hmm`` | ``dice``) with its size parameters."""
+    """The task called `name` (`bijection` | `hmm` | `dice`) with its size parameters."""
     if name not in _TASKS:
         raise ValueError(f"unknown task {name!r}; choose from {sorted(_TASKS)}")
     return _TASKS[name](**params)

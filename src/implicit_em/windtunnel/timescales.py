@@ -1,20 +1,22 @@
 r"""Two timescales (claim C12): how long the attention and the values take to reach their end state.
 
-From weight snapshots taken during training (``run(..., snapshot_every=n)``) and a fixed probe
-batch, at every snapshot step :math:`t` of a run that ends at :math:`T`:
+From weight snapshots taken during training (`run(..., snapshot_every=n)`) and a fixed probe
+batch, at every snapshot step $t$ of a run that ends at $T$:
 
-.. math::
-    \text{attention drift}(t) = \operatorname{mean}_{\ell, b, h, i}\ \tfrac12 \sum_j
-        \bigl|\alpha^{(\ell)}_{bhij}(t) - \alpha^{(\ell)}_{bhij}(T)\bigr|
-    \qquad\text{(total variation of each query's attention row)},
+$$
+\text{attention drift}(t) = \operatorname{mean}_{\ell, b, h, i}\ \tfrac12 \sum_j
+\bigl|\alpha^{(\ell)}_{bhij}(t) - \alpha^{(\ell)}_{bhij}(T)\bigr|
+\qquad\text{(total variation of each query's attention row)},
+$$
 
-.. math::
-    \text{value drift}(t) = \frac{\lVert W_V(t) - W_V(T) \rVert_F}{\lVert W_V(T) \rVert_F}
-    \qquad\text{(value projections of all layers stacked)}.
+$$
+\text{value drift}(t) = \frac{\lVert W_V(t) - W_V(T) \rVert_F}{\lVert W_V(T) \rVert_F}
+\qquad\text{(value projections of all layers stacked)}.
+$$
 
-:func:`settling_step` is the first snapshot step from which a drift stays below a threshold
-(5% in the report) until the end: :math:`t_\alpha` for the attention, :math:`t_V` for the values.
-The E-step/M-step picture of C12 predicts :math:`t_\alpha \ll t_V`.
+`settling_step` is the first snapshot step from which a drift stays below a threshold
+(5% in the report) until the end: $t_\alpha$ for the attention, $t_V$ for the values.
+The E-step/M-step picture of C12 predicts $t_\alpha \ll t_V$.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ __all__ = ["Drift", "attention_maps", "drift_to_final", "settling_step", "value_
 
 @dataclass(frozen=True)
 class Drift:
-    """Drifts to the final state at each snapshot step (``steps`` ascending, the last is ``T``)."""
+    """Drifts to the final state at each snapshot step (`steps` ascending, the last is `T`)."""
 
     steps: list[int]
     attention: list[float]
@@ -42,7 +44,7 @@ class Drift:
 
 @torch.no_grad()
 def attention_maps(model: nn.Module, probe: Tensor) -> list[Tensor]:
-    """The attention weights ``alpha[B, H, T, T]`` of every layer of an eager GPT on ``probe``."""
+    """The attention weights `alpha[B, H, T, T]` of every layer of an eager GPT on `probe`."""
     model.eval()
     model(probe)
     maps = [block.attn.last_alpha for block in model.blocks]
@@ -52,7 +54,7 @@ def attention_maps(model: nn.Module, probe: Tensor) -> list[Tensor]:
 
 
 def value_weights(state: dict[str, Tensor]) -> Tensor:
-    """The value projections :math:`W_V` of every layer of a GPT state dict, stacked by rows."""
+    """The value projections $W_V$ of every layer of a GPT state dict, stacked by rows."""
     parts = []
     for name in sorted(state):
         if name.endswith("attn.value.weight"):
@@ -88,7 +90,7 @@ def drift_to_final(config: RunConfig, snapshots: dict[str, Sequence[Any]], probe
 
 
 def settling_step(steps: Sequence[int], drift: Sequence[float], threshold: float = 0.05) -> int:
-    """The first step from which ``drift`` stays below ``threshold`` through the last step."""
+    """The first step from which `drift` stays below `threshold` through the last step."""
     if len(steps) != len(drift) or not steps:
         raise ValueError("steps and drift must be non-empty and of the same length")
     settled = steps[-1]

@@ -1,11 +1,11 @@
 r"""Two-timescale tracing of the wind-tunnel GPT's attention (claim C12).
 
-:class:`AttentionTrace` wraps :class:`implicit_em.trace.Tracer` around training, restricted to the
-attention sites ``blocks.*.attn``, with a fixed probe batch. Every ``every`` steps it records, per
-layer, the probe's attention drift (mean total variation of :math:`\alpha` since the previous
+`AttentionTrace` wraps `implicit_em.trace.Tracer` around training, restricted to the
+attention sites `blocks.*.attn`, with a fixed probe batch. Every `every` steps it records, per
+layer, the probe's attention drift (mean total variation of $\alpha$ since the previous
 measurement: the E-step's timescale) and value drift (relative change of the values
-:math:`v_j`: the M-step's timescale), with the routing and value gradient norms of the training
-batch. Records carry ``global_step`` (training steps completed) so that a resumed run continues
+$v_j$: the M-step's timescale), with the routing and value gradient norms of the training
+batch. Records carry `global_step` (training steps completed) so that a resumed run continues
 its series; the first measurement of each session has no drift (there is no previous one).
 """
 
@@ -25,10 +25,10 @@ SITES = "blocks.*.attn"
 
 
 class AttentionTrace:
-    """Context manager: ``with AttentionTrace(model, probe, every, records, start) as t: ... t.step()``.
+    """Context manager: `with AttentionTrace(model, probe, every, records, start) as t: ... t.step()`.
 
-    ``records`` (a list, e.g. restored from a checkpoint) receives the new records; ``start`` is
-    the number of training steps completed before this session. :meth:`quiet` runs code (the
+    `records` (a list, e.g. restored from a checkpoint) receives the new records; `start` is
+    the number of training steps completed before this session. `quiet` runs code (the
     held-out evaluation) without it reaching the tracer.
     """
 
@@ -68,13 +68,13 @@ class AttentionTrace:
         self._taken = len(history)
 
     def quiet(self) -> Any:
-        """A context whose forward passes the tracer does not see (``Tracer.paused``)."""
+        """A context whose forward passes the tracer does not see (`Tracer.paused`)."""
         return self.tracer.paused()
 
 
 def summarize_trace(records: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
     r"""Per attention site: median attention drift and value drift over the second half of the
-    measurements, and their ratio :math:`\text{value drift} / \text{attention drift}` (> 1 when the
+    measurements, and their ratio $\text{value drift} / \text{attention drift}$ (> 1 when the
     values keep moving after the routing has settled: two timescales)."""
     out: dict[str, dict[str, float | None]] = {}
     for site in sorted({r["site"] for r in records}):
@@ -95,7 +95,7 @@ def summarize_trace(records: list[dict[str, Any]]) -> dict[str, dict[str, float 
 def drift_series(
     records: list[dict[str, Any]],
 ) -> dict[str, dict[str, tuple[list[int], list[float]]]]:
-    """Per site, ``(global steps, values)`` of ``attention_drift`` and ``value_drift``."""
+    """Per site, `(global steps, values)` of `attention_drift` and `value_drift`."""
     out: dict[str, dict[str, tuple[list[int], list[float]]]] = {}
     for site in sorted({r["site"] for r in records}):
         rows = [r for r in records if r["site"] == site]

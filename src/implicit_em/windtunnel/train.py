@@ -1,29 +1,29 @@
 r"""Train one wind-tunnel configuration, with checkpoints, resumption and a JSON result.
 
-:func:`run` trains ``config`` in ``out_dir``. Every training batch is fresh (drawn from a
-generator seeded by ``config.seed``), the model is evaluated on a held-out set drawn from an
+`run` trains `config` in `out_dir`. Every training batch is fresh (drawn from a
+generator seeded by `config.seed`), the model is evaluated on a held-out set drawn from an
 independent generator, and the whole state (model, optimizer, data generator, curves, elapsed
-time) is written atomically to ``out_dir/checkpoint.pt`` every ``ckpt_every`` steps. Rerunning the
+time) is written atomically to `out_dir/checkpoint.pt` every `ckpt_every` steps. Rerunning the
 same configuration in the same directory resumes from the last checkpoint; a SIGINT/SIGTERM (or
-an exhausted ``time_budget_s``) stops at the next step boundary after saving, so no finished step
+an exhausted `time_budget_s`) stops at the next step boundary after saving, so no finished step
 is lost. A resumed run reproduces the uninterrupted run exactly: the only randomness after
 initialization is the data generator, whose state is checkpointed.
 
-Objectives, on the supervised positions, with distances ``d = -logits``:
+Objectives, on the supervised positions, with distances `d = -logits`:
 
-* ``"ce"``: :func:`implicit_em.objectives.cross_entropy` (normalized, log-sum-exp);
-* ``"sigmoid"``: :func:`implicit_em.objectives.sigmoid_bce` (independent per-answer sigmoids,
+* `"ce"`: `implicit_em.objectives.cross_entropy` (normalized, log-sum-exp);
+* `"sigmoid"`: `implicit_em.objectives.sigmoid_bce` (independent per-answer sigmoids,
   unnormalized; the predictions are normalized only at evaluation).
 
-Targets: ``"sample"`` (the bijection's default, as in the reference protocol) trains on the
+Targets: `"sample"` (the bijection's default, as in the reference protocol) trains on the
 answer drawn by the generative process (ordinary next-token training: the posterior must be
-inferred from samples); ``"posterior"`` (the HMM's and the dice's default) trains on the exact
+inferred from samples); `"posterior"` (the HMM's and the dice's default) trains on the exact
 posterior as a soft target. Both have the posterior as their minimizer, since both objectives are
 proper scoring rules; soft targets remove the sampling noise of the gradient.
 
-Models: ``"transformer"`` (:class:`~.models.GPT`), ``"mlp-prefix"`` (:class:`~.models.PrefixMLP`,
-sees the whole prefix; ``"mlp"`` is an alias kept for old commands) and ``"mlp-pos"``
-(:class:`~.models.PositionMLP`, position-wise, cannot see the context), the MLPs matched to the
+Models: `"transformer"` (`GPT`), `"mlp-prefix"` (`PrefixMLP`,
+sees the whole prefix; `"mlp"` is an alias kept for old commands) and `"mlp-pos"`
+(`PositionMLP`, position-wise, cannot see the context), the MLPs matched to the
 transformer's parameter count.
 """
 
@@ -218,18 +218,18 @@ _SCALES: dict[str, dict[str, Any]] = {
     ),
 }
 SCALES = tuple(_SCALES)
-"""``quick`` / ``default``: CPU minutes; ``paper``: the older GPU setting; ``reference``: the
+"""`quick` / `default`: CPU minutes; `paper`: the older GPU setting; `reference`: the
 published protocol (6 x 6 x 192, RMSNorm, batch 128, lr 3e-4, 2k warmup, weight decay 0.1, clip 1,
 100k steps; bijection V = 20, L = 19, sampled answers; HMM 5 x 5, T = 20, 0.01 grid, minimum 0.05,
-exact filter as target), for a GPU; ``reference-cpu``: the same tasks and targets with a smaller
+exact filter as target), for a GPU; `reference-cpu`: the same tasks and targets with a smaller
 transformer and fewer steps, for a 2-core CPU."""
 
 
 def preset(task: str, scale: str = "default", **overrides: Any) -> RunConfig:
-    """The configuration of ``task`` at ``scale`` (one of :data:`SCALES`).
+    """The configuration of `task` at `scale` (one of `SCALES`).
 
     The bijection trains on sampled answers and the other tasks on the exact posterior by default
-    (``targets=...`` overrides); ``overrides`` replace any field.
+    (`targets=...` overrides); `overrides` replace any field.
     """
     if task not in _TASK_SIZES:
         raise ValueError(f"unknown task {task!r}; choose from {sorted(_TASK_SIZES)}")
@@ -245,7 +245,7 @@ def preset(task: str, scale: str = "default", **overrides: Any) -> RunConfig:
 
 
 def build_model(config: RunConfig, task: Task) -> nn.Module:
-    """The transformer of ``config``, or the MLP control whose parameter count matches it."""
+    """The transformer of `config`, or the MLP control whose parameter count matches it."""
     gpt = GPTConfig(
         vocab_size=task.vocab_size,
         n_classes=task.n_classes,
@@ -265,7 +265,7 @@ def build_model(config: RunConfig, task: Task) -> nn.Module:
 
 
 def _parameter_groups(model: nn.Module, config: RunConfig) -> list[dict[str, Any]]:
-    """One group, or two when the values (``attn.value``) train at ``value_lr_mult`` x the lr."""
+    """One group, or two when the values (`attn.value`) train at `value_lr_mult` x the lr."""
     if config.value_lr_mult == 1.0:
         return [{"params": list(model.parameters()), "lr_mult": 1.0}]
     values = [p for n, p in model.named_parameters() if ".attn.value." in n]
@@ -277,13 +277,13 @@ def _parameter_groups(model: nn.Module, config: RunConfig) -> list[dict[str, Any
 
 
 def held_out(config: RunConfig) -> Batch:
-    """The fixed held-out batch of ``config`` (``n_test`` sequences from their own generator)."""
+    """The fixed held-out batch of `config` (`n_test` sequences from their own generator)."""
     generator = torch.Generator().manual_seed(config.seed + _EVAL_SEED_OFFSET)
     return config.make_task().sample(config.n_test, generator)
 
 
 def loss_fn(logits: Tensor, batch: Batch, objective: str, targets: str) -> Tensor:
-    """The training objective on the supervised positions (distances ``d = -logits``)."""
+    """The training objective on the supervised positions (distances `d = -logits`)."""
     d = -logits[batch.mask]
     t = (
         batch.posterior[batch.mask].to(d.dtype)
@@ -296,7 +296,7 @@ def loss_fn(logits: Tensor, batch: Batch, objective: str, targets: str) -> Tenso
 
 
 def learning_rate(config: RunConfig, step: int) -> float:
-    r"""Linear warmup over ``warmup`` steps, then a cosine from ``lr`` to ``min_lr_ratio * lr``."""
+    r"""Linear warmup over `warmup` steps, then a cosine from `lr` to `min_lr_ratio * lr`."""
     if step < config.warmup:
         return config.lr * (step + 1) / config.warmup
     progress = (step - config.warmup) / max(1, config.steps - config.warmup)
@@ -306,7 +306,7 @@ def learning_rate(config: RunConfig, step: int) -> float:
 
 @torch.no_grad()
 def evaluate(model: nn.Module, test: Batch, objective: str, chunk: int = 1024) -> dict[str, Any]:
-    """Errors in bits of ``model`` on the held-out batch ``test`` (see :mod:`.metrics`)."""
+    """Errors in bits of `model` on the held-out batch `test` (see `metrics`)."""
     was_training = model.training
     model.eval()
     log_q = torch.cat(
@@ -408,22 +408,22 @@ def run(
     trace_every: int | None = None,
     snapshot_every: int | None = None,
 ) -> dict[str, Any]:
-    """Train (or resume, or reload) ``config`` in ``out_dir`` and return its result.
+    """Train (or resume, or reload) `config` in `out_dir` and return its result.
 
-    Returns the result dictionary, also written to ``out_dir/result.json`` when the run is
-    complete: ``status`` (``"complete"`` or ``"interrupted"``), ``config``, ``n_parameters``,
-    ``steps`` done, ``wall_time_s`` (training time summed over sessions), held-out ``bits_mae``
-    and ``kl_bits`` with their ``per_position`` curves, and the training ``history``. A complete
+    Returns the result dictionary, also written to `out_dir/result.json` when the run is
+    complete: `status` (`"complete"` or `"interrupted"`), `config`, `n_parameters`,
+    `steps` done, `wall_time_s` (training time summed over sessions), held-out `bits_mae`
+    and `kl_bits` with their `per_position` curves, and the training `history`. A complete
     result already present for the same configuration is returned without training.
 
-    ``trace_every`` (transformer only) traces the attention sites every that many steps with
-    :class:`~implicit_em.windtunnel.tracing.AttentionTrace`: the records go to
-    ``out_dir/trace.jsonl`` and their two-timescale summary to the result's ``trace``. Tracing
+    `trace_every` (transformer only) traces the attention sites every that many steps with
+    `AttentionTrace`: the records go to
+    `out_dir/trace.jsonl` and their two-timescale summary to the result's `trace`. Tracing
     does not change training.
 
-    ``snapshot_every`` keeps a copy of the model's weights every that many steps (and at the
-    end) in ``out_dir/snapshots.pt`` (``{"steps": [...], "states": [...]}``), for measuring how
-    far each part is from its final value (:mod:`.timescales`).
+    `snapshot_every` keeps a copy of the model's weights every that many steps (and at the
+    end) in `out_dir/snapshots.pt` (`{"steps": [...], "states": [...]}`), for measuring how
+    far each part is from its final value (`timescales`).
 
     A directory that holds a checkpoint or a result of another configuration is refused with
     the differing keys named; checkpoints are never mixed.

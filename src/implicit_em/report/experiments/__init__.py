@@ -1,6 +1,6 @@
 """The experiments of the claims report, one module each; importing this package registers them.
 
-To add one: write ``eN_name.py`` that calls :func:`implicit_em.report.register`, and import it here.
+To add one: write `eN_name.py` that calls `implicit_em.report.register`, and import it here.
 """
 
 from implicit_em.report.experiments import e1_identities  # noqa: F401

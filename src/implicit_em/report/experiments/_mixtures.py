@@ -1,7 +1,7 @@
 """Data, starts and pass-by-pass paths shared by the mixture-regime experiments (E2-E5).
 
-Paths are driven pass by pass through :mod:`implicit_em.mixture.step_rules`, the same rules the
-:class:`~implicit_em.mixture.GaussianMixture` estimator runs, so every step of every fitter can be
+Paths are driven pass by pass through `implicit_em.mixture.step_rules`, the same rules the
+`GaussianMixture` estimator runs, so every step of every fitter can be
 compared with the EM step taken from the same parameters.
 """
 
@@ -36,7 +36,7 @@ TRUE_COVARIANCES = np.array(
 
 @dataclass(frozen=True)
 class Dataset:
-    """Rows ``x[N, D]`` (float64), the number of components, and the ground-truth labels."""
+    """Rows `x[N, D]` (float64), the number of components, and the ground-truth labels."""
 
     name: str
     x: Tensor
@@ -45,7 +45,7 @@ class Dataset:
 
 
 def synthetic(n: int, seed: int) -> Dataset:
-    """``n`` draws of the known three-component mixture (TRUE_*)."""
+    """`n` draws of the known three-component mixture (TRUE_*)."""
     rng = np.random.default_rng(seed)
     labels = rng.choice(len(TRUE_WEIGHTS), size=n, p=TRUE_WEIGHTS)
     chol = np.linalg.cholesky(TRUE_COVARIANCES)
@@ -71,7 +71,7 @@ def starts(seeds: list[int], n_synthetic: int) -> list[tuple[int, Dataset]]:
 
 
 def finite(reduce, values: list[float]) -> float:
-    """``reduce`` over the finite ``values``; NaN when there are none."""
+    """`reduce` over the finite `values`; NaN when there are none."""
     kept = [v for v in values if np.isfinite(v)]
     return float(reduce(kept)) if kept else float("nan")
 
@@ -94,7 +94,7 @@ def poor_start(data: Dataset, seed: int, covariance_type: str = "full") -> Mixtu
 
 
 def one_pass(rule, mixture: Mixture, x: Tensor) -> tuple[Mixture, float]:
-    """One pass of ``rule`` from ``mixture``: the next parameters and the mean log-likelihood at ``mixture``."""
+    """One pass of `rule` from `mixture`: the next parameters and the mean log-likelihood at `mixture`."""
     with torch.no_grad():
         rule.begin(mixture)
         rule.accumulate(x)
@@ -106,7 +106,7 @@ def one_pass(rule, mixture: Mixture, x: Tensor) -> tuple[Mixture, float]:
 def path(
     fitter: str, start: Mixture, x: Tensor, passes: int, learning_rate: float | None = None
 ) -> tuple[list[Mixture], list[float], bool]:
-    """``passes`` steps of ``fitter`` from ``start``: parameters (start included), log-likelihoods
+    """`passes` steps of `fitter` from `start`: parameters (start included), log-likelihoods
     at each, and whether the path diverged (then it stops at its last finite point)."""
     rule = make_step_rule(fitter, REG_COVAR, learning_rate)
     mixtures, log_likelihoods = [start], []
@@ -122,12 +122,12 @@ def path(
 
 
 def em_step(mixture: Mixture, x: Tensor) -> Mixture:
-    """The EM step taken from ``mixture``."""
+    """The EM step taken from `mixture`."""
     return one_pass(make_step_rule("em", REG_COVAR, None), mixture, x)[0]
 
 
 def mean_log_likelihood(mixture: Mixture, x: Tensor) -> float:
-    """Mean log-likelihood per sample of ``x`` under ``mixture`` (the true Gaussian-mixture model)."""
+    """Mean log-likelihood per sample of `x` under `mixture` (the true Gaussian-mixture model)."""
     rule = make_step_rule("em", REG_COVAR, None)
     with torch.no_grad():
         rule.begin(mixture)
@@ -152,7 +152,7 @@ def flat(mixture: Mixture) -> Tensor:
 
 
 def permuted(mixture: Mixture, order: np.ndarray) -> Mixture:
-    """``mixture`` with its components reordered by ``order``."""
+    """`mixture` with its components reordered by `order`."""
     index = torch.as_tensor(order)
     per_component = mixture.covariances.dim() > 0 and mixture.model.per_component
     return Mixture.from_covariances(
@@ -164,7 +164,7 @@ def permuted(mixture: Mixture, order: np.ndarray) -> Mixture:
 
 
 def matched(mixture: Mixture, reference: Mixture) -> Mixture:
-    """``mixture`` with its components matched to ``reference``'s by their means (Hungarian)."""
+    """`mixture` with its components matched to `reference`'s by their means (Hungarian)."""
     cost = torch.cdist(reference.means, mixture.means).numpy()
     _, order = linear_sum_assignment(cost)
     return permuted(mixture, order)

@@ -40,11 +40,18 @@ __all__ = [
 class Images:
     """A train/test split as float32 tensors on one device; pixels centred by the training mean.
 
-    Attributes:
-        name: the data set (``"digits"``, ``"fashion-mnist"``).
-        x_train, y_train, x_test, y_test: ``[N, D]`` float32 and ``[N]`` int64 tensors.
-        classes: class names.
-        source: where the images were read from.
+    Attributes
+    ----------
+    name : str
+        The data set (`"digits"`, `"fashion-mnist"`).
+    x_train, x_test : Tensor
+        `[N, D]` float32 images of the training and the test split.
+    y_train, y_test : Tensor
+        `[N]` int64 class indices of the training and the test split.
+    classes : tuple of str
+        The class names.
+    source : str
+        Where the images were read from.
     """
 
     name: str
@@ -61,16 +68,16 @@ class Images:
 
 
 def device_of(config: Mapping[str, Any]) -> torch.device:
-    """The device named by ``config["device"]`` (``"cpu"`` when absent)."""
+    """The device named by `config["device"]` (`"cpu"` when absent)."""
     return torch.device(config.get("device", "cpu"))
 
 
 def load_images(config: Mapping[str, Any]) -> Images:
-    """The data set ``config["data"]`` on ``config["device"]``, centred by the training mean.
+    """The data set `config["data"]` on `config["device"]`, centred by the training mean.
 
-    ``config["n_train"]`` (optional) keeps a random subset of that many training images, drawn
+    `config["n_train"]` (optional) keeps a random subset of that many training images, drawn
     once with a fixed seed, so every seed and configuration sees the same data. A missing data
-    set raises :class:`~implicit_em.data.DataNotFoundError` with instructions.
+    set raises `DataNotFoundError` with instructions.
     """
     data = load_dataset(config["data"])
     x_train, y_train = data.x_train, data.y_train
@@ -94,8 +101,8 @@ def load_images(config: Mapping[str, Any]) -> Images:
 def minibatches(
     n: int, batch_size: int, steps: int, generator: torch.Generator
 ) -> Iterator[Tensor]:
-    """``steps`` index tensors of ``batch_size`` rows of ``range(n)``: shuffled epochs, each
-    permutation drawn with ``generator`` (on the CPU) and cut into batches; a short last batch
+    """`steps` index tensors of `batch_size` rows of `range(n)`: shuffled epochs, each
+    permutation drawn with `generator` (on the CPU) and cut into batches; a short last batch
     of an epoch is dropped."""
     if batch_size > n:
         raise ValueError(f"batch_size {batch_size} exceeds the {n} training samples")
@@ -109,7 +116,7 @@ def minibatches(
 
 
 class MLPEncoder(nn.Module):
-    """``x -> ReLU(W_1 x + b_1) -> W_2 h + b_2``: a one-hidden-layer feature map ``[..., D] -> [..., F]``."""
+    """`x -> ReLU(W_1 x + b_1) -> W_2 h + b_2`: a one-hidden-layer feature map `[..., D] -> [..., F]`."""
 
     def __init__(self, in_features: int, hidden: int, features: int) -> None:
         super().__init__()
@@ -121,15 +128,15 @@ class MLPEncoder(nn.Module):
 
 
 def entropy(p: Tensor, dim: int = -1) -> Tensor:
-    r""":math:`H(p) = -\sum_j p_j\log p_j` in nats along ``dim``, with :math:`0\log 0 = 0`."""
+    r"""$H(p) = -\sum_j p_j\log p_j$ in nats along `dim`, with $0\log 0 = 0$."""
     return -torch.special.xlogy(p, p).sum(dim=dim)
 
 
 def spearman_rows(a: Tensor, b: Tensor) -> Tensor:
-    r"""Spearman's rank correlation of each row of ``a[R, K]`` with the same row of ``b[R, K]``.
+    r"""Spearman's rank correlation of each row of `a[R, K]` with the same row of `b[R, K]`.
 
     Ranks are positions in a stable sort (ties are broken by order, not averaged); a row in which
-    either side is constant gets NaN. Returns ``[R]``.
+    either side is constant gets NaN. Returns `[R]`.
     """
     if a.shape != b.shape or a.dim() != 2:
         raise ValueError(
@@ -149,8 +156,8 @@ def spearman_rows(a: Tensor, b: Tensor) -> Tensor:
 
 
 def expected_calibration_error(confidence: Tensor, correct: Tensor, bins: int = 15) -> float:
-    r"""Expected calibration error over ``bins`` equal-width confidence bins on :math:`(0, 1]`:
-    :math:`\sum_b \tfrac{n_b}{N}\,\lvert \mathrm{acc}_b - \mathrm{conf}_b\rvert`."""
+    r"""Expected calibration error over `bins` equal-width confidence bins on $(0, 1]$:
+    $\sum_b \tfrac{n_b}{N}\,\lvert \mathrm{acc}_b - \mathrm{conf}_b\rvert$."""
     if confidence.shape != correct.shape or confidence.dim() != 1:
         raise ValueError("confidence and correct must be equal 1-D tensors")
     conf = confidence.double().cpu()
@@ -164,8 +171,8 @@ def expected_calibration_error(confidence: Tensor, correct: Tensor, bins: int = 
 def linear_probe_accuracy(
     f_train: Tensor, y_train: Tensor, f_test: Tensor, y_test: Tensor, max_iter: int = 300
 ) -> float:
-    """Test accuracy of scikit-learn's ``LogisticRegression`` (standardized features, L2, C=1)
-    fitted on ``f_train``: how much class information a linear read-out finds in the features."""
+    """Test accuracy of scikit-learn's `LogisticRegression` (standardized features, L2, C=1)
+    fitted on `f_train`: how much class information a linear read-out finds in the features."""
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
@@ -179,13 +186,13 @@ def linear_probe_accuracy(
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (0 for a single value) of ``values``."""
+    """Mean and sample standard deviation (0 for a single value) of `values`."""
     x = np.asarray(values, dtype=np.float64)
     return float(x.mean()), float(x.std(ddof=1)) if len(x) > 1 else 0.0
 
 
 def plus_minus(values: Sequence[float], digits: int = 3) -> str:
-    """``"mean ± std"`` of ``values`` with ``digits`` decimals (``"mean"`` for one value)."""
+    """`"mean ± std"` of `values` with `digits` decimals (`"mean"` for one value)."""
     mean, std = mean_std(values)
     if math.isnan(mean):
         return "n/a"
@@ -194,7 +201,7 @@ def plus_minus(values: Sequence[float], digits: int = 3) -> str:
 
 @contextmanager
 def quiet_alarms() -> Iterator[None]:
-    """Silence the tracer's ``CollapseWarning`` and alarm log lines (its alarms are read from its
+    """Silence the tracer's `CollapseWarning` and alarm log lines (its alarms are read from its
     records)."""
     from implicit_em.trace import CollapseWarning
 

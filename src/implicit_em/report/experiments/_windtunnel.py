@@ -1,9 +1,9 @@
 """Shared by E10-E12: the wind-tunnel configurations of each report size and their runs.
 
-A size's configuration names a preset (``scale``) with ``overrides``, the ``seeds``, the ``label``
-of its run directories and ``runs_dir``: ``outputs/windtunnel`` (the CLI's default, so that runs
-made by ``implicit-em windtunnel --scale reference-cpu --compare`` are reused when the
-configuration matches) or ``None`` for a folder inside the experiment's own output (smoke size).
+A size's configuration names a preset (`scale`) with `overrides`, the `seeds`, the `label`
+of its run directories and `runs_dir`: `outputs/windtunnel` (the CLI's default, so that runs
+made by `implicit-em windtunnel --scale reference-cpu --compare` are reused when the
+configuration matches) or `None` for a folder inside the experiment's own output (smoke size).
 """
 
 from __future__ import annotations
@@ -108,14 +108,14 @@ def grid(
 def seed_mean(
     results: dict[GridRun, dict[str, Any]], model: str, objective: str, key: str
 ) -> float:
-    """Mean of ``key`` over the seeds of one model and objective."""
+    """Mean of `key` over the seeds of one model and objective."""
     return statistics.fmean(
         r[key] for (m, o, _), r in results.items() if (m, o) == (model, objective)
     )
 
 
 def ratio(a: float, b: float) -> float:
-    """``a / b``, infinite when ``b`` is 0 and ``a`` is not."""
+    """`a / b`, infinite when `b` is 0 and `a` is not."""
     if b > 0:
         return a / b
     return math.inf if a > 0 else 1.0

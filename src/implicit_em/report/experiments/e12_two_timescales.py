@@ -29,7 +29,7 @@ PROBE = 64
 
 
 def _steps_to(history: dict[str, list[float]], threshold: float) -> int | None:
-    """The first evaluation step whose held-out KL is at most ``threshold`` (None if never)."""
+    """The first evaluation step whose held-out KL is at most `threshold` (None if never)."""
     for step, kl in zip(history["eval_step"], history["eval_kl"], strict=True):
         if kl <= threshold:
             return int(step)

@@ -1,4 +1,4 @@
-"""E1: the executable identities, as ``implicit-em verify`` runs them."""
+"""E1: the executable identities, as `implicit-em verify` runs them."""
 
 from __future__ import annotations
 

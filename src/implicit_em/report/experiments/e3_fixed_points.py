@@ -37,7 +37,7 @@ def run_to_stationary(
     max_passes: int,
     check_every: int,
 ) -> tuple[Any, int, list[tuple[int, float]]]:
-    """Step ``fitter`` until the gradient norm is below ``tolerance``; return the end point, the
+    """Step `fitter` until the gradient norm is below `tolerance`; return the end point, the
     passes taken, and the gradient norms seen (pass, norm)."""
     rule = make_step_rule(fitter, mx.REG_COVAR, learning_rate)
     mixture, norms = start, [(0, mx.gradient_norm(start, x))]

@@ -59,7 +59,7 @@ def wine_2d() -> tuple[Tensor, np.ndarray, Tensor]:
 
 
 def with_outliers(x: Tensor, share: float, radius: float, seed: int) -> Tensor:
-    """``x`` plus ``share * len(x)`` points on a circle of ``radius`` around the data's centre."""
+    """`x` plus `share * len(x)` points on a circle of `radius` around the data's centre."""
     generator = torch.Generator().manual_seed(seed)
     n = max(1, round(share * len(x)))
     angle = 2 * math.pi * torch.rand(n, generator=generator)
@@ -84,7 +84,7 @@ def loss(name: str, x: Tensor, prototypes: Tensor, bandwidth: float) -> Tensor:
 def train(
     name: str, x: Tensor, k: int, seed: int, steps: int, lr: float, bandwidth: float
 ) -> Tensor:
-    """Prototypes from ``k`` random rows of ``x``, trained ``steps`` full-batch Adam steps."""
+    """Prototypes from `k` random rows of `x`, trained `steps` full-batch Adam steps."""
     generator = torch.Generator().manual_seed(seed)
     prototypes = x[torch.randperm(len(x), generator=generator)[:k]].clone().requires_grad_(True)
     optimizer = torch.optim.Adam([prototypes], lr=lr)
@@ -98,7 +98,7 @@ def train(
 def measure(
     prototypes: Tensor, x: Tensor, labels: np.ndarray, centres: Tensor, bandwidth: float
 ) -> dict[str, float]:
-    """Specialization of ``prototypes`` against the ground truth."""
+    """Specialization of `prototypes` against the ground truth."""
     k = len(centres)
     d = squared_euclidean(x, prototypes)
     ari = adjusted_rand_score(labels, d.argmin(1).numpy())

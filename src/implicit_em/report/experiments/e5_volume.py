@@ -1,13 +1,13 @@
 """E5: the volume term: Gaussian components with learnable whitening, with and without log|det W| (C9, m1).
 
 Each component has a mean mu_j and a lower-triangular whitening factor W_j
-(:class:`~implicit_em.distances.FullMahalanobis`), d_tj = 1/2 ||W_j (x_t - mu_j)||^2, and mixing
+(`FullMahalanobis`), d_tj = 1/2 ||W_j (x_t - mu_j)||^2, and mixing
 logits. Full-batch Adam on
 
 (a) the mixture NLL alone,          -log sum_j pi_j exp(-d_tj)                 (no volume term)
 (b) the Gaussian mixture NLL,       -log sum_j pi_j exp(-d_tj + log|det W_j|)  (the volume term)
 (c) (a) plus the variance and decorrelation surrogates of the log-det
-    (:class:`~implicit_em.objectives.VolumeSurrogate`).
+    (`VolumeSurrogate`).
 
 The Tracer watches each run and its collapse alarms are reported.
 """
@@ -60,7 +60,7 @@ class Components(torch.nn.Module):
         return torch.log_softmax(self.logits, dim=0)
 
     def gaussian_log_likelihood(self, x: torch.Tensor) -> float:
-        """Mean log-likelihood of ``x`` under the Gaussian mixture these parameters define."""
+        """Mean log-likelihood of `x` under the Gaussian mixture these parameters define."""
         d = self(x)
         log_p = (
             torch.logsumexp(self.log_prior() - d + self.distance.log_det(), dim=1)

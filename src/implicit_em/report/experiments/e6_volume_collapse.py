@@ -1,17 +1,17 @@
 r"""E6 (C9, C14): collapse without a volume term in a decoder-free encoder, and the surrogates.
 
-One linear layer with a ReLU, :math:`d(x) = \mathrm{ReLU}(Wx + b) \in \mathbb{R}^K_{\ge 0}`, read
+One linear layer with a ReLU, $d(x) = \mathrm{ReLU}(Wx + b) \in \mathbb{R}^K_{\ge 0}$, read
 as K distances, is trained on images with no decoder and four objectives:
 
-* ``lse``: the log-sum-exp objective alone, :math:`-\log\sum_j e^{-d_j}` (mean over the batch);
-* ``lse_var``: plus the variance term :math:`-\sum_j\log(\operatorname{Var}_b d_j + \varepsilon)`
-  (:func:`~implicit_em.objectives.variance_penalty`, the diagonal of the missing log-det);
-* ``lse_var_decor``: plus the decorrelation term :math:`\lVert\operatorname{Corr}(d) - I\rVert_F^2`
-  (:func:`~implicit_em.objectives.decorrelation_penalty`, its off-diagonal);
-* ``var_decor``: the two volume surrogates alone.
+* `lse`: the log-sum-exp objective alone, $-\log\sum_j e^{-d_j}$ (mean over the batch);
+* `lse_var`: plus the variance term $-\sum_j\log(\operatorname{Var}_b d_j + \varepsilon)$
+  (`variance_penalty`, the diagonal of the missing log-det);
+* `lse_var_decor`: plus the decorrelation term $\lVert\operatorname{Corr}(d) - I\rVert_F^2$
+  (`decorrelation_penalty`, its off-diagonal);
+* `var_decor`: the two volume surrogates alone.
 
-Since :math:`d \ge 0`, :math:`-\log\sum_j e^{-d_j} \ge -\log K` with equality exactly when every
-:math:`d_j = 0`: without a volume term the global optimum switches every unit off (C9).
+Since $d \ge 0$, $-\log\sum_j e^{-d_j} \ge -\log K$ with equality exactly when every
+$d_j = 0$: without a volume term the global optimum switches every unit off (C9).
 """
 
 from __future__ import annotations
@@ -67,12 +67,12 @@ COLORS = {
 
 
 def encoder_loss(d: Tensor, variant: str, config: dict[str, Any]) -> Tensor:
-    r"""The training objective of ``variant`` on a batch of distances ``d[B, K]``.
+    r"""The training objective of `variant` on a batch of distances `d[B, K]`.
 
-    The LSE term receives its own view of ``d``: the gradient a tracer reads at that site is then
-    the LSE term's alone (:math:`r/B`), not the sum with the volume terms' gradients. For
-    ``var_decor`` the LSE is evaluated on ``d`` detached, outside the loss, so that a tracer
-    still sees the forward responsibilities :math:`\operatorname{softmax}(-d)`.
+    The LSE term receives its own view of `d`: the gradient a tracer reads at that site is then
+    the LSE term's alone ($r/B$), not the sum with the volume terms' gradients. For
+    `var_decor` the LSE is evaluated on `d` detached, outside the loss, so that a tracer
+    still sees the forward responsibilities $\operatorname{softmax}(-d)$.
     """
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
@@ -88,12 +88,12 @@ def encoder_loss(d: Tensor, variant: str, config: dict[str, Any]) -> Tensor:
 
 
 def feature_statistics(f: Tensor) -> dict[str, float]:
-    r"""Dead units, redundancy and sparsity of features ``f[N, K]`` (one row per image).
+    r"""Dead units, redundancy and sparsity of features `f[N, K]` (one row per image).
 
-    ``dead``: units with variance over the rows below :data:`DEAD_VARIANCE`; ``redundancy``:
-    :math:`\lVert\operatorname{Corr} - I\rVert_F^2` over the live units; ``mean_sq_corr``: the
-    same divided by the number of off-diagonal pairs; ``l0``: mean share of non-zero units
-    per row; ``entropy``: mean :math:`H(\operatorname{softmax}(-f))` in nats.
+    `dead`: units with variance over the rows below `DEAD_VARIANCE`; `redundancy`:
+    $\lVert\operatorname{Corr} - I\rVert_F^2$ over the live units; `mean_sq_corr`: the
+    same divided by the number of off-diagonal pairs; `l0`: mean share of non-zero units
+    per row; `entropy`: mean $H(\operatorname{softmax}(-f))$ in nats.
     """
     var = f.var(dim=0)
     alive = var >= DEAD_VARIANCE
@@ -121,7 +121,7 @@ def feature_statistics(f: Tensor) -> dict[str, float]:
 def train_encoder(
     images: Images, variant: str, seed: int, config: dict[str, Any]
 ) -> dict[str, Any]:
-    """Train one encoder with the objective ``variant`` under the :class:`~implicit_em.trace.Tracer`;
+    """Train one encoder with the objective `variant` under the `Tracer`;
     return its final measurements, its training curves and the tracer's records and alarms."""
     from implicit_em.trace import Tracer
 

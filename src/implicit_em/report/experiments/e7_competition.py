@@ -1,24 +1,26 @@
 r"""E7 (C6, C14): wrong classes compete under cross-entropy, and label smoothing as a partial clamp.
 
-A classifier whose head is a distance layer, :math:`d_j = \lVert h(x) - \mu_j\rVert^2` with one
-prototype :math:`\mu_j` per class over an MLP encoder :math:`h`, is trained with cross-entropy
-over distances, :math:`\ell = d_y + \log\sum_k e^{-d_k}` (label smoothing :math:`\varepsilon`
-mixes the one-hot target with :math:`\varepsilon/K`). Per sample
-:math:`\partial\ell/\partial d_j = t_j - r_j` (R4), so the responsibilities are read back from the
-gradient, :math:`r = t - B\,\partial L/\partial d` for a batch mean :math:`L`.
+A classifier whose head is a distance layer, $d_j = \lVert h(x) - \mu_j\rVert^2$ with one
+prototype $\mu_j$ per class over an MLP encoder $h$, is trained with cross-entropy
+over distances, $\ell = d_y + \log\sum_k e^{-d_k}$ (label smoothing $\varepsilon$
+mixes the one-hot target with $\varepsilon/K$). Per sample
+$\partial\ell/\partial d_j = t_j - r_j$ (R4), so the responsibilities are read back from the
+gradient, $r = t - B\,\partial L/\partial d$ for a batch mean $L$.
 
 The update a wrong class's prototype receives from the batch is the part of
-:math:`\partial L/\partial\mu_j` that comes from inputs of other classes,
+$\partial L/\partial\mu_j$ that comes from inputs of other classes,
 
-.. math::  u_j = \sum_{i:\,y_i \ne j} \frac{\partial L}{\partial d_{ij}}\,
-                 \frac{\partial d_{ij}}{\partial\mu_j}
-               = -2\sum_{i:\,y_i\ne j}\frac{\partial L}{\partial d_{ij}}\,(h_i - \mu_j),
+$$
+u_j = \sum_{i:\,y_i \ne j} \frac{\partial L}{\partial d_{ij}}\,
+\frac{\partial d_{ij}}{\partial\mu_j}
+= -2\sum_{i:\,y_i\ne j}\frac{\partial L}{\partial d_{ij}}\,(h_i - \mu_j),
+$$
 
-and C6 says it is ordered by the wrong-class responsibility :math:`R_j = \sum_{i:\,y_i\ne j} r_{ij}`.
-Per sample, :math:`\lVert\partial\ell_i/\partial\mu_j\rVert = 2\,r_{ij}\lVert h_i - \mu_j\rVert`
-(for :math:`\varepsilon = 0`): the order by :math:`r_{ij}` can flip between wrong classes whose
-prototypes are close, since :math:`r\,\delta \propto \delta e^{-\delta^2}` falls as
-:math:`\delta < 1/\sqrt 2` shrinks.
+and C6 says it is ordered by the wrong-class responsibility $R_j = \sum_{i:\,y_i\ne j} r_{ij}$.
+Per sample, $\lVert\partial\ell_i/\partial\mu_j\rVert = 2\,r_{ij}\lVert h_i - \mu_j\rVert$
+(for $\varepsilon = 0$): the order by $r_{ij}$ can flip between wrong classes whose
+prototypes are close, since $r\,\delta \propto \delta e^{-\delta^2}$ falls as
+$\delta < 1/\sqrt 2$ shrinks.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ COLORS = ("#0969da", "#bf8700", "#cf222e", "#1a7f37")
 
 
 class PrototypeClassifier(nn.Module):
-    """An MLP encoder and a distance head: ``x -> d[..., K]`` with :math:`d_j = \\lVert h(x) - \\mu_j\\rVert^2`."""
+    """An MLP encoder and a distance head: `x -> d[..., K]` with $d_j = \\lVert h(x) - \\mu_j\\rVert^2$."""
 
     def __init__(self, in_features: int, hidden: int, features: int, classes: int) -> None:
         super().__init__()
@@ -75,7 +77,7 @@ class PrototypeClassifier(nn.Module):
 
 def wrong_class_entropy(r: Tensor, labels: Tensor) -> Tensor:
     r"""Entropy (nats) of the wrong-class responsibilities renormalized, per row:
-    :math:`H(w)` with :math:`w_j \propto r_j` over :math:`j \ne y`. ``r[N, K]`` -> ``[N]``.
+    $H(w)$ with $w_j \propto r_j$ over $j \ne y$. `r[N, K]` -> `[N]`.
 
     A row whose wrong-class responsibilities are all zero (read from a float32 gradient, tiny
     ones cancel to exactly 0) has no such distribution: its entropy is NaN, and averages skip it.
@@ -91,15 +93,26 @@ def competition(
 ) -> dict[str, Tensor]:
     r"""Wrong-class responsibilities and the updates they drive, from one batch's gradient.
 
-    Args:
-        grad_d: :math:`\partial L/\partial d`, ``[B, K]``, of the batch-mean loss.
-        h: the features ``[B, F]``; prototypes: ``[K, F]``; labels: ``[B]``.
-        smoothing: the label smoothing the loss used (it fixes the targets :math:`t`).
+    Parameters
+    ----------
+    grad_d : Tensor
+        $\partial L/\partial d$, `[B, K]`, of the batch-mean loss.
+    h : Tensor
+        The features, `[B, F]`.
+    prototypes : Tensor
+        The prototypes, `[K, F]`.
+    labels : Tensor
+        The classes, `[B]`.
+    smoothing : float
+        The label smoothing the loss used (it fixes the targets $t$).
 
-    Returns ``R`` (``[K]``, :math:`\sum_{i:y_i\ne j} r_{ij}`), ``U`` (``[K]``,
-    :math:`\lVert u_j\rVert`), ``batch_rho`` (Spearman of ``R`` and ``U`` over the classes),
-    ``sample_rho`` (``[B]``, Spearman of :math:`r_{ij}` and
-    :math:`\lVert\partial\ell_i/\partial\mu_j\rVert` over each row's wrong classes) and ``r``.
+    Returns
+    -------
+    dict of str to Tensor
+        `R` (`[K]`, $\sum_{i:y_i\ne j} r_{ij}$), `U` (`[K]`, $\lVert u_j\rVert$),
+        `batch_rho` (Spearman of `R` and `U` over the classes), `sample_rho` (`[B]`, Spearman
+        of $r_{ij}$ and $\lVert\partial\ell_i/\partial\mu_j\rVert$ over each row's wrong
+        classes) and `r`.
     """
     b, k = grad_d.shape
     t = soft_targets(grad_d, labels, smoothing)
@@ -118,7 +131,7 @@ def competition(
 def train_classifier(
     images: Images, smoothing: float, seed: int, config: dict[str, Any]
 ) -> dict[str, Any]:
-    """Train one prototype classifier with label smoothing ``smoothing`` under the tracer;
+    """Train one prototype classifier with label smoothing `smoothing` under the tracer;
     measure the competition on every batch and calibration on the test set."""
     from implicit_em.trace import Tracer
 

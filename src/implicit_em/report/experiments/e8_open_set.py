@@ -1,26 +1,26 @@
 r"""E8 (C10, C14): softmax is closed-world; a "none of the above" component, and what it adds.
 
-Three classifiers share an MLP encoder :math:`h(x)` and are trained on the *known* classes only:
+Three classifiers share an MLP encoder $h(x)$ and are trained on the *known* classes only:
 
-* ``softmax``: a linear head, logits :math:`z = Wh + b`, cross-entropy;
-* ``distance``: a prototype head, :math:`d_j = \lVert h - \mu_j\rVert^2`, logits :math:`z = -d`,
+* `softmax`: a linear head, logits $z = Wh + b$, cross-entropy;
+* `distance`: a prototype head, $d_j = \lVert h - \mu_j\rVert^2$, logits $z = -d$,
   cross-entropy over distances;
-* ``null``: the prototype head plus a null component with a learnable constant distance
-  :math:`d_0` (:class:`~implicit_em.objectives.NullComponent`), trained by cross-entropy over
-  the :math:`K+1` components with the soft target :math:`(1-\varepsilon)\,e_y + \varepsilon\,e_0`:
-  each known input gives "none of the above" a prior share :math:`\varepsilon`, so
-  :math:`\partial\ell/\partial d_0 = \varepsilon - r_0` and :math:`d_0` settles where the mean
-  :math:`r_0` on known inputs is :math:`\varepsilon`.
+* `null`: the prototype head plus a null component with a learnable constant distance
+  $d_0$ (`NullComponent`), trained by cross-entropy over
+  the $K+1$ components with the soft target $(1-\varepsilon)\,e_y + \varepsilon\,e_0$:
+  each known input gives "none of the above" a prior share $\varepsilon$, so
+  $\partial\ell/\partial d_0 = \varepsilon - r_0$ and $d_0$ settles where the mean
+  $r_0$ on known inputs is $\varepsilon$.
 
 Scores for "unknown" (the *positive* class; larger means more likely unknown): max softmax
-probability (negated), energy :math:`-\log\sum_j e^{z_j}`, max logit (negated), Mahalanobis
-distance of :math:`h` to the nearest class mean under the shared covariance, distance of the
-L2-normalized :math:`h` to its nearest training neighbour, and, for ``null``, the null
-responsibility :math:`r_0`.
+probability (negated), energy $-\log\sum_j e^{z_j}$, max logit (negated), Mahalanobis
+distance of $h$ to the nearest class mean under the shared covariance, distance of the
+L2-normalized $h$ to its nearest training neighbour, and, for `null`, the null
+responsibility $r_0$.
 
-With a constant :math:`d_0`, :math:`r_0 = \sigma(-d_0 - L)` with :math:`L = \log\sum_j e^{-d_j}`:
-a strictly increasing function of the energy score :math:`-L`. The two rank inputs identically,
-so :math:`r_0` can only differ from the energy score of *some* model through what training with
+With a constant $d_0$, $r_0 = \sigma(-d_0 - L)$ with $L = \log\sum_j e^{-d_j}$:
+a strictly increasing function of the energy score $-L$. The two rank inputs identically,
+so $r_0$ can only differ from the energy score of *some* model through what training with
 the null component did to that model.
 """
 
@@ -76,9 +76,9 @@ CONFIDENT = 0.9
 def open_set_metrics(score: np.ndarray, unknown: np.ndarray) -> dict[str, float]:
     r"""AUROC, AUPR-in, AUPR-out and FPR at 95% TPR of a score for "unknown" (scikit-learn).
 
-    Convention: unknown inputs are the positive class and a larger ``score`` means "more likely
-    unknown". ``aupr_out`` is the average precision of detecting unknowns; ``aupr_in`` that of
-    detecting knowns with ``-score``; ``fpr95`` is the share of known inputs flagged at the
+    Convention: unknown inputs are the positive class and a larger `score` means "more likely
+    unknown". `aupr_out` is the average precision of detecting unknowns; `aupr_in` that of
+    detecting knowns with `-score`; `fpr95` is the share of known inputs flagged at the
     smallest threshold that flags 95% of the unknowns.
     """
     from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
@@ -102,10 +102,10 @@ def open_set_metrics(score: np.ndarray, unknown: np.ndarray) -> dict[str, float]
 
 
 class OpenSetClassifier(nn.Module):
-    """An MLP encoder with a ``softmax``, ``distance`` or ``null`` head (see the module docstring).
+    """An MLP encoder with a `softmax`, `distance` or `null` head (see the module docstring).
 
-    ``forward(x)`` returns the features ``h`` and the logits over the known classes
-    (:math:`z = Wh + b`, or :math:`z = -d`).
+    `forward(x)` returns the features `h` and the logits over the known classes
+    ($z = Wh + b$, or $z = -d$).
     """
 
     def __init__(
@@ -143,7 +143,7 @@ class OpenSetClassifier(nn.Module):
 
 
 def _mahalanobis(h_train: Tensor, y_train: Tensor, h: Tensor, classes: int) -> Tensor:
-    """Squared Mahalanobis distance of ``h`` to the nearest class mean (shared covariance)."""
+    """Squared Mahalanobis distance of `h` to the nearest class mean (shared covariance)."""
     h_train, h = h_train.double(), h.double()
     means = torch.zeros(classes, h.shape[1], dtype=h.dtype, device=h.device).index_add_(
         0, y_train, h_train
@@ -161,7 +161,7 @@ def _mahalanobis(h_train: Tensor, y_train: Tensor, h: Tensor, classes: int) -> T
 
 
 def _nearest(bank: Tensor, h: Tensor, chunk: int = 2048) -> Tensor:
-    """Euclidean distance of each L2-normalized row of ``h`` to its nearest normalized bank row."""
+    """Euclidean distance of each L2-normalized row of `h` to its nearest normalized bank row."""
     bank = torch.nn.functional.normalize(bank.double(), dim=1)
     h = torch.nn.functional.normalize(h.double(), dim=1)
     best = torch.cat([(h[i : i + chunk] @ bank.T).amax(1) for i in range(0, len(h), chunk)])
@@ -175,7 +175,7 @@ def evaluate(
     x_test: Tensor,
     config: dict[str, Any],
 ) -> dict[str, Any]:
-    """Every score of ``model`` on ``x_test``, its predictive distribution, and the null check."""
+    """Every score of `model` on `x_test`, its predictive distribution, and the null check."""
     with torch.no_grad():
         h_train, _ = model(x_train)
         h, z = model(x_test)
@@ -216,7 +216,7 @@ def evaluate(
 def train_model(
     kind: str, x: Tensor, y: Tensor, classes: int, seed: int, config: dict[str, Any]
 ) -> OpenSetClassifier:
-    """Train one open-set classifier on the known classes ``(x, y)``."""
+    """Train one open-set classifier on the known classes `(x, y)`."""
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     model = OpenSetClassifier(

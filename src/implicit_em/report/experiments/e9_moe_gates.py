@@ -1,22 +1,22 @@
 r"""E9 (C13): mixture-of-experts gates are responsibilities.
 
-A 1-D piecewise-linear regression task (S segments of :math:`x`, each with its own line) is fit
-by K linear experts :math:`o_i(x) = w_i x + c_i` and a softmax gate :math:`g(x)` (a small MLP),
+A 1-D piecewise-linear regression task (S segments of $x$, each with its own line) is fit
+by K linear experts $o_i(x) = w_i x + c_i$ and a softmax gate $g(x)$ (a small MLP),
 trained in two ways:
 
-* ``mixture``: the competitive loss
-  :math:`\ell = -\log\sum_i g_i(x)\,e^{-d_i}` with :math:`d_i = \tfrac12\lVert y - o_i(x)\rVert^2`
-  (:func:`~implicit_em.objectives.mixture_nll` with :math:`\log\pi = \log g(x)`). Its gradients
-  are :math:`\partial\ell/\partial d_i = h_i` and :math:`\partial\ell/\partial\,\mathrm{logit}_i =
-  g_i - h_i`, with the posterior responsibilities :math:`h_i \propto g_i(x)\,e^{-d_i}`: each
-  expert is fit to the points it is responsible for, and the gate is pulled towards :math:`h`
+* `mixture`: the competitive loss
+  $\ell = -\log\sum_i g_i(x)\,e^{-d_i}$ with $d_i = \tfrac12\lVert y - o_i(x)\rVert^2$
+  (`mixture_nll` with $\log\pi = \log g(x)$). Its gradients
+  are $\partial\ell/\partial d_i = h_i$ and $\partial\ell/\partial\,\mathrm{logit}_i =
+  g_i - h_i$, with the posterior responsibilities $h_i \propto g_i(x)\,e^{-d_i}$: each
+  expert is fit to the points it is responsible for, and the gate is pulled towards $h$
   (the M-step of the gate);
-* ``blend``: the blended output :math:`\hat y = \sum_i g_i(x)\,o_i(x)` with the squared error
-  :math:`\tfrac12(y - \hat y)^2`: no responsibility appears in its gradient.
+* `blend`: the blended output $\hat y = \sum_i g_i(x)\,o_i(x)$ with the squared error
+  $\tfrac12(y - \hat y)^2$: no responsibility appears in its gradient.
 
 Specialization is the share of points whose gate argmax is the expert matched to their segment
 (best one-to-one matching of segments to experts); the gate's distance from the responsibilities
-is :math:`\mathrm{KL}(h \,\Vert\, g)` averaged over inputs.
+is $\mathrm{KL}(h \,\Vert\, g)$ averaged over inputs.
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ COLORS = ("#0969da", "#cf222e", "#1a7f37", "#bf8700", "#8250df", "#57606a")
 def piecewise_task(
     n: int, config: dict[str, Any], generator: torch.Generator
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """``n`` points of the task: ``x`` uniform on [-1, 1], its segment (equal widths) and
-    ``y = slope[s] x + intercept[s] + noise * N(0, 1)``. Returns ``x[n, 1]``, ``y[n, 1]``, ``segment[n]``."""
+    """`n` points of the task: `x` uniform on [-1, 1], its segment (equal widths) and
+    `y = slope[s] x + intercept[s] + noise * N(0, 1)`. Returns `x[n, 1]`, `y[n, 1]`, `segment[n]`."""
     slopes = torch.tensor(config["slopes"], dtype=torch.float32)
     intercepts = torch.tensor(config["intercepts"], dtype=torch.float32)
     segments = len(slopes)
@@ -83,23 +83,23 @@ class MixtureOfExperts(nn.Module):
         )
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """The experts' outputs ``o[N, K]`` and the gate's log-probabilities ``log g[N, K]``."""
+        """The experts' outputs `o[N, K]` and the gate's log-probabilities `log g[N, K]`."""
         return self.experts(x), torch.log_softmax(self.gate(x), dim=-1)
 
 
 def expert_distances(y: Tensor, o: Tensor) -> Tensor:
-    r""":math:`d_i = \tfrac12 (y - o_i)^2` for targets ``y[N, 1]`` and outputs ``o[N, K]``."""
+    r"""$d_i = \tfrac12 (y - o_i)^2$ for targets `y[N, 1]` and outputs `o[N, K]`."""
     return 0.5 * (y - o) ** 2
 
 
 def gate_kl(h: Tensor, log_g: Tensor) -> Tensor:
-    r""":math:`\mathrm{KL}(h\,\Vert\,g) = \sum_i h_i(\log h_i - \log g_i)` per row (nats)."""
+    r"""$\mathrm{KL}(h\,\Vert\,g) = \sum_i h_i(\log h_i - \log g_i)$ per row (nats)."""
     return (torch.special.xlogy(h, h) - h * log_g).sum(-1)
 
 
 def matched_purity(route: Tensor, segment: Tensor, experts: int, segments: int) -> float:
     """Share of points routed to the expert matched to their segment, under the one-to-one
-    matching of segments to experts that maximizes it (``scipy.optimize.linear_sum_assignment``)."""
+    matching of segments to experts that maximizes it (`scipy.optimize.linear_sum_assignment`)."""
     from scipy.optimize import linear_sum_assignment
 
     counts = torch.zeros(segments, experts, dtype=torch.float64)
@@ -111,7 +111,7 @@ def matched_purity(route: Tensor, segment: Tensor, experts: int, segments: int) 
 
 
 def train(objective: str, seed: int, config: dict[str, Any]) -> dict[str, Any]:
-    """Train one mixture of experts with ``objective`` and measure it on fresh test points."""
+    """Train one mixture of experts with `objective` and measure it on fresh test points."""
     from implicit_em.trace import Tracer
 
     device = device_of(config)
