@@ -1,6 +1,6 @@
 """Trace implicit EM during training: responsibilities read from gradients at named sites.
 
-See :class:`Tracer` and ``docs/trace.md``.
+See `Tracer` and `docs/trace.md`.
 """
 
 from __future__ import annotations

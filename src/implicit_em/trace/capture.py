@@ -1,18 +1,18 @@
 r"""The capture of one measured step: which sites ran, named by module path, and what each kept.
 
 While installed (the forward and backward pass of a measured step), a
-:class:`~torch.overrides.TorchFunctionMode` runs every torch function call exactly as it would
+`TorchFunctionMode` runs every torch function call exactly as it would
 run untraced and hands the result of each call that a site kind recognizes
-(:data:`~implicit_em.trace.sites.KINDS`) to that kind. Global module forward hooks keep the
+(`KINDS`) to that kind. Global module forward hooks keep the
 stack of running module paths and remember which module produced which tensor: a site is named
-by the module that produced its input (``lm_head.ce``), else by the innermost running module
-(``transformer.h.0.attn``), with ``#2``, ``#3`` for repeats in one pass. The optimizer's step
+by the module that produced its input (`lm_head.ce`), else by the innermost running module
+(`transformer.h.0.attn`), with `#2`, `#3` for repeats in one pass. The optimizer's step
 ends the capture of a training step. Between measured steps, and under
-:meth:`~implicit_em.trace.Tracer.paused`, nothing is installed.
+`paused`, nothing is installed.
 
-Only public torch APIs are used: ``TorchFunctionMode``, ``register_module_forward_pre_hook`` /
-``register_module_forward_hook``, ``register_optimizer_step_pre_hook`` and
-``Tensor.register_hook``.
+Only public torch APIs are used: `TorchFunctionMode`, `register_module_forward_pre_hook` /
+`register_module_forward_hook`, `register_optimizer_step_pre_hook` and
+`Tensor.register_hook`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ __all__ = ["Pass", "Site", "SiteCapture"]
 
 @dataclass(eq=False)
 class Site:
-    """A site of one pass: what its kind kept, or (``kept`` None) why it was not measured."""
+    """A site of one pass: what its kind kept, or (`kept` None) why it was not measured."""
 
     name: str
     kind: SiteKind
@@ -96,11 +96,17 @@ class _Mode(TorchFunctionMode):
 class SiteCapture:
     """Runs the site kinds during measured passes (see the module docstring).
 
-    Args:
-        model: the model whose module paths name the sites (None: the bare site kinds);
-            a ``DistributedDataParallel`` / ``DataParallel`` wrapper is looked through.
-        patterns: glob patterns (``fnmatch``) of the site names to trace; None: all.
-        max_rows: batch rows of each attention site kept for its metrics.
+    Parameters
+    ----------
+    model : nn.Module or None
+        The model whose module paths name the sites (`None`: the bare site kinds); a
+        `DistributedDataParallel` / `DataParallel` wrapper is looked through.
+    patterns : sequence of str or None
+        Glob patterns (`fnmatch`) of the site names to trace; `None`: all.
+    max_rows : int
+        Batch rows of each attention site kept for its metrics.
+    kinds : sequence of SiteKind, default=KINDS
+        The site kinds to run (every registered kind by default).
     """
 
     def __init__(
@@ -128,7 +134,7 @@ class SiteCapture:
         self._handles: list[Any] = []
         self._optimizer_handle: Any = None
         self.suspended = False
-        """While True (:meth:`~implicit_em.trace.Tracer.paused`) gradient hooks do nothing."""
+        """While True (`paused`) gradient hooks do nothing."""
 
     @property
     def installed(self) -> bool:
@@ -147,7 +153,7 @@ class SiteCapture:
             self._optimizer_handle = register_optimizer_step_pre_hook(self._optimizer_step)
 
     def _leave(self) -> None:
-        """Remove the mode and the module hooks (the optimizer hook stays until :meth:`stop`:
+        """Remove the mode and the module hooks (the optimizer hook stays until `stop`:
         it may be the hook running now)."""
         if not self._handles:
             return
@@ -169,7 +175,7 @@ class SiteCapture:
 
     def take(self) -> Pass:
         """Stop, and hand over the pass captured so far (its gradient hooks do nothing from
-        now on); the next :meth:`start` begins a new one."""
+        now on); the next `start` begins a new one."""
         self.stop()
         done, self.current = self.current, Pass()
         done.live = False
@@ -248,7 +254,7 @@ class SiteCapture:
 
 
 def _lookup(table: dict[int, tuple[weakref.ref, Any]], t: Any) -> Any:
-    """The entry of ``table`` for tensor ``t`` (keyed by ``id``, checked by a weak reference:
+    """The entry of `table` for tensor `t` (keyed by `id`, checked by a weak reference:
     an id may have been reused by another tensor), or None."""
     if not isinstance(t, Tensor):
         return None

@@ -1,4 +1,4 @@
-"""``implicit-em trace-demo``: a distance-head classifier on digits, traced end to end."""
+"""`implicit-em trace-demo`: a distance-head classifier on digits, traced end to end."""
 
 from __future__ import annotations
 
@@ -26,15 +26,15 @@ __all__ = [
 
 
 def class_means(features: Tensor, y: Tensor, n_classes: int) -> Tensor:
-    r"""The mean feature of each class, :math:`\mu_k = \frac{1}{|C_k|}\sum_{i \in C_k} h_i`,
-    ``[K, D]``."""
+    r"""The mean feature of each class, $\mu_k = \frac{1}{|C_k|}\sum_{i \in C_k} h_i$,
+    `[K, D]`."""
     onehot = F.one_hot(y, n_classes).to(features.dtype)
     return (onehot.T @ features) / onehot.sum(0).clamp_min(1).unsqueeze(-1)
 
 
 def make_model(x: Tensor, y: Tensor, n_classes: int = 10, width: int = 32) -> nn.Sequential:
-    r"""An MLP feature map :math:`h = \tanh(Wx + b)` and a squared-Euclidean distance head
-    :math:`d_k = \lVert h - \mu_k\rVert^2` (logits :math:`z = -d`) whose prototypes start at the
+    r"""An MLP feature map $h = \tanh(Wx + b)$ and a squared-Euclidean distance head
+    $d_k = \lVert h - \mu_k\rVert^2$ (logits $z = -d$) whose prototypes start at the
     class means of the initial features: every component starts responsible for its class, as
     in a k-means initialization, instead of far from all the data (where one prototype wins
     every row and the others die)."""
@@ -52,7 +52,7 @@ def accuracy(model: nn.Module, x: Tensor, y: Tensor) -> float:
 
 
 def full_batches(n: int, batch_size: int) -> list[Tensor]:
-    """A shuffled epoch of row indices in batches of exactly ``batch_size`` (the remainder is
+    """A shuffled epoch of row indices in batches of exactly `batch_size` (the remainder is
     dropped: a batch of a few rows would show a handful of live components, not collapse)."""
     return list(torch.randperm(n)[: n - n % batch_size].split(batch_size))
 
@@ -60,8 +60,8 @@ def full_batches(n: int, batch_size: int) -> list[Tensor]:
 def run_demo(
     out: Path, epochs: int = 3, batch_size: int = 64, seed: int = 0, every: int = 1
 ) -> tuple[History, float]:
-    """Train an MLP with a squared-Euclidean distance head (:math:`z = -d`) on digits with the
-    tracer on; writes ``trace.jsonl``, TensorBoard events under ``tb/`` and PNG figures.
+    """Train an MLP with a squared-Euclidean distance head ($z = -d$) on digits with the
+    tracer on; writes `trace.jsonl`, TensorBoard events under `tb/` and PNG figures.
     Returns the history and the accuracy on the held-out last 128 digits (also the probe)."""
     torch.manual_seed(seed)
     data = load_digits()

@@ -1,8 +1,8 @@
 """Distributed tracing: every rank traces its shard; statistics are all-reduced, rank 0 writes.
 
-Statistics are sums (``n``, ``mass``, ``entropy``, ...) and maxima (keys ending in ``_max``),
-so the reduced statistics are those of the global batch: one ``SUM`` and one ``MAX``
-``all_reduce`` per measurement, over every site at once.
+Statistics are sums (`n`, `mass`, `entropy`, ...) and maxima (keys ending in `_max`),
+so the reduced statistics are those of the global batch: one `SUM` and one `MAX`
+`all_reduce` per measurement, over every site at once.
 
 Each reduction returns only once the backend has let go of the tensors it was given. A gloo
 worker thread drops its reference to a finished collective shortly *after* the collective
@@ -64,11 +64,11 @@ def _unflatten(stats: list[Stats], flat: torch.Tensor, is_max: bool) -> None:
 
 
 def _all_reduce(t: torch.Tensor, op: dist.ReduceOp, timeout: float = 5.0) -> None:
-    """``all_reduce`` of ``t`` in place, returning once the backend has dropped ``t``.
+    """`all_reduce` of `t` in place, returning once the backend has dropped `t`.
 
-    The backend holds a reference to ``t`` while it works on it (visible as one extra Python
+    The backend holds a reference to `t` while it works on it (visible as one extra Python
     reference); the wait sleeps (GIL released) until that reference is gone, at most
-    ``timeout`` seconds.
+    `timeout` seconds.
     """
     alone = sys.getrefcount(t)
     dist.all_reduce(t, op=op)
@@ -104,10 +104,10 @@ def _on_cpu(stats: list[Stats]) -> list[Stats]:
 
 def reduce_stats(stats: list[Stats], across_ranks: bool = True) -> list[Stats]:
     """All-reduce the statistics of every site (returned in float64 on the CPU); a no-op on one
-    process or with ``across_ranks=False``.
+    process or with `across_ranks=False`.
 
     Every rank must have captured the same sites with the same shapes (as under DDP); a
-    mismatch raises ``RuntimeError`` instead of silently mixing sites.
+    mismatch raises `RuntimeError` instead of silently mixing sites.
     """
     stats = _on_cpu(stats)
     if not (across_ranks and is_distributed()):

@@ -5,7 +5,7 @@ several steps, and equally shaped sites such as every attention layer of a model
 together: their records are stacked along a new leading step axis and the kind computes their
 statistics in one batched pass (tiny tensor operations cost microseconds each, so a batched
 pass costs about what one site's pass costs). The statistics, with the probe's, are all-reduced
-across ranks (:func:`~implicit_em.trace.distributed.reduce_stats`) and finished into metrics.
+across ranks (`reduce_stats`) and finished into metrics.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def metric_values(
     dead_fraction: float,
     across_ranks: bool = True,
 ) -> list[dict[str, Any] | None]:
-    """The metrics of every site (None for an unmeasured one); ``probes``: the probe
+    """The metrics of every site (None for an unmeasured one); `probes`: the probe
     statistics of each site (None without a probe)."""
     groups: dict[tuple, list[int]] = {}
     for i, site in enumerate(sites):
@@ -67,8 +67,8 @@ def metric_values(
 
 
 def _group_stats(sites: Sequence[Site], index: list[int]) -> Stats:
-    """The statistics of the group's sites (leading axis in ``index`` order), a chunk of
-    ``_CHUNK`` stacked records at a time."""
+    """The statistics of the group's sites (leading axis in `index` order), a chunk of
+    `_CHUNK` stacked records at a time."""
     kind, cls = sites[index[0]].kind, type(sites[index[0]].kept)
     parts = [
         kind.statistics(cls.stack([sites[i].kept for i in index[start : start + _CHUNK]]))

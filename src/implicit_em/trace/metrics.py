@@ -1,22 +1,22 @@
 r"""Streaming metrics of a traced site, as sufficient statistics (sums and maxima) of one step.
 
-Every site reduces its tensors to a small dict of *statistics*: sums over rows (``n``,
-``mass``, ``entropy``, ...) and maxima (keys ending in ``_max``). Statistics add across calls,
-ranks and batches (one ``all_reduce`` each, pomegranate-style), and :func:`finish_responsibility`
-/ :func:`finish_attention` turn the reduced statistics into the reported metrics.
+Every site reduces its tensors to a small dict of *statistics*: sums over rows (`n`,
+`mass`, `entropy`, ...) and maxima (keys ending in `_max`). Statistics add across calls,
+ranks and batches (one `all_reduce` each, pomegranate-style), and `finish_responsibility`
+/ `finish_attention` turn the reduced statistics into the reported metrics.
 
-Responsibilities read from gradients. For a loss :math:`\ell = \sum_i c_i\,\ell_i` over rows
-with per-row factor :math:`c_i` (:math:`1/B` for a mean, the upstream gradient and class weight
-in general) and logits :math:`z_i`:
+Responsibilities read from gradients. For a loss $\ell = \sum_i c_i\,\ell_i$ over rows
+with per-row factor $c_i$ ($1/B$ for a mean, the upstream gradient and class weight
+in general) and logits $z_i$:
 
-* cross-entropy, :math:`\partial\ell/\partial z_{ij} = c_i (r_{ij} - t_{ij})`, so
-  :math:`r_{ij} = t_{ij} + \partial\ell/\partial z_{ij} / c_i` (:math:`r = B\,\partial L/\partial z + y`);
-* cross-entropy over distances :math:`z = -d`: :math:`r_{ij} = t_{ij} - \partial\ell/\partial d_{ij} / c_i`;
-* mixture NLL over distances: :math:`\partial\ell/\partial d_{ij} = c_i r_{ij}`, so :math:`r = \partial\ell/\partial d / c`.
+* cross-entropy, $\partial\ell/\partial z_{ij} = c_i (r_{ij} - t_{ij})$, so
+  $r_{ij} = t_{ij} + \partial\ell/\partial z_{ij} / c_i$ ($r = B\,\partial L/\partial z + y$);
+* cross-entropy over distances $z = -d$: $r_{ij} = t_{ij} - \partial\ell/\partial d_{ij} / c_i$;
+* mixture NLL over distances: $\partial\ell/\partial d_{ij} = c_i r_{ij}$, so $r = \partial\ell/\partial d / c$.
 
-Attention (per query row :math:`i`, key :math:`j`): :math:`g_i = \partial L/\partial o_i`,
-:math:`a_{ij} = g_i^\top v_j`, routing gradient :math:`\partial L/\partial s_{ij} =
-\alpha_{ij}(a_{ij} - \bar a_i)` and value update :math:`\partial L/\partial v_j = \sum_i \alpha_{ij} g_i`.
+Attention (per query row $i$, key $j$): $g_i = \partial L/\partial o_i$,
+$a_{ij} = g_i^\top v_j$, routing gradient $\partial L/\partial s_{ij} =
+\alpha_{ij}(a_{ij} - \bar a_i)$ and value update $\partial L/\partial v_j = \sum_i \alpha_{ij} g_i$.
 """
 
 from __future__ import annotations
@@ -44,24 +44,24 @@ Stats = dict[str, Tensor]
 
 
 def entropy(p: Tensor, dim: int = -1) -> Tensor:
-    r""":math:`H(p) = -\sum_j p_j \log p_j` along ``dim`` in nats, with :math:`0 \log 0 = 0`.
+    r"""$H(p) = -\sum_j p_j \log p_j$ along `dim` in nats, with $0 \log 0 = 0$.
 
-    Entries :math:`p_j \le 0` (round-off in responsibilities read from gradients) contribute 0;
-    the logarithm is taken of :math:`\max(p_j, \text{tiny})`, which changes nothing
-    representable (:math:`|p \log p| < 10^{-36}` below the smallest normal float).
+    Entries $p_j \le 0$ (round-off in responsibilities read from gradients) contribute 0;
+    the logarithm is taken of $\max(p_j, \text{tiny})$, which changes nothing
+    representable ($|p \log p| < 10^{-36}$ below the smallest normal float).
     """
     logp = p.clamp_min(torch.finfo(p.dtype).tiny).log()
     return -(p.clamp_min(0) * logp).sum(dim=dim)
 
 
 def _nonfinite_count(x: Tensor) -> Tensor:
-    r"""The number of NaN or infinite entries of each step ``x[s]`` (:math:`x \cdot 0` is NaN
+    r"""The number of NaN or infinite entries of each step `x[s]` ($x \cdot 0$ is NaN
     exactly there)."""
     return per_step(torch.isnan(x * 0))
 
 
 def _zero_nonfinite_rows(x: Tensor) -> Tensor:
-    """``x`` with every row (last axis) holding a NaN or infinity set to zero."""
+    """`x` with every row (last axis) holding a NaN or infinity set to zero."""
     finite_rows = (x * 0).sum(-1, keepdim=True) == 0
     return torch.where(finite_rows, x, 0.0)
 
@@ -69,13 +69,23 @@ def _zero_nonfinite_rows(x: Tensor) -> Tensor:
 def read_responsibilities(
     grad: Tensor, row_factor: Tensor, target: Tensor | None, sign: float
 ) -> Tensor:
-    r"""Responsibilities read from a loss gradient: :math:`r = t + \text{sign}\cdot\nabla / c`.
+    r"""Responsibilities read from a loss gradient: $r = t + \text{sign}\cdot\nabla / c$.
 
-    Args:
-        grad: :math:`\partial\ell/\partial z` (or :math:`\partial\ell/\partial d`), ``[N, K]``.
-        row_factor: :math:`c_i`, ``[N]``; rows with :math:`c_i = 0` give zeros (no information).
-        target: :math:`t`, ``[N, K]``, or None for the mixture NLL (:math:`t = 0`).
-        sign: ``+1`` for logits (and mixture distances), ``-1`` for cross-entropy over distances.
+    Parameters
+    ----------
+    grad : Tensor
+        $\partial\ell/\partial z$ (or $\partial\ell/\partial d$), `[N, K]`.
+    row_factor : Tensor
+        $c_i$, `[N]`; rows with $c_i = 0$ give zeros (no information).
+    target : Tensor or None
+        $t$, `[N, K]`, or `None` for the mixture NLL ($t = 0$).
+    sign : float
+        `+1` for logits (and mixture distances), `-1` for cross-entropy over distances.
+
+    Returns
+    -------
+    Tensor
+        $r$, `[N, K]`.
     """
     safe = torch.where(row_factor != 0, row_factor, torch.ones_like(row_factor)).unsqueeze(-1)
     r = sign * grad / safe
@@ -85,13 +95,13 @@ def read_responsibilities(
 
 
 def responsibility_stats(r: Tensor, valid: Tensor, target: Tensor | None, logits: Tensor) -> Stats:
-    r"""Sufficient statistics of responsibilities ``r[N, K]`` over the ``valid[N]`` rows.
+    r"""Sufficient statistics of responsibilities `r[N, K]` over the `valid[N]` rows.
 
-    ``mass`` = :math:`\sum_i r_i` (per component), ``entropy`` = :math:`\sum_i H(r_i)`, the
-    wrong-class spread (with a target: :math:`w_{ij} \propto r_{ij}` over :math:`j \ne y_i`, summing
-    :math:`H(w_i)` and :math:`\max_j w_{ij}`), and ``scale`` = :math:`\sum_i \operatorname{std}_j z_{ij}`
+    `mass` = $\sum_i r_i$ (per component), `entropy` = $\sum_i H(r_i)$, the
+    wrong-class spread (with a target: $w_{ij} \propto r_{ij}$ over $j \ne y_i$, summing
+    $H(w_i)$ and $\max_j w_{ij}$), and `scale` = $\sum_i \operatorname{std}_j z_{ij}$
     over finite logits (the distance scale). One measurement of
-    :func:`responsibility_stats_steps`.
+    `responsibility_stats_steps`.
     """
     target = None if target is None else target.unsqueeze(0)
     stats = responsibility_stats_steps(
@@ -103,8 +113,8 @@ def responsibility_stats(r: Tensor, valid: Tensor, target: Tensor | None, logits
 def responsibility_stats_steps(
     r: Tensor, valid: Tensor, target: Tensor | None, logits: Tensor
 ) -> Stats:
-    r""":func:`responsibility_stats` of ``S`` measurements at once: ``r``, ``target`` and
-    ``logits`` are ``[S, N, K]``, ``valid`` is ``[S, N]``; every statistic has a leading axis ``S``."""
+    r"""`responsibility_stats` of `S` measurements at once: `r`, `target` and
+    `logits` are `[S, N, K]`, `valid` is `[S, N]`; every statistic has a leading axis `S`."""
     w = valid.to(r.dtype)
     r = torch.where(valid.unsqueeze(-1), r, torch.zeros_like(r))
     finite = torch.isfinite(logits)
@@ -132,11 +142,11 @@ def responsibility_stats_steps(
 
 
 def finish_responsibility(stats: Stats, dead_fraction: float) -> dict[str, Tensor]:
-    r"""Metrics from reduced statistics: mean mass :math:`p = \text{mass}/n`, mean entropy,
-    effective number of components :math:`\exp H(p)`, dead components (:math:`p_j <`
-    ``dead_fraction``:math:`/K`), dominance :math:`\max_j p_j`, wrong-class entropy and top share,
-    distance scale, and the identity residual :math:`\max|r_{\text{grad}} - r_{\text{fwd}}|`.
-    Statistics may carry a leading step axis (as from :func:`responsibility_stats_steps`).
+    r"""Metrics from reduced statistics: mean mass $p = \text{mass}/n$, mean entropy,
+    effective number of components $\exp H(p)$, dead components ($p_j <$
+    `dead_fraction`$/K$), dominance $\max_j p_j$, wrong-class entropy and top share,
+    distance scale, and the identity residual $\max|r_{\text{grad}} - r_{\text{fwd}}|$.
+    Statistics may carry a leading step axis (as from `responsibility_stats_steps`).
     """
     n = stats["n"].clamp_min(1)
     p = stats["mass"] / n.unsqueeze(-1)
@@ -168,21 +178,31 @@ def attention_stats(
     used: Tensor | None = None,
     grad_v: Tensor | None = None,
 ) -> Stats:
-    r"""Sufficient statistics of attention weights ``alpha[R, H, Lq, Lk]`` on the traced rows.
+    r"""Sufficient statistics of attention weights `alpha[R, H, Lq, Lk]` on the traced rows.
 
-    Args:
-        alpha: :math:`\alpha` (fully masked rows are zeros).
-        v: values ``[R, H, Lk, Ev]``; g: :math:`\partial L/\partial o`, ``[R, H, Lq, Ev]``.
-        grad_alpha: :math:`\partial L/\partial\alpha` when the weights were a tensor of the model
-            (eager attention); then :math:`a = \partial L/\partial\alpha` exactly, else
-            :math:`a = g v^\top`.
-        used: the weights actually multiplied with ``v`` (after dropout), default ``alpha``.
-        grad_v: autograd's :math:`\partial L/\partial v` for the value-update identity residual.
+    Parameters
+    ----------
+    alpha : Tensor
+        $\alpha$ (fully masked rows are zeros).
+    v : Tensor, optional
+        The values, `[R, H, Lk, Ev]`.
+    g : Tensor, optional
+        $\partial L/\partial o$, `[R, H, Lq, Ev]`.
+    grad_alpha : Tensor, optional
+        $\partial L/\partial\alpha$ when the weights were a tensor of the model (eager
+        attention); then $a = \partial L/\partial\alpha$ exactly, else $a = g v^\top$.
+    used : Tensor, optional
+        The weights actually multiplied with `v` (after dropout), default `alpha`.
+    grad_v : Tensor, optional
+        Autograd's $\partial L/\partial v$ for the value-update identity residual.
 
-    Sums: ``rows``, ``entropy`` (and per head ``head_entropy``), ``routing_sq`` =
-    :math:`\sum(\alpha\odot(a-\bar a))^2`, ``value_sq`` = :math:`\sum_j\lVert\sum_i\alpha_{ij}g_i\rVert^2`,
-    ``nonfinite`` gradient entries; maxima: ``value_residual_max``, ``grad_v_max``. One
-    measurement of :func:`attention_stats_steps`.
+    Returns
+    -------
+    Stats
+        Sums: `rows`, `entropy` (and per head `head_entropy`), `routing_sq` =
+        $\sum(\alpha\odot(a-\bar a))^2$, `value_sq` = $\sum_j\lVert\sum_i\alpha_{ij}g_i\rVert^2$,
+        `nonfinite` gradient entries; maxima: `value_residual_max`, `grad_v_max`. One
+        measurement of `attention_stats_steps`.
     """
 
     def step(t: Tensor | None) -> Tensor | None:
@@ -195,7 +215,7 @@ def attention_stats(
 
 
 def per_step(x: Tensor, op: str = "sum") -> Tensor:
-    """Sum (or max, ``op="amax"``) over every axis but the leading step axis."""
+    """Sum (or max, `op="amax"`) over every axis but the leading step axis."""
     flat = x.reshape(x.shape[0], -1)
     return flat.sum(-1) if op == "sum" else flat.amax(-1)
 
@@ -209,16 +229,16 @@ def attention_stats_steps(
     grad_v: Tensor | None = None,
     log_alpha: Tensor | None = None,
 ) -> Stats:
-    r""":func:`attention_stats` of ``S`` measurements at once: every input has a leading step
-    axis (``alpha[S, R, H, Lq, Lk]``, ...) and so has every statistic. Weights are
-    non-negative, so their entropy is :math:`\sum_j \operatorname{entr}(\alpha_{ij})` with
-    ``torch.special.entr`` (:math:`-p\log p`, 0 at 0), one pass instead of :func:`entropy`'s five;
-    given finite log-weights ``log_alpha`` (no entry masked out) it is
-    :math:`-\sum_j \alpha_{ij}\log\alpha_{ij}` from them (``entr`` is several times slower).
+    r"""`attention_stats` of `S` measurements at once: every input has a leading step
+    axis (`alpha[S, R, H, Lq, Lk]`, ...) and so has every statistic. Weights are
+    non-negative, so their entropy is $\sum_j \operatorname{entr}(\alpha_{ij})$ with
+    `torch.special.entr` ($-p\log p$, 0 at 0), one pass instead of `entropy`'s five;
+    given finite log-weights `log_alpha` (no entry masked out) it is
+    $-\sum_j \alpha_{ij}\log\alpha_{ij}$ from them (`entr` is several times slower).
 
     Gradients are assumed finite first (no elementwise test: one check of the per-step sums
     at the end); only if one is not are the statistics recomputed with the non-finite rows of
-    :math:`a` and entries of :math:`g` set aside and counted in ``nonfinite``.
+    $a$ and entries of $g$ set aside and counted in `nonfinite`.
     """
     stats = _attention_stats_steps(alpha, v, g, grad_alpha, used, grad_v, False, log_alpha)
     sums = [stats[k] for k in ("routing_sq", "value_sq", "value_residual_max") if k in stats]
@@ -237,7 +257,7 @@ def _attention_stats_steps(
     exact: bool,
     log_alpha: Tensor | None = None,
 ) -> Stats:
-    """The pass of :func:`attention_stats_steps`; ``exact`` sets non-finite gradients aside."""
+    """The pass of `attention_stats_steps`; `exact` sets non-finite gradients aside."""
     s = alpha.shape[0]
     if log_alpha is None:
         head_entropy = torch.special.entr(alpha).sum((1, 3, 4)).double()
@@ -277,9 +297,9 @@ def _attention_stats_steps(
 
 def finish_attention(stats: Stats) -> dict[str, Tensor]:
     r"""Metrics from reduced attention statistics: mean entropy (nats, overall and per head),
-    routing-gradient and value-update norms :math:`\lVert\alpha\odot(a-\bar a)\rVert_F`,
-    :math:`\lVert\alpha^\top g\rVert_F` and their ratio, and the relative value-update residual.
-    Statistics may carry a leading step axis (as from :func:`attention_stats_steps`)."""
+    routing-gradient and value-update norms $\lVert\alpha\odot(a-\bar a)\rVert_F$,
+    $\lVert\alpha^\top g\rVert_F$ and their ratio, and the relative value-update residual.
+    Statistics may carry a leading step axis (as from `attention_stats_steps`)."""
     rows = stats["rows"].clamp_min(1)
     heads = stats["head_entropy"].shape[-1]
     out = {
@@ -316,9 +336,9 @@ def drift_stats(
 ) -> Stats:
     r"""Two-timescale drift on a probe batch between two measurements (sums).
 
-    Attention drift: total variation :math:`\tfrac12\sum_j|\alpha_{ij} - \alpha'_{ij}|` summed over
-    query rows; value drift: :math:`\lVert v - v'\rVert_F^2` and :math:`\lVert v'\rVert_F^2`
-    (reported as the relative change :math:`\lVert v - v'\rVert_F/\lVert v'\rVert_F`).
+    Attention drift: total variation $\tfrac12\sum_j|\alpha_{ij} - \alpha'_{ij}|$ summed over
+    query rows; value drift: $\lVert v - v'\rVert_F^2$ and $\lVert v'\rVert_F^2$
+    (reported as the relative change $\lVert v - v'\rVert_F/\lVert v'\rVert_F$).
     """
     stats: Stats = {
         "drift_tv": (0.5 * (alpha - alpha_prev).abs().sum(-1)).sum().double(),
@@ -333,8 +353,8 @@ def drift_stats(
 
 
 def finish_probe(stats: Stats) -> dict[str, Tensor]:
-    """Probe metrics from reduced statistics: ``churn`` (share of changed argmax assignments),
-    ``attention_drift`` (mean total variation per query row) and ``value_drift`` (relative)."""
+    """Probe metrics from reduced statistics: `churn` (share of changed argmax assignments),
+    `attention_drift` (mean total variation per query row) and `value_drift` (relative)."""
     out: dict[str, Tensor] = {}
     if "churn_n" in stats:
         out["churn"] = stats["churn_changed"] / stats["churn_n"].clamp_min(1)

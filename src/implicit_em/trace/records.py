@@ -1,10 +1,76 @@
 r"""Records of measured sites, and the collapse alarms raised from them.
 
-A site record is a flat dict: ``kind="site"``, ``step``, ``site``, ``type`` and the metrics of
-the site's kind (:mod:`implicit_em.trace.sites`); a metric that could not be measured is None
-and listed in ``missing`` (gradient metrics when the backward pass did not reach the site,
-probe metrics on the first measurement or when the probe did not reach it). A site present in
-a measured step that its kind cannot measure has every metric None and a ``reason``.
+A record is a flat dict, one row of `History.to_pandas`: a *site record* per traced site and
+measured step, and an *alarm record* per collapse alarm. A metric that could not be measured
+on a step is `None` (never zero) and named in `missing`. The guide (`docs/trace.md`) explains
+how to read each metric.
+
+**Every site record**
+
+| field | type | meaning |
+|---|---|---|
+| `kind` | str | `"site"` |
+| `step` | int | the training step of the measurement (`Tracer.step_index`, counted from 0) |
+| `site` | str | the site's name, by module path: `lm_head.ce`, `head.mixture`, `transformer.h.3.attn` (`#2`, `#3` for a name seen again in one step) |
+| `type` | str | `"classification"`, `"mixture"` or `"attention"` |
+| `missing` | list of str | the metrics that are `None` on this step: gradient metrics when no backward pass reached the site, probe metrics on the first measurement or when the probe did not reach the site |
+| `reason` | str | only for a site present in the step that its kind cannot measure (e.g. an `nn.MultiheadAttention` with `bias_k`): why; every metric is then `None` |
+
+Probe metrics (`churn`, `attention_drift`, `value_drift`) are fields only when the tracer has
+a `probe`; gradient metrics are `None` when no backward pass reached the site.
+
+**Responsibility sites** (`type` `"classification"` or `"mixture"`). Over the $N$ rows with
+a finite gradient and a non-zero loss factor, with $r_i$ the responsibilities read from the
+gradient (the forward softmax when `source` is `"forward"`), $z_i$ the logits ($-d_i$ for
+distances) and $p_j = \frac1N\sum_i r_{ij}$:
+
+| field | type | meaning |
+|---|---|---|
+| `mass` | list of float or None | $p_j$ per component; `None` when $K$ exceeds `max_components` |
+| `entropy` | float | $\frac1N\sum_i H(r_i)$, $H(r) = -\sum_j r_j\log r_j$ (nats) |
+| `effective_k` | float | $\exp H(p)$, the number of components the batch uses |
+| `dead` | float | $\#\{j : p_j < \text{dead\_fraction}/K\}$, components that (almost) never win |
+| `dominance` | float | $\max_j p_j$, the share of the busiest component |
+| `scale` | float | $\frac1N\sum_i \operatorname{std}_j z_{ij}$ over finite logits, the distance scale |
+| `rows` | float | $N$ |
+| `residual` | float | gradient: $\max_i \max_j \lvert r_{ij} - \operatorname{softmax}(z_i)_j\rvert$, the identity C1/R4 on this step |
+| `nonfinite` | float | rows with a non-finite gradient, excluded from every average |
+| `wrong_entropy` | float | classification only, gradient: mean $H(w_i)$ with $w_{ij} \propto r_{ij}$ over $j \neq \arg\max_j t_{ij}$ |
+| `wrong_top` | float | classification only, gradient: mean $\max_j w_{ij}$ |
+| `K` | int | the number of components |
+| `source` | str | `"gradient"`, or `"forward"` when no backward pass reached the site |
+| `churn` | float | probe: the share of probe rows whose $\arg\max_j z_{ij}$ changed since the previous measurement |
+
+**Attention sites** (`type` `"attention"`). On the first `max_rows` batch rows, with weights
+$\alpha$ (recomputed for SDPA and `nn.MultiheadAttention`), values $v$, output gradient
+$g_i = \partial L/\partial o_i$ and $a_{ij} = g_i^\top v_j$ (or $\partial L/\partial\alpha_{ij}$
+where the weights are a tensor of the model):
+
+| field | type | meaning |
+|---|---|---|
+| `entropy` | float | mean over heads and queries of $H(\alpha_i)$ (nats) |
+| `head_entropy` | list of float | the same per head |
+| `rows` | float | traced rows × heads × queries |
+| `routing_norm` | float | gradient: $\lVert \alpha \odot (a - \bar a)\rVert_F$, $\bar a_i = \sum_j \alpha_{ij} a_{ij}$, the E-step-like update of the scores |
+| `value_norm` | float | gradient: $\lVert \alpha^\top g\rVert_F$, the M-step-like update of the values |
+| `routing_value_ratio` | float | gradient: `routing_norm / value_norm` |
+| `value_residual` | float or None | gradient: $\max\lvert\alpha^\top g - \partial L/\partial v\rvert / \max\lvert\partial L/\partial v\rvert$; `None` for `nn.MultiheadAttention` |
+| `alpha_residual` | float or None | $\max_i \lvert u\cdot(\hat o_i - o_i)\rvert / \max_i\lvert u\cdot o_i\rvert$ along a fixed random unit vector $u$: how well the recomputed weights rebuild the model's output $o$ (SDPA, `nn.MultiheadAttention`; large under attention dropout); `None` for eager attention, whose weights are its own |
+| `nonfinite` | float | gradient: non-finite gradient entries, excluded |
+| `attention_drift` | float | probe: mean total variation $\frac12\sum_j\lvert\alpha_{ij}-\alpha'_{ij}\rvert$ per query since the previous measurement |
+| `value_drift` | float | probe: $\lVert v - v'\rVert_F / \lVert v'\rVert_F$ since the previous measurement |
+
+**Alarm records**
+
+| field | type | meaning |
+|---|---|---|
+| `kind` | str | `"alarm"` |
+| `step` | int | the step of the site record that raised it |
+| `site` | str | the site's name |
+| `alarm` | str | `"dominance"`, `"effective_k"`, `"dead_components"`, `"shrinking_scale"` (responsibility sites with $K > 1$) or `"nonfinite_gradient"` (any site) |
+| `value` | float | the measured value: `dominance`, `effective_k`, `dead`, `scale` or `nonfinite` |
+| `threshold` | float | the threshold crossed (`Thresholds`; 0 for dead components and non-finite gradients; `scale_ratio` times the site's first scale for a shrinking scale) |
+| `message` | str | a sentence naming the site, the alarm, value, threshold and step; logged and issued as a `CollapseWarning` the first time per site and alarm |
 """
 
 from __future__ import annotations
@@ -31,12 +97,17 @@ class CollapseWarning(UserWarning):
 class Thresholds:
     """Collapse alarms of responsibility sites with K > 1.
 
-    Attributes:
-        dominance: alarm when one component holds more than this share of the mass.
-        effective_k: alarm when :math:`\\exp H(\\bar r)` falls below this.
-        dead_fraction: a component is dead when its mass is below ``dead_fraction / K``;
-            any dead component raises an alarm.
-        scale_ratio: alarm when the distance scale falls below this fraction of its first value.
+    Parameters
+    ----------
+    dominance : float, default=0.9
+        Alarm when one component holds more than this share of the mass (`dominance`).
+    effective_k : float, default=1.5
+        Alarm when $\\exp H(\\bar r)$ (`effective_k`) falls below this.
+    dead_fraction : float, default=0.01
+        A component is dead when its mass is below `dead_fraction / K`; any dead component
+        raises an alarm.
+    scale_ratio : float, default=0.1
+        Alarm when the distance scale falls below this fraction of its first value.
     """
 
     dominance: float = 0.9
@@ -51,7 +122,7 @@ DEFAULT_THRESHOLDS = Thresholds()
 def site_record(
     step: int, site: Site, values: dict[str, Any] | None, probe: bool, max_components: int
 ) -> Record:
-    """The record of ``site`` at ``step`` from its metric ``values`` (None: unmeasured)."""
+    """The record of `site` at `step` from its metric `values` (None: unmeasured)."""
     kind = site.kind
     record: Record = {"kind": "site", "step": step, "site": site.name, "type": kind.type}
     optional = kind.gradient_metrics + (kind.probe_metrics if probe else ())

@@ -1,8 +1,8 @@
-"""Where measurements go: memory (:class:`History`), JSON Lines, TensorBoard.
+"""Where measurements go: memory (`History`), JSON Lines, TensorBoard.
 
-A record is a flat dict. Site records have ``kind="site"``, ``step``, ``site``, ``type`` and
-their metrics (``None`` for a metric that is missing, listed in ``missing``); alarm records have
-``kind="alarm"``, ``step``, ``site``, ``alarm``, ``value``, ``threshold`` and ``message``.
+A record is a flat dict. Site records have `kind="site"`, `step`, `site`, `type` and
+their metrics (`None` for a metric that is missing, listed in `missing`); alarm records have
+`kind="alarm"`, `step`, `site`, `alarm`, `value`, `threshold` and `message`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ Record = dict[str, Any]
 
 
 class Sink(Protocol):
-    """Receives records in step order, a batch of measured steps at a time (``flush_every``)."""
+    """Receives records in step order, a batch of measured steps at a time (`flush_every`)."""
 
     def write(self, records: Sequence[Record]) -> None: ...
 
@@ -26,14 +26,40 @@ class Sink(Protocol):
 
 
 class History:
-    """The records of a traced run, in order: per-step, per-site metrics and alarms."""
+    """The records of a traced run, in order: per-step, per-site metrics and alarms.
+
+    A sequence of records (`len`, iteration, indexing); `Tracer.history` is one, and
+    `from_jsonl` reads one back from a file. The fields of each record type are listed in
+    `implicit_em.trace.records`.
+
+    Parameters
+    ----------
+    records : iterable of dict, default=()
+        The records, in the order they were written.
+
+    Attributes
+    ----------
+    records : list of dict
+        The records.
+    """
 
     def __init__(self, records: Iterable[Record] = ()) -> None:
         self.records: list[Record] = list(records)
 
     @classmethod
     def from_jsonl(cls, path: str | Path) -> History:
-        """Read a JSON Lines file written by :class:`JSONLSink` (a truncated last line is skipped)."""
+        """Read a JSON Lines file written by `JSONLSink` (a truncated last line is skipped).
+
+        Parameters
+        ----------
+        path : str or Path
+            The file (`Tracer(sinks=["jsonl:PATH"])`).
+
+        Returns
+        -------
+        History
+            Its records, in file order.
+        """
         records = []
         for line in Path(path).read_text().splitlines():
             try:
@@ -52,7 +78,19 @@ class History:
         return self.records[index]
 
     def sites(self, kind: str | None = None) -> list[str]:
-        """Names of the sites with records (of one ``type``: classification, mixture, attention)."""
+        """Names of the sites with records, sorted.
+
+        Parameters
+        ----------
+        kind : str or None, default=None
+            Only the sites of this `type` (`"classification"`, `"mixture"` or
+            `"attention"`); `None` for all.
+
+        Returns
+        -------
+        list of str
+            The site names.
+        """
         names = {
             r["site"]
             for r in self.records
@@ -61,10 +99,26 @@ class History:
         return sorted(names)
 
     def alarms(self) -> list[Record]:
+        """The alarm records (`kind == "alarm"`), in order."""
         return [r for r in self.records if r["kind"] == "alarm"]
 
     def series(self, site: str, metric: str) -> tuple[list[int], list[Any]]:
-        """Steps and values of one metric at one site, skipping measurements where it is missing."""
+        """Steps and values of one metric at one site, skipping measurements where it is missing.
+
+        Parameters
+        ----------
+        site : str
+            The site's name.
+        metric : str
+            A field of its records, e.g. `"effective_k"` or `"attention_drift"`.
+
+        Returns
+        -------
+        steps : list of int
+            The measured steps at which the metric is not `None`.
+        values : list
+            The metric at those steps.
+        """
         steps, values = [], []
         for r in self.records:
             if r["kind"] == "site" and r["site"] == site and r.get(metric) is not None:
@@ -73,14 +127,42 @@ class History:
         return steps, values
 
     def last(self, site: str) -> Record:
-        """The latest record of a site."""
+        """The latest record of a site.
+
+        Parameters
+        ----------
+        site : str
+            The site's name.
+
+        Returns
+        -------
+        dict
+            Its last site record.
+
+        Raises
+        ------
+        KeyError
+            If the site has no record (the message lists the sites that have).
+        """
         for r in reversed(self.records):
             if r["kind"] == "site" and r["site"] == site:
                 return r
         raise KeyError(f"no record of site {site!r}; sites: {self.sites()}")
 
     def to_pandas(self) -> Any:
-        """A ``pandas.DataFrame`` with one row per record (requires pandas)."""
+        """A `pandas.DataFrame` with one row per record (requires pandas).
+
+        Returns
+        -------
+        pandas.DataFrame
+            One column per record field (site and alarm fields side by side, missing ones as
+            NaN/None).
+
+        Raises
+        ------
+        ImportError
+            If pandas is not installed.
+        """
         try:
             import pandas as pd
         except ImportError as err:
@@ -89,7 +171,13 @@ class History:
 
 
 class MemorySink:
-    """Keeps every record in :attr:`history` (about 1 KB per site per measurement)."""
+    """Keeps every record in `history` (about 1 KB per site per measurement).
+
+    Attributes
+    ----------
+    history : History
+        The records written so far.
+    """
 
     def __init__(self) -> None:
         self.history = History()
@@ -103,7 +191,14 @@ class MemorySink:
 
 class JSONLSink:
     """Appends one JSON object per record and flushes after each write (a batch of measured
-    steps), so a killed run keeps everything written before it."""
+    steps), so a killed run keeps everything written before it.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file, opened for appending (its folder is created); `History.from_jsonl` reads
+        it back.
+    """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -119,8 +214,21 @@ class JSONLSink:
 
 
 class TensorBoardSink:
-    """Scalars ``site/metric`` and a histogram ``site/mass`` of responsibility mass per
-    measurement, through ``torch.utils.tensorboard`` (requires the tensorboard package)."""
+    """Scalars `site/metric` and a histogram `site/mass` of responsibility mass per
+    measurement, through `torch.utils.tensorboard` (requires the tensorboard package).
+
+    Alarms are written as scalars `site/alarm/NAME` (their measured value).
+
+    Parameters
+    ----------
+    logdir : str or Path
+        The TensorBoard log folder.
+
+    Raises
+    ------
+    ImportError
+        If tensorboard is not installed.
+    """
 
     def __init__(self, logdir: str | Path) -> None:
         try:
@@ -154,7 +262,24 @@ class TensorBoardSink:
 
 
 def make_sink(spec: str | Sink) -> Sink:
-    """``"memory"``, ``"jsonl:PATH"``, ``"tensorboard:LOGDIR"``, or a sink object."""
+    """The sink named by `spec`.
+
+    Parameters
+    ----------
+    spec : str or Sink
+        `"memory"`, `"jsonl:PATH"`, `"tensorboard:LOGDIR"`, or a sink object (returned as
+        it is).
+
+    Returns
+    -------
+    Sink
+        A `MemorySink`, `JSONLSink` or `TensorBoardSink`, or `spec` itself.
+
+    Raises
+    ------
+    ValueError
+        If `spec` is a string of none of these forms.
+    """
     if not isinstance(spec, str):
         return spec
     kind, _, target = spec.partition(":")

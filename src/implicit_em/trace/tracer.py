@@ -1,19 +1,19 @@
-r"""The :class:`Tracer`: responsibilities read from gradients during ordinary training.
+r"""The `Tracer`: responsibilities read from gradients during ordinary training.
 
-.. code-block:: python
+```python
+with Tracer(model, sinks=["memory", "jsonl:runs/exp.jsonl"]) as tracer:
+    for x, y in loader:
+        loss = F.cross_entropy(model(x), y); loss.backward(); opt.step(); opt.zero_grad()
+        tracer.step()
+tracer.history.to_pandas()
+```
 
-    with Tracer(model, sinks=["memory", "jsonl:runs/exp.jsonl"]) as tracer:
-        for x, y in loader:
-            loss = F.cross_entropy(model(x), y); loss.backward(); opt.step(); opt.zero_grad()
-            tracer.step()
-    tracer.history.to_pandas()
-
-On a measured step (every ``every``-th, starting with the first) the capture
-(:mod:`implicit_em.trace.capture`) finds every site of the forward and backward pass and keeps
-what each needs; at :meth:`Tracer.step` the probe batch runs. Every ``flush_every``
-measurements (and on leaving the ``with`` block) the buffered measurements are reduced to
-metrics (:mod:`implicit_em.trace.flush`), all-reduced under DDP, and written as records with
-their collapse alarms (:mod:`implicit_em.trace.records`). Between measured steps nothing is
+On a measured step (every `every`-th, starting with the first) the capture
+(`implicit_em.trace.capture`) finds every site of the forward and backward pass and keeps
+what each needs; at `Tracer.step` the probe batch runs. Every `flush_every`
+measurements (and on leaving the `with` block) the buffered measurements are reduced to
+metrics (`implicit_em.trace.flush`), all-reduced under DDP, and written as records with
+their collapse alarms (`implicit_em.trace.records`). Between measured steps nothing is
 installed.
 """
 
@@ -64,27 +64,83 @@ class _Measured:
 class Tracer:
     """Context manager that traces responsibility and attention sites during training.
 
-    Args:
-        model: the model (names sites by module path, runs the probe); None for anonymous sites.
-        sites: glob pattern(s) of site names to trace (``"transformer.h.*.attn"``); None: all.
-        every: measure every ``every``-th step (call :meth:`step` once per training step).
-        probe: a fixed batch for churn and two-timescale drift: model inputs (a tensor, a tuple
-            of positional inputs or a dict of keyword inputs) or a callable running a forward
-            pass (e.g. ``lambda: F.cross_entropy(model(xp), yp)`` to reach a loss outside the
-            model). It runs in eval mode under ``no_grad`` on measured steps; training modes are
-            restored, so training is unchanged.
-        sinks: ``"memory"``, ``"jsonl:PATH"``, ``"tensorboard:LOGDIR"`` or sink objects.
-        max_rows: batch rows of each attention site used for its metrics (one row already
-            averages over ``H`` heads and ``L`` queries; the cost grows with it).
-        max_components: per-component mass is recorded for sites with at most this many.
-        thresholds: collapse alarm thresholds.
-        rediscover: ignored (kept so that existing calls work): every measured step finds
-            every site.
-        flush_every: measurements buffered before their metrics are computed (batched) and
-            written; records reach the sinks in batches of this many measured steps, and on
-            leaving the ``with`` block (also after an exception).
-        flush_bytes: flush early once the buffered measurements keep this many bytes (256 MiB
-            by default), so long sequences and many sites cannot exhaust memory.
+    Inside the `with` block, call `step` once per training step, after the backward pass. On
+    every `every`-th step (starting with the first) the tracer finds each site of the forward
+    and backward pass (a softmax cross-entropy, a mixture NLL, an attention layer), reads its
+    responsibilities back from the gradient and reduces them to the metrics of one record per
+    site; records and their collapse alarms go to the `sinks` and, with the `"memory"` sink,
+    to `history`. The fields of every record type are listed in `implicit_em.trace.records`.
+
+    Parameters
+    ----------
+    model : nn.Module or None, default=None
+        The model: it names the sites by module path and runs the probe (a
+        `DistributedDataParallel` / `DataParallel` wrapper is looked through). `None` traces
+        anonymous sites (named `ce`, `mixture`, ...).
+    sites : str, sequence of str or None, default=None
+        Glob pattern(s) of the site names to trace (e.g. `"transformer.h.*.attn"`); `None`
+        traces every site.
+    every : int, default=1
+        Measure every `every`-th step (call `step` once per training step).
+    probe : Tensor, tuple, dict, callable or None, default=None
+        A fixed batch for `churn` and the two-timescale drift: model inputs (a tensor, a
+        tuple of positional inputs or a dict of keyword inputs) or a callable running a
+        forward pass (e.g. `lambda: F.cross_entropy(model(xp), yp)` to reach a loss outside
+        the model). It runs in eval mode under `no_grad` on measured steps; training modes are
+        restored, so training is unchanged. Inputs (not a callable) need `model`.
+    sinks : sequence of str or Sink, default=("memory",)
+        Where records go: `"memory"` (`history`), `"jsonl:PATH"` (one JSON object per line,
+        read back with `History.from_jsonl`), `"tensorboard:LOGDIR"`, or sink objects with
+        `write(records)` and `close()`. Under `torch.distributed` only rank 0 writes to the
+        sinks other than `"memory"`.
+    max_rows : int, default=1
+        Batch rows of each attention site used for its metrics (one row already averages over
+        `H` heads and `L` queries; the cost grows with it).
+    max_components : int, default=256
+        The per-component `mass` is recorded for sites with at most this many components
+        (`None` above).
+    thresholds : Thresholds, default=Thresholds()
+        The collapse alarm thresholds.
+    rediscover : int or None, default=None
+        Ignored, kept so that existing calls work (passing it warns): every measured step
+        finds every site.
+    flush_every : int, default=128
+        Measurements buffered before their metrics are computed (batched) and written;
+        records reach the sinks in batches of this many measured steps, and on leaving the
+        `with` block (also after an exception).
+    flush_bytes : int, default=2**28
+        Flush early once the buffered measurements keep this many bytes (256 MiB), so long
+        sequences and many sites cannot exhaust memory.
+
+    Attributes
+    ----------
+    step_index : int
+        The number of `step` calls so far.
+    measurements : int
+        The number of measured steps that found a site.
+
+    Raises
+    ------
+    ValueError
+        If `every`, `flush_every`, `flush_bytes` or `max_rows` is not a positive integer, or
+        a probe batch is given without the model.
+    NoSiteError
+        From `step`, when the first measured step finds no
+        traceable site; the message lists what was searched for, or the sites found but
+        not selected by `sites`.
+
+    Examples
+    --------
+    ```python
+    with Tracer(model, every=10, sinks=["memory", "jsonl:runs/exp.jsonl"]) as tracer:
+        for x, y in loader:
+            loss = F.cross_entropy(model(x), y)
+            loss.backward(); opt.step(); opt.zero_grad()
+            tracer.step()
+            with tracer.paused():  # an evaluation pass, not traced
+                val_loss = F.cross_entropy(model(x_val), y_val)
+    frame = tracer.history.to_pandas()
+    ```
     """
 
     def __init__(
@@ -174,15 +230,32 @@ class Tracer:
 
     @property
     def history(self) -> History:
-        """Every record measured so far (with the ``"memory"`` sink)."""
+        """Every record measured so far (with the `"memory"` sink).
+
+        Records reach it in batches of `flush_every` measured steps, and all of them on
+        leaving the `with` block.
+        """
         return self._memory.history
 
     @property
     def alarms(self) -> list[Record]:
+        """The alarm records of `history`, in order."""
         return self.history.alarms()
 
     def step(self) -> None:
-        """Mark the end of a training step (after ``backward``, typically after ``opt.step()``)."""
+        """Mark the end of a training step (after `backward`, typically after `opt.step()`).
+
+        On a measured step the sites captured since the previous call (and the probe batch,
+        if any) are kept for the next flush; every `flush_every` measurements they become
+        records in the sinks.
+
+        Raises
+        ------
+        RuntimeError
+            If called outside the `with Tracer(...)` block.
+        NoSiteError
+            If the first measured step found no traceable site.
+        """
         if not self._active:
             raise RuntimeError("Tracer.step() must be called inside the `with Tracer(...)` block")
         if self.step_index % self.every == 0:
@@ -193,15 +266,15 @@ class Tracer:
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[Tracer]:
-        """Run code untraced inside the ``with Tracer(...)`` block (an evaluation pass, a
+        """Run code untraced inside the `with Tracer(...)` block (an evaluation pass, a
         baseline step): everything the tracer installed is removed meanwhile (and the gradient
         hooks of a measured step in progress do nothing), and that step keeps what it captured
         before and resumes capturing after.
 
-        .. code-block:: python
-
-            with tracer.paused():
-                val_loss = F.cross_entropy(model(x_val), y_val)
+        ```python
+        with tracer.paused():
+            val_loss = F.cross_entropy(model(x_val), y_val)
+        ```
         """
         if not self._active:
             raise RuntimeError("Tracer.paused() must be used inside the `with Tracer(...)` block")
@@ -219,7 +292,7 @@ class Tracer:
 
     def _measure(self) -> None:
         """Keep the sites of the finished measured step (and its probe statistics) for the
-        next flush; flush once ``flush_every`` measurements (or ``flush_bytes``) wait."""
+        next flush; flush once `flush_every` measurements (or `flush_bytes`) wait."""
         done = self.capture.take()
         if not done.sites:
             if self.measurements == 0:

@@ -1,6 +1,6 @@
-"""The site kinds the tracer recognizes: one module each, one line each in :data:`KINDS`.
+"""The site kinds the tracer recognizes: one module each, one line each in `KINDS`.
 
-See :mod:`implicit_em.trace.sites.base` for what a kind declares.
+See `implicit_em.trace.sites.base` for what a kind declares.
 """
 
 from __future__ import annotations
@@ -26,4 +26,4 @@ KINDS: tuple[SiteKind, ...] = (
 """Every site kind, in the order in which they are searched."""
 
 SEARCHED: tuple[str, ...] = tuple(kind.searched for kind in KINDS)
-"""What the tracer looks for (named in :class:`~implicit_em.trace.NoSiteError`)."""
+"""What the tracer looks for (named in `NoSiteError`)."""

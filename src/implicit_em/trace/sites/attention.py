@@ -1,12 +1,12 @@
-r"""What the attention kinds (SDPA, eager softmax, ``nn.MultiheadAttention``) share.
+r"""What the attention kinds (SDPA, eager softmax, `nn.MultiheadAttention`) share.
 
-Each kind keeps the first ``max_rows`` batch rows of its site and produces the weights
-:math:`\alpha` ``[S, R, H, Lq, Lk]`` (kept, or recomputed from ``q``, ``k`` and the mask), the
-values :math:`v`, the output gradient :math:`g = \partial L/\partial o` and, where it has them,
-:math:`\partial L/\partial\alpha` and autograd's :math:`\partial L/\partial v`; the statistics are
-:func:`~implicit_em.trace.metrics.attention_stats_steps` of those. A kind that recomputes the
+Each kind keeps the first `max_rows` batch rows of its site and produces the weights
+$\alpha$ `[S, R, H, Lq, Lk]` (kept, or recomputed from `q`, `k` and the mask), the
+values $v$, the output gradient $g = \partial L/\partial o$ and, where it has them,
+$\partial L/\partial\alpha$ and autograd's $\partial L/\partial v$; the statistics are
+`attention_stats_steps` of those. A kind that recomputes the
 weights also checks them: the *forward residual* compares the output rebuilt from
-:math:`\alpha` and :math:`v` with the output the model computed (:func:`forward_residual`).
+$\alpha$ and $v$ with the output the model computed (`forward_residual`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ __all__ = ["AttentionKind", "along", "attention_weights", "forward_residual", "h
 def attention_weights(
     q: Tensor, k: Tensor, mask: Tensor | None, is_causal: bool, scale: float | None
 ) -> Tensor:
-    r""":math:`\alpha = \operatorname{softmax}(s)` of ``attention_scores(q, k, ...)`` along the
+    r"""$\alpha = \operatorname{softmax}(s)$ of `attention_scores(q, k, ...)` along the
     last axis, in at least float32 (rows a mask excludes entirely are zeros)."""
     dtype = torch.promote_types(q.dtype, torch.float32)
     s = attention_scores(q.to(dtype), k.to(dtype), mask, is_causal, scale)
@@ -36,7 +36,7 @@ def attention_weights(
 
 
 def heads(t: Tensor) -> Tensor:
-    """Attention tensors as ``[B, H, L, E]``: a missing head axis becomes H = 1, several
+    """Attention tensors as `[B, H, L, E]`: a missing head axis becomes H = 1, several
     leading axes one."""
     if t.dim() == 3:
         return t.unsqueeze(1)
@@ -49,7 +49,7 @@ _DIRECTIONS: dict[tuple[int, torch.device], Tensor] = {}
 
 
 def _direction(n: int, device: torch.device) -> Tensor:
-    """A fixed random unit vector of length ``n`` (float32, seeded: the same in every run)."""
+    """A fixed random unit vector of length `n` (float32, seeded: the same in every run)."""
     u = _DIRECTIONS.get((n, device))
     if u is None:
         u = torch.randn(n, generator=torch.Generator().manual_seed(n))
@@ -59,12 +59,12 @@ def _direction(n: int, device: torch.device) -> Tensor:
 
 
 def forward_residual(rebuilt: Tensor, seen: Tensor) -> Stats:
-    r"""The forward residual of ``S`` stacked sites: the output :math:`\hat y` rebuilt from the
-    weights against the output :math:`y` the model computed, both seen along a fixed random unit
-    direction :math:`u` (already applied: ``rebuilt`` and ``seen`` are :math:`u\cdot\hat y_i`,
-    :math:`u\cdot y_i`, leading step axis). Statistics ``alpha_residual_max`` =
-    :math:`\max_i|u\cdot(\hat y_i - y_i)|` and ``output_max`` = :math:`\max_i|u\cdot y_i|`
-    (a rebuild that differs from :math:`y` differs along a random :math:`u` with probability 1)."""
+    r"""The forward residual of `S` stacked sites: the output $\hat y$ rebuilt from the
+    weights against the output $y$ the model computed, both seen along a fixed random unit
+    direction $u$ (already applied: `rebuilt` and `seen` are $u\cdot\hat y_i$,
+    $u\cdot y_i$, leading step axis). Statistics `alpha_residual_max` =
+    $\max_i|u\cdot(\hat y_i - y_i)|$ and `output_max` = $\max_i|u\cdot y_i|$
+    (a rebuild that differs from $y$ differs along a random $u$ with probability 1)."""
     return {
         "alpha_residual_max": per_step((rebuilt - seen).abs(), "amax").double(),
         "output_max": per_step(seen.abs(), "amax").double(),
@@ -72,18 +72,18 @@ def forward_residual(rebuilt: Tensor, seen: Tensor) -> Stats:
 
 
 def along(t: Tensor) -> Tensor:
-    """:math:`u \\cdot t` over the last axis, for the fixed direction :math:`u` of its length."""
+    """$u \\cdot t$ over the last axis, for the fixed direction $u$ of its length."""
     return (t.float() * _direction(t.shape[-1], t.device)).sum(-1)
 
 
 class AttentionKind(SiteKind):
     r"""Shared metrics, gradient test and drift probe of attention sites.
 
-    Metrics: ``entropy`` (mean over heads and queries, nats), ``head_entropy`` (per head),
-    ``rows``; with the gradient ``routing_norm`` :math:`\lVert\alpha\odot(a-\bar a)\rVert_F`,
-    ``value_norm`` :math:`\lVert\alpha^\top g\rVert_F`, their ratio, ``value_residual`` and
-    ``nonfinite``; with recomputed weights ``alpha_residual``. Probe: ``attention_drift`` and
-    ``value_drift``. Subclasses implement :meth:`weights_and_values` for one kept record."""
+    Metrics: `entropy` (mean over heads and queries, nats), `head_entropy` (per head),
+    `rows`; with the gradient `routing_norm` $\lVert\alpha\odot(a-\bar a)\rVert_F$,
+    `value_norm` $\lVert\alpha^\top g\rVert_F$, their ratio, `value_residual` and
+    `nonfinite`; with recomputed weights `alpha_residual`. Probe: `attention_drift` and
+    `value_drift`. Subclasses implement `weights_and_values` for one kept record."""
 
     type = "attention"
     metrics = (
@@ -107,7 +107,7 @@ class AttentionKind(SiteKind):
     probe_metrics = ("attention_drift", "value_drift")
 
     def weights_and_values(self, kept: Kept) -> tuple[Tensor, Tensor | None]:
-        """The weights ``[R, H, Lq, Lk]`` and values ``[R, H, Lk, Ev]`` of one record."""
+        """The weights `[R, H, Lq, Lk]` and values `[R, H, Lk, Ev]` of one record."""
         raise NotImplementedError
 
     def finish(self, stats: Stats, dead_fraction: float) -> dict[str, Tensor]:

@@ -2,16 +2,16 @@ r"""What every site kind declares, and the typed record of what a site keeps.
 
 A *site kind* is one small unit (a file in this package, one line in its registry):
 
-* ``functions``: the torch functions (or :func:`~implicit_em.hook_points.hook_point`) it
-  recognizes; the capture calls :meth:`SiteKind.observe` after each such call, with its result;
-* ``observe``: names the site (:meth:`Context.name`), keeps copies of the few tensors its
-  statistics need in a :class:`Kept` record and asks for gradients (:meth:`Context.on_gradient`);
-* ``statistics``: turns a stack of records (every tensor with a leading step axis ``S``) into
-  sums and maxima (:mod:`implicit_em.trace.metrics`), reduced across ranks under DDP;
-* ``finish``: turns reduced statistics into the metrics of its records; ``metrics`` lists them,
-  and ``gradient_metrics`` those that exist only once the backward pass reached the site (the
-  record lists them in ``missing`` otherwise);
-* ``probe_state`` / ``probe_statistics``: what a probe measurement keeps, and its change since
+* `functions`: the torch functions (or `hook_point`) it
+  recognizes; the capture calls `SiteKind.observe` after each such call, with its result;
+* `observe`: names the site (`Context.name`), keeps copies of the few tensors its
+  statistics need in a `Kept` record and asks for gradients (`Context.on_gradient`);
+* `statistics`: turns a stack of records (every tensor with a leading step axis `S`) into
+  sums and maxima (`implicit_em.trace.metrics`), reduced across ranks under DDP;
+* `finish`: turns reduced statistics into the metrics of its records; `metrics` lists them,
+  and `gradient_metrics` those that exist only once the backward pass reached the site (the
+  record lists them in `missing` otherwise);
+* `probe_state` / `probe_statistics`: what a probe measurement keeps, and its change since
   the previous one (churn, drift).
 """
 
@@ -34,7 +34,7 @@ __all__ = ["Context", "Kept", "SiteKind", "binder"]
 class Kept:
     """What one site kept in one measured pass. Subclasses are dataclasses: their tensor
     fields are stacked over measurements; other fields are options that must agree for two
-    records to stack (see :meth:`group`). A gradient field is None until its hook has run."""
+    records to stack (see `group`). A gradient field is None until its hook has run."""
 
     def group(self) -> tuple:
         """Records with equal groups stack: same class, options, tensor shapes and dtypes."""
@@ -49,7 +49,7 @@ class Kept:
 
     @classmethod
     def stack(cls, records: Sequence[Kept]) -> Kept:
-        """One record whose tensors are those of ``records`` stacked along a new first axis."""
+        """One record whose tensors are those of `records` stacked along a new first axis."""
         values = {}
         for f in fields(cls):
             first = getattr(records[0], f.name)
@@ -66,8 +66,8 @@ class Context(Protocol):
     max_rows: int
 
     def name(self, suffix: str, source: Any = None) -> str | None:
-        """The site's name (by the module that produced ``source``, else the innermost
-        module running), or None when the ``sites`` patterns leave it out."""
+        """The site's name (by the module that produced `source`, else the innermost
+        module running), or None when the `sites` patterns leave it out."""
 
     def add(self, name: str, kind: SiteKind, kept: Kept) -> None:
         """Record the site in this pass."""
@@ -76,14 +76,14 @@ class Context(Protocol):
         """Record a site present in this pass that cannot be measured, with the reason."""
 
     def keep(self, t: Tensor) -> Tensor:
-        """A detached copy of ``t`` that later steps cannot change."""
+        """A detached copy of `t` that later steps cannot change."""
 
     def on_gradient(self, t: Any, fn: Callable[[Tensor], None]) -> None:
-        """Call ``fn(gradient of t)`` if ``t`` requires grad and the backward pass of this
-        measured step reaches it (not after the tracer's ``step()``)."""
+        """Call `fn(gradient of t)` if `t` requires grad and the backward pass of this
+        measured step reaches it (not after the tracer's `step()`)."""
 
     def scratch(self, kind: SiteKind) -> dict:
-        """A dict private to ``kind`` for this pass (e.g. tensors to follow)."""
+        """A dict private to `kind` for this pass (e.g. tensors to follow)."""
 
 
 class SiteKind:
@@ -116,16 +116,16 @@ class SiteKind:
         self, now: dict[str, Tensor] | None, previous: dict[str, Tensor] | None
     ) -> Stats:
         """The change since the previous probe measurement (zeros where there is none, or
-        the probe did not reach the site: ``now`` None)."""
+        the probe did not reach the site: `now` None)."""
         raise NotImplementedError
 
     def extras(self, values: dict[str, Any], max_components: int) -> dict[str, Any]:
-        """Fields of the record beyond the metrics (e.g. ``K``, ``source``)."""
+        """Fields of the record beyond the metrics (e.g. `K`, `source`)."""
         return {}
 
 
 def binder(fn: Callable) -> Callable[[Sequence, dict], dict[str, Any]]:
-    """A function binding a call's arguments to ``fn``'s parameter names, defaults filled in."""
+    """A function binding a call's arguments to `fn`'s parameter names, defaults filled in."""
     params = inspect.signature(fn).parameters
     names = list(params)
     defaults = {n: p.default for n, p in params.items() if p.default is not inspect.Parameter.empty}

@@ -1,11 +1,11 @@
-r"""``F.cross_entropy`` and ``F.nll_loss`` of a ``log_softmax``: a classification site.
+r"""`F.cross_entropy` and `F.nll_loss` of a `log_softmax`: a classification site.
 
-Kept: the logits as ``[N, K]`` rows, the class indices (with the class weights and
-``ignore_index``) or the soft targets, the label smoothing and the reduction; the gradient of
-the logits and the upstream gradient :math:`u` of the loss. The statistics form targets, row
-weights :math:`w_i` and row factors :math:`c_i = u\,w_i/\sum_i w_i` (mean; :math:`u\,w_i` for a
-sum, :math:`u_i w_i` for none) as ``F.cross_entropy`` forms its loss :math:`\sum_i c_i\ell_i`,
-and read :math:`r = t + \nabla_z/c`.
+Kept: the logits as `[N, K]` rows, the class indices (with the class weights and
+`ignore_index`) or the soft targets, the label smoothing and the reduction; the gradient of
+the logits and the upstream gradient $u$ of the loss. The statistics form targets, row
+weights $w_i$ and row factors $c_i = u\,w_i/\sum_i w_i$ (mean; $u\,w_i$ for a
+sum, $u_i w_i$ for none) as `F.cross_entropy` forms its loss $\sum_i c_i\ell_i$,
+and read $r = t + \nabla_z/c$.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ _LOG_SOFTMAX = (F.log_softmax, torch.log_softmax, Tensor.log_softmax)
 
 @dataclass(eq=False)
 class CrossEntropyKept(Kept):
-    """``logits`` ``[N, K]``; class indices ``labels`` ``[N]`` (with ``class_weight`` ``[K]``)
-    or probabilities ``target`` ``[N, K]``; ``grad`` ``[N, K]`` and ``upstream`` (the loss's
+    """`logits` `[N, K]`; class indices `labels` `[N]` (with `class_weight` `[K]`)
+    or probabilities `target` `[N, K]`; `grad` `[N, K]` and `upstream` (the loss's
     shape) once the backward pass reached them."""
 
     logits: Tensor
@@ -147,7 +147,7 @@ class CrossEntropy(ResponsibilityKind):
 
 
 def _reduction(p: dict) -> str:
-    """The reduction, also from the legacy ``size_average`` / ``reduce`` arguments."""
+    """The reduction, also from the legacy `size_average` / `reduce` arguments."""
     size_average, reduce = p.get("size_average"), p.get("reduce")
     if size_average is None and reduce is None:
         return p["reduction"]

@@ -1,12 +1,12 @@
-r"""This package's :func:`~implicit_em.objectives.cross_entropy` over distances: a
+r"""This package's `cross_entropy` over distances: a
 classification site.
 
-Announced through its hook point (:func:`~implicit_em.hook_points.hook_point`) with the
-per-sample loss :math:`\ell_i = -\sum_j t_{ij}\log r_{ij}`, the distances ``d``, the targets
-``target`` as formed (label smoothing included) and ``dim``. Kept: the logits :math:`z = -d` and
-targets as ``[N, K]`` rows, the gradient of ``d`` and the row factor
-:math:`c_i = \partial L/\partial\ell_i`; since :math:`\partial\ell_i/\partial d_{ij} = t_{ij} - r_{ij}`,
-:math:`r = t - \nabla_d / c`.
+Announced through its hook point (`hook_point`) with the
+per-sample loss $\ell_i = -\sum_j t_{ij}\log r_{ij}$, the distances `d`, the targets
+`target` as formed (label smoothing included) and `dim`. Kept: the logits $z = -d$ and
+targets as `[N, K]` rows, the gradient of `d` and the row factor
+$c_i = \partial L/\partial\ell_i$; since $\partial\ell_i/\partial d_{ij} = t_{ij} - r_{ij}$,
+$r = t - \nabla_d / c$.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ __all__ = ["DistanceCrossEntropy", "DistanceCrossEntropyKept"]
 
 @dataclass(eq=False)
 class DistanceCrossEntropyKept(Kept):
-    """``logits`` and ``target`` ``[N, K]``; ``grad`` ``[N, K]`` (of ``d``) and ``factor``
-    ``[N]`` once the backward pass reached them."""
+    """`logits` and `target` `[N, K]`; `grad` `[N, K]` (of `d`) and `factor`
+    `[N]` once the backward pass reached them."""
 
     logits: Tensor
     target: Tensor

@@ -1,12 +1,12 @@
 r"""Eager softmax attention: a softmax over the last axis of a tensor with three or more axes
-(the weights :math:`\alpha`), followed by a matmul with the values.
+(the weights $\alpha$), followed by a matmul with the values.
 
 The weights are the model's own tensor, so nothing is recomputed: the site keeps the traced rows
-of :math:`\alpha` and of :math:`\partial L/\partial\alpha` (the routing gradient is exact). The
-weights are followed through elementwise steps (``to``, ``where``, ``masked_fill``,
-``contiguous``, dropout) to the matmul :math:`o = \tilde\alpha v`, which adds the weights used
-(after dropout), the values, :math:`g = \partial L/\partial o` and autograd's
-:math:`\partial L/\partial v`.
+of $\alpha$ and of $\partial L/\partial\alpha$ (the routing gradient is exact). The
+weights are followed through elementwise steps (`to`, `where`, `masked_fill`,
+`contiguous`, dropout) to the matmul $o = \tilde\alpha v$, which adds the weights used
+(after dropout), the values, $g = \partial L/\partial o$ and autograd's
+$\partial L/\partial v$.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ _CARRY = (torch.where, Tensor.to, Tensor.masked_fill, Tensor.contiguous, F.dropo
 
 @dataclass(eq=False)
 class EagerKept(Kept):
-    """``alpha`` ``[R, H, Lq, Lk]``; from the matmul ``used`` (the weights after dropout) and
-    ``v`` ``[R, H, Lk, Ev]``; gradients ``grad_alpha``, ``g`` ``[R, H, Lq, Ev]`` and
-    ``grad_v`` once the backward pass reached them."""
+    """`alpha` `[R, H, Lq, Lk]`; from the matmul `used` (the weights after dropout) and
+    `v` `[R, H, Lk, Ev]`; gradients `grad_alpha`, `g` `[R, H, Lq, Ev]` and
+    `grad_v` once the backward pass reached them."""
 
     alpha: Tensor
     used: Tensor | None = None

@@ -1,14 +1,14 @@
-r"""``F.multi_head_attention_forward`` (what ``nn.MultiheadAttention`` runs): an attention site
+r"""`F.multi_head_attention_forward` (what `nn.MultiheadAttention` runs): an attention site
 whose weights are recomputed.
 
 On the traced rows the site computes, at capture, the in-projections
-:math:`q = x_q W_q^\top + b_q` (likewise :math:`k`, :math:`v`) split into heads, and one
-additive mask from ``attn_mask`` and ``key_padding_mask``; it keeps them with the output
-projection :math:`W_o, b_o` and the output :math:`y`. At the flush
-:math:`\alpha = \operatorname{softmax}(q k^\top/\sqrt{E_h} + m)`, the per-head output gradient is
-:math:`g = (\partial L/\partial y) W_o`, and the forward residual rebuilds
-:math:`y = \operatorname{merge}(\alpha v) W_o^\top + b_o` (attention dropout, applied by the
-module but not here, shows in it). ``bias_k``/``bias_v``, ``add_zero_attn``, static keys and
+$q = x_q W_q^\top + b_q$ (likewise $k$, $v$) split into heads, and one
+additive mask from `attn_mask` and `key_padding_mask`; it keeps them with the output
+projection $W_o, b_o$ and the output $y$. At the flush
+$\alpha = \operatorname{softmax}(q k^\top/\sqrt{E_h} + m)$, the per-head output gradient is
+$g = (\partial L/\partial y) W_o$, and the forward residual rebuilds
+$y = \operatorname{merge}(\alpha v) W_o^\top + b_o$ (attention dropout, applied by the
+module but not here, shows in it). `bias_k`/`bias_v`, `add_zero_attn`, static keys and
 unbatched inputs are recorded as unmeasured, with the reason.
 """
 
@@ -39,10 +39,10 @@ _MHA = binder(F.multi_head_attention_forward)
 
 @dataclass(eq=False)
 class MultiheadKept(Kept):
-    r"""Per head ``q``, ``k`` ``[R, H, L, Eh]`` and ``v`` ``[R, H, Lk, Ev]`` (at least float32),
-    an additive ``mask`` broadcastable to ``[R, H, Lq, Lk]`` (or None), ``output`` :math:`y`
-    ``[R, Lq, E]``, ``out_weight`` ``[E, E]``, ``out_bias`` ``[E]`` (or None); ``g_output``
-    :math:`\partial L/\partial y` ``[R, Lq, E]`` once the backward pass reached it."""
+    r"""Per head `q`, `k` `[R, H, L, Eh]` and `v` `[R, H, Lk, Ev]` (at least float32),
+    an additive `mask` broadcastable to `[R, H, Lq, Lk]` (or None), `output` $y$
+    `[R, Lq, E]`, `out_weight` `[E, E]`, `out_bias` `[E]` (or None); `g_output`
+    $\partial L/\partial y$ `[R, Lq, E]` once the backward pass reached it."""
 
     q: Tensor
     k: Tensor
@@ -124,7 +124,7 @@ def _unsupported(p: dict) -> str | None:
 
 
 def _projections(p: dict, r: int) -> tuple[Tensor, Tensor, Tensor]:
-    r""":math:`x W^\top + b` of the traced rows of query, key and value, ``[L, R, E']``."""
+    r"""$x W^\top + b$ of the traced rows of query, key and value, `[L, R, E']`."""
     x = [p[n][:, :r] for n in ("query", "key", "value")]
     bias = p["in_proj_bias"]
     biases = (None,) * 3 if bias is None else bias.chunk(3)
@@ -136,14 +136,14 @@ def _projections(p: dict, r: int) -> tuple[Tensor, Tensor, Tensor]:
 
 
 def _split(t: Tensor, h: int) -> Tensor:
-    """``[L, R, E]`` as ``[R, H, L, E/H]``."""
+    """`[L, R, E]` as `[R, H, L, E/H]`."""
     length, r, e = t.shape
     return t.reshape(length, r, h, e // h).permute(1, 2, 0, 3).contiguous()
 
 
 def _mask(p: dict, r: int, h: int, lq: int, lk: int, dtype: torch.dtype) -> Tensor | None:
-    """``attn_mask`` and ``key_padding_mask`` of the traced rows as one additive mask
-    ``[R or 1, H or 1, Lq, Lk]`` (boolean masks mark positions left out)."""
+    """`attn_mask` and `key_padding_mask` of the traced rows as one additive mask
+    `[R or 1, H or 1, Lq, Lk]` (boolean masks mark positions left out)."""
     parts = []
     m = p["attn_mask"]
     if m is not None:

@@ -1,11 +1,11 @@
-r"""This package's :func:`~implicit_em.objectives.mixture_nll`: a mixture site.
+r"""This package's `mixture_nll`: a mixture site.
 
-Announced through its hook point (:func:`~implicit_em.hook_points.hook_point`) with the
-per-sample loss :math:`\ell_i = -\log\sum_j \pi_j e^{-d_{ij} + \log|\det W_j|}`, the distances
-``d``, ``log_prior``, ``log_det`` and ``dim``. Kept: the logits
-:math:`z = \log\pi - d + \log|\det W|` as ``[N, K]`` rows, the gradient of ``d`` and the row
-factor :math:`c_i = \partial L/\partial\ell_i`; since :math:`\partial\ell_i/\partial d_{ij} = r_{ij}`,
-:math:`r = \nabla_d / c`.
+Announced through its hook point (`hook_point`) with the
+per-sample loss $\ell_i = -\log\sum_j \pi_j e^{-d_{ij} + \log|\det W_j|}$, the distances
+`d`, `log_prior`, `log_det` and `dim`. Kept: the logits
+$z = \log\pi - d + \log|\det W|$ as `[N, K]` rows, the gradient of `d` and the row
+factor $c_i = \partial L/\partial\ell_i$; since $\partial\ell_i/\partial d_{ij} = r_{ij}$,
+$r = \nabla_d / c$.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ __all__ = ["MixtureKept", "MixtureNLL"]
 
 @dataclass(eq=False)
 class MixtureKept(Kept):
-    """``logits`` ``[N, K]``; ``grad`` ``[N, K]`` (of ``d``) and ``factor`` ``[N]`` once the
+    """`logits` `[N, K]`; `grad` `[N, K]` (of `d`) and `factor` `[N]` once the
     backward pass reached them."""
 
     logits: Tensor

@@ -1,11 +1,11 @@
 r"""What the responsibility kinds (cross-entropy, mixture NLL) share: statistics and metrics.
 
-A site has logits :math:`z` (``[N, K]`` rows), optional targets :math:`t`, row weights
-:math:`w_i` and, once the backward pass reached it, the gradient :math:`\nabla` of the loss with
-respect to its logits or distances and the row factor :math:`c_i` (the upstream gradient of row
-:math:`i`'s loss). The responsibilities read from the gradient are
-:math:`r = t + \text{sign}\cdot\nabla / c` (:func:`~implicit_em.trace.metrics.read_responsibilities`);
-the identity residual compares them with the forward softmax of :math:`z`.
+A site has logits $z$ (`[N, K]` rows), optional targets $t$, row weights
+$w_i$ and, once the backward pass reached it, the gradient $\nabla$ of the loss with
+respect to its logits or distances and the row factor $c_i$ (the upstream gradient of row
+$i$'s loss). The responsibilities read from the gradient are
+$r = t + \text{sign}\cdot\nabla / c$ (`read_responsibilities`);
+the identity residual compares them with the forward softmax of $z$.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ __all__ = [
 
 
 def rows(t: Tensor, dim: int) -> Tensor:
-    """Move the component axis ``dim`` last and flatten the rest: ``[N, K]``."""
+    """Move the component axis `dim` last and flatten the rest: `[N, K]`."""
     return t.movedim(dim, -1).reshape(-1, t.shape[dim])
 
 
@@ -52,12 +52,12 @@ def responsibility_statistics(
     grad: Tensor | None,
     sign: float,
 ) -> Stats:
-    r"""Statistics of ``S`` stacked sites: ``logits``, ``target``, ``grad`` ``[S, N, K]``,
-    ``weight`` and ``c`` ``[S, N]`` (``c``, ``grad`` None without a gradient).
+    r"""Statistics of `S` stacked sites: `logits`, `target`, `grad` `[S, N, K]`,
+    `weight` and `c` `[S, N]` (`c`, `grad` None without a gradient).
 
-    With a gradient, rows are valid where :math:`c_i` is finite and non-zero, the gradient row
-    finite and :math:`w_i > 0`; the residual is
-    :math:`\max_i\max_j|r_{ij} - \operatorname{softmax}(z_i)_j|` over valid rows. Without one,
+    With a gradient, rows are valid where $c_i$ is finite and non-zero, the gradient row
+    finite and $w_i > 0$; the residual is
+    $\max_i\max_j|r_{ij} - \operatorname{softmax}(z_i)_j|$ over valid rows. Without one,
     the forward softmax over the rows of positive weight, residual 0.
     """
     logits = to_float(logits)
@@ -87,8 +87,8 @@ def responsibility_statistics(
 
 def keep_distance_gradients(ctx: Context, kept: Kept, d: Tensor, loss: Tensor, dim: int) -> None:
     """Keep what a site of the package's distance objectives reads in the backward pass: the
-    gradient of ``d`` as ``[N, K]`` rows in ``kept.grad``, and the upstream gradient of the
-    per-sample ``loss`` (the row factor :math:`c_i`) in ``kept.factor``."""
+    gradient of `d` as `[N, K]` rows in `kept.grad`, and the upstream gradient of the
+    per-sample `loss` (the row factor $c_i$) in `kept.factor`."""
 
     def grad(g: Tensor) -> None:
         kept.grad = ctx.keep(rows(g, dim))
@@ -101,8 +101,8 @@ def keep_distance_gradients(ctx: Context, kept: Kept, d: Tensor, loss: Tensor, d
 
 
 def distance_statistics(k: Kept, target: Tensor | None, sign: float) -> Stats:
-    """:func:`responsibility_statistics` of stacked distance-objective records (``k.logits``,
-    ``k.grad``, ``k.factor``): every row has weight 1, and a row whose loss received no upstream
+    """`responsibility_statistics` of stacked distance-objective records (`k.logits`,
+    `k.grad`, `k.factor`): every row has weight 1, and a row whose loss received no upstream
     gradient has factor 0."""
     dtype = torch.promote_types(k.logits.dtype, torch.float32)
     weight = torch.ones(k.logits.shape[:2], dtype=dtype, device=k.logits.device)
@@ -115,10 +115,10 @@ def distance_statistics(k: Kept, target: Tensor | None, sign: float) -> Stats:
 class ResponsibilityKind(SiteKind):
     r"""Shared metrics, gradient test, churn probe and record fields of responsibility sites.
 
-    Metrics: ``mass`` (mean responsibility per component, :math:`p_j`), ``entropy``,
-    ``effective_k`` :math:`\exp H(p)`, ``dead``, ``dominance`` :math:`\max_j p_j`, ``scale``
-    (mean std of the logits), ``rows``, ``residual`` and ``nonfinite``; with targets also
-    ``wrong_entropy`` and ``wrong_top``. Probe: ``churn``, the share of changed argmax
+    Metrics: `mass` (mean responsibility per component, $p_j$), `entropy`,
+    `effective_k` $\exp H(p)$, `dead`, `dominance` $\max_j p_j$, `scale`
+    (mean std of the logits), `rows`, `residual` and `nonfinite`; with targets also
+    `wrong_entropy` and `wrong_top`. Probe: `churn`, the share of changed argmax
     assignments."""
 
     gradient_metrics = ("residual",)

@@ -1,9 +1,9 @@
-r"""``F.scaled_dot_product_attention``: an attention site whose weights are recomputed.
+r"""`F.scaled_dot_product_attention`: an attention site whose weights are recomputed.
 
-Fused kernels never form :math:`\alpha`, so the site keeps the traced rows of ``q``, ``k``,
-``v``, the mask and the output, recomputes :math:`\alpha = \operatorname{softmax}(s)` at the
-flush and checks it against the kernel's output (the forward residual of :math:`o = \alpha v`).
-Gradients: :math:`g = \partial L/\partial o` and autograd's :math:`\partial L/\partial v` on the
+Fused kernels never form $\alpha$, so the site keeps the traced rows of `q`, `k`,
+`v`, the mask and the output, recomputes $\alpha = \operatorname{softmax}(s)$ at the
+flush and checks it against the kernel's output (the forward residual of $o = \alpha v$).
+Gradients: $g = \partial L/\partial o$ and autograd's $\partial L/\partial v$ on the
 traced rows.
 """
 
@@ -33,8 +33,8 @@ _PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scal
 
 @dataclass(eq=False)
 class SDPAKept(Kept):
-    """``q``, ``k`` ``[R, H, L, E]``, ``v`` and ``output`` ``[R, H, L, Ev]``, a 4-D ``mask``
-    (or None); ``g`` (output gradient) and ``grad_v`` once the backward pass reached them."""
+    """`q`, `k` `[R, H, L, E]`, `v` and `output` `[R, H, L, Ev]`, a 4-D `mask`
+    (or None); `g` (output gradient) and `grad_v` once the backward pass reached them."""
 
     q: Tensor
     k: Tensor
