@@ -89,12 +89,12 @@ class _Run:
 
 
 class GaussianMixture(DensityMixin, BaseEstimator):
-    r"""Gaussian mixture $p(x) = \sum_j \pi_j\,\mathcal N(x\mid\mu_j,\Sigma_j)$, fitted by EM or by
-    gradient descent.
+    r"""Gaussian mixture $p(x) = \sum_j \pi_j\,\mathcal N(x\mid\mu_j,\Sigma_j)$.
 
-    A drop-in for scikit-learn's `GaussianMixture`: the same parameters with the same meaning,
-    validated by scikit-learn's parameter constraints, and the same fitted attributes. The
-    extensions are `fitter`, `batch_size`, `learning_rate`, `device` and `dtype`, the `history_`
+    Fitted by EM or by gradient descent (`fitter`), over one loop that streams the data in
+    chunks. A drop-in for scikit-learn's `GaussianMixture`: the same parameters with the same
+    meaning, validated by scikit-learn's parameter constraints, and the same fitted attributes.
+    The extensions are `fitter`, `batch_size`, `learning_rate`, `device` and `dtype`, the `history_`
     attribute, `partial_fit`, tensor input (methods then return tensors on the input's device)
     and re-iterable batches such as a `DataLoader` (`fit`, `score`, `bic`, `aic`).
 
@@ -132,11 +132,11 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         seed row responsible for its component), at random, or from randomly chosen rows. They
         are computed on at most 100,000 rows (a random subset), or on the first batch of an
         iterable; the initial parameters are one M-step from them.
-    weights_init : array-like of shape (n_components,), default=None
+    weights_init : array_like of shape (n_components,), default=None
         Initial weights $\pi$; `None` takes them from `init_params`.
-    means_init : array-like of shape (n_components, n_features), default=None
+    means_init : array_like of shape (n_components, n_features), default=None
         Initial means $\mu$; `None` takes them from `init_params`.
-    precisions_init : array-like, default=None
+    precisions_init : array_like, default=None
         Initial precisions $\Sigma^{-1}$ in the shape of `covariance_type` (see `precisions_`);
         `None` takes them from `init_params`.
     random_state : int, RandomState instance or None, default=None
@@ -155,7 +155,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     device : str or torch.device, default="cpu"
         Where the fit and the methods compute, e.g. `"cuda"` (an extension). Fitted attributes
         are NumPy arrays either way.
-    dtype : {"float64", "float32"} or None, default=None
+    dtype : {None, "float64", "float32"}
         The floating type of the fit and of every output (an extension). `None` follows the
         data, as scikit-learn does (see *Data types* above).
     verbose : int, default=0
@@ -479,7 +479,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like, Tensor or re-iterable of batches
+        X : array_like, Tensor or re-iterable of batches
             The data, `[N, D]`: an array, a tensor, or a re-iterable collection of `[B, D]`
             batches such as a `DataLoader` (each pass iterates it once; a one-shot iterator is
             refused).
@@ -532,7 +532,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like or Tensor
+        X : array_like or Tensor
             A batch of rows, `[B, D]`.
         y : None
             Ignored (scikit-learn's signature).
@@ -580,7 +580,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like or Tensor
+        X : array_like or Tensor
             The data, `[N, D]`.
         y : None
             Ignored (scikit-learn's signature).
@@ -615,7 +615,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like or Tensor
+        X : array_like or Tensor
             The data, `[N, D]`.
 
         Returns
@@ -645,7 +645,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like, Tensor or re-iterable of batches
+        X : array_like, Tensor or re-iterable of batches
             The data, `[N, D]`, or a re-iterable collection of `[B, D]` batches.
         y : None
             Ignored (scikit-learn's signature).
@@ -666,7 +666,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like or Tensor
+        X : array_like or Tensor
             The data, `[N, D]`.
 
         Returns
@@ -681,7 +681,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like or Tensor
+        X : array_like or Tensor
             The data, `[N, D]`.
 
         Returns
@@ -699,7 +699,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like, Tensor or re-iterable of batches
+        X : array_like, Tensor or re-iterable of batches
             The data, `[N, D]`, or a re-iterable collection of `[B, D]` batches.
 
         Returns
@@ -718,7 +718,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like, Tensor or re-iterable of batches
+        X : array_like, Tensor or re-iterable of batches
             The data, `[N, D]`, or a re-iterable collection of `[B, D]` batches.
 
         Returns
