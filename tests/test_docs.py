@@ -3,6 +3,7 @@ from the network, and the examples in the converted docstrings run as written.""
 
 from __future__ import annotations
 
+import ast
 import doctest
 import importlib
 import os
@@ -13,7 +14,9 @@ import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 
@@ -175,3 +178,127 @@ def test_getting_started_python_blocks_run() -> None:
     assert blocks, "the tour shows Python examples"
     for block in blocks:
         exec(compile(block, str(page), "exec"), {"__name__": "getting_started"})
+
+
+# Sphinx roles and directives, Google-style section headers and reStructuredText tables: none
+# of them renders in the reference (NumPy convention, Markdown) or reads cleanly in help().
+_NOT_NUMPY = re.compile(
+    r":(?:py:)?(?:math|func|class|meth|mod|attr|data|obj|exc):`"
+    r"|^\s*\.\. [a-z-]+::"
+    r"|^\s*(?:Args|Arguments|Returns|Raises|Yields|Attributes|Examples?|Notes?):\s*$"
+    r"|^\s*={3,}\s+={3,}",
+    flags=re.M,
+)
+
+
+def _docstrings() -> list[tuple[str, int, str]]:
+    """(file, line, text) of every docstring in the package's source."""
+    out = []
+    for path in sorted((ROOT / "src" / "implicit_em").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Expr)
+                and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)
+            ):
+                out.append((str(path.relative_to(ROOT)), node.lineno, node.value.value))
+    return out
+
+
+def test_docstrings_follow_the_numpy_convention() -> None:
+    docstrings = _docstrings()
+    assert len(docstrings) > 100, "the source scan found too few docstrings"
+    bad = [f"{f}:{line}" for f, line, text in docstrings if _NOT_NUMPY.search(text)]
+    assert not bad, f"docstrings with Sphinx or Google markup: {bad}"
+    # A lost backslash (`"\beta"` in a non-raw string) leaves a control character in the text.
+    ctrl = [
+        f"{f}:{line}" for f, line, text in docstrings if re.search(r"[\x00-\x08\x0b-\x1f]", text)
+    ]
+    assert not ctrl, f"docstrings with a control character (a lost backslash?): {ctrl}"
+
+
+def _griffe_package() -> Any:
+    griffe = pytest.importorskip("griffe")
+    return griffe.load("implicit_em", search_paths=[str(ROOT / "src")], docstring_parser="numpy")
+
+
+def _sections(obj: Any, kind: str) -> list[str]:
+    return [
+        item.name
+        for section in obj.docstring.parse("numpy")
+        if section.kind.value == kind
+        for item in section.value
+    ]
+
+
+def test_parameters_sections_name_the_signature() -> None:
+    """A docstring with a Parameters section documents exactly its signature's parameters."""
+    wrong, checked = [], 0
+
+    def visit(obj: Any) -> None:
+        nonlocal checked
+        for member in obj.members.values():
+            if member.is_alias:
+                continue
+            if member.is_module or member.is_class:
+                visit(member)
+            if not (member.is_function or member.is_class) or member.docstring is None:
+                continue
+            documented = _sections(member, "parameters")
+            function = member if member.is_function else member.members.get("__init__")
+            if not documented or function is None or function.is_alias:
+                continue
+            signature = {
+                p.name
+                for p in function.parameters
+                if p.name not in ("self", "cls") and not p.kind.value.startswith("variadic")
+            }
+            checked += 1
+            if signature != set(documented):
+                wrong.append(
+                    f"{member.path}: undocumented {sorted(signature - set(documented))}, "
+                    f"not in the signature {sorted(set(documented) - signature)}"
+                )
+
+    visit(_griffe_package())
+    assert checked > 50, f"only {checked} Parameters sections were found"
+    assert not wrong, "\n".join(wrong)
+
+
+def test_gaussian_mixture_documents_every_fitted_attribute() -> None:
+    pd = pytest.importorskip("pandas")
+    from implicit_em.mixture import GaussianMixture
+
+    documented = set(
+        _sections(_griffe_package()["mixture.estimator.GaussianMixture"], "attributes")
+    )
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(rng.normal(size=(60, 2)).astype(np.float32), columns=["a", "b"])
+    fitted = {
+        name
+        for gm in (
+            GaussianMixture(2, random_state=0).fit(frame),
+            GaussianMixture(2, random_state=0).partial_fit(frame.to_numpy()),
+        )
+        for name in vars(gm)
+        if name.endswith("_") and not name.startswith("_")
+    }
+    assert fitted, "the fits set no attributes"
+    assert fitted <= documented, f"fitted attributes not documented: {sorted(fitted - documented)}"
+
+
+def test_every_record_field_of_every_site_kind_is_documented() -> None:
+    from implicit_em.trace import records
+    from implicit_em.trace.sites import KINDS
+
+    section = {"classification": "Responsibility sites", "mixture": "Responsibility sites"}
+    tables: dict[str, set[str]] = {}
+    for title, body in re.findall(r"\*\*([^*]+)\*\*(.*?)(?=\n\*\*|\Z)", records.__doc__, re.S):
+        tables[title.strip()] = set(re.findall(r"^\| `(\w+)` \|", body, flags=re.M))
+    common = tables["Every site record"]
+    assert {"kind", "step", "site", "type", "missing"} <= common
+    for kind in KINDS:
+        fields = set(kind.metrics + kind.gradient_metrics + kind.probe_metrics)
+        documented = common | tables[section.get(kind.type, f"{kind.type.capitalize()} sites")]
+        missing = fields - documented
+        assert not missing, f"{type(kind).__name__} records fields not documented: {missing}"
