@@ -98,12 +98,12 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     attribute, `partial_fit`, tensor input (methods then return tensors on the input's device)
     and re-iterable batches such as a `DataLoader` (`fit`, `score`, `bic`, `aic`).
 
-    **Data types.** With `dtype=None`, as in scikit-learn, float32 input is fitted in float32 and
-    every fitted attribute and every floating output (`score_samples`, `predict_proba`, `sample`)
-    is float32; float64 input (and any other input, converted) is fitted and returned in float64. A method computes in the common type of
-    its input and the fitted parameters (float32 input on a float64 fit gives float64). The
-    extension `dtype="float32"` or `dtype="float64"` sets the type of the fit and of every output,
-    whatever the input.
+    **Data types.** With `dtype=None`, as in scikit-learn, float32 input is fitted in float32,
+    and every fitted attribute and every floating output (`score_samples`, `predict_proba`,
+    `sample`) is float32; float64 input (and any other input, converted) is fitted and returned
+    in float64. A method computes in the common type of its input and the fitted parameters
+    (float32 input on a float64 fit gives float64). The extension `dtype="float32"` or
+    `dtype="float64"` sets the type of the fit and of every output, whatever the input.
 
     Parameters
     ----------

@@ -14,20 +14,20 @@ $N_j = \sum_t r_{tj}$:
   the responsibilities arrive as gradients, $\partial(-\ell)/\partial d_{tj} = r_{tj}$.
   One optimizer step per pass on the mean NLL $-\ell/N$ (the full-data gradient).
 * `preconditioned`: the same autograd gradient of the core's NLL, now over the natural
-  parameters $(\pi, \mu, \Sigma)$, preconditioned as in Xu & Jordan (1996):
+    parameters $(\pi, \mu, \Sigma)$, preconditioned as in Xu & Jordan (1996):
 
-  $$
-  \pi' = \pi + \tfrac1N(\operatorname{diag}\pi - \pi\pi^\top)\,\nabla_\pi\ell, \qquad
-  \mu_j' = \mu_j + \tfrac{\Sigma_j}{N_j}\nabla_{\mu_j}\ell, \qquad
-  \Sigma_j' = \Sigma_j + \tfrac2{N_j}\Sigma_j(\nabla_{\Sigma_j}\ell)\Sigma_j
-  - \delta_j\delta_j^\top + \lambda I,
-  $$
+    $$
+    \pi' = \pi + \tfrac1N(\operatorname{diag}\pi - \pi\pi^\top)\,\nabla_\pi\ell, \qquad
+    \mu_j' = \mu_j + \tfrac{\Sigma_j}{N_j}\nabla_{\mu_j}\ell, \qquad
+    \Sigma_j' = \Sigma_j + \tfrac2{N_j}\Sigma_j(\nabla_{\Sigma_j}\ell)\Sigma_j
+    - \delta_j\delta_j^\top + \lambda I,
+    $$
 
-  with $N_j = \pi_j\,\partial\ell/\partial\pi_j$ (read off the gradient) and
-  $\delta_j = \mu_j' - \mu_j$. The weight and mean steps are exactly EM's; the covariance
-  step is EM's update about the *old* means, and $-\delta_j\delta_j^\top$ (the
-  parallel-axis shift to the new means) makes it EM's exactly. Step by step the rule reproduces
-  `em` to rounding.
+    with $N_j = \pi_j\,\partial\ell/\partial\pi_j$ (read off the gradient) and
+    $\delta_j = \mu_j' - \mu_j$. The weight and mean steps are exactly EM's; the covariance
+    step is EM's update about the *old* means, and $-\delta_j\delta_j^\top$ (the
+    parallel-axis shift to the new means) makes it EM's exactly. Step by step the rule reproduces
+    `em` to rounding.
 """
 
 from __future__ import annotations

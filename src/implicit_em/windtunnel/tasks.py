@@ -84,16 +84,16 @@ class Bijection:
     keys $x_k$ (predict $y_k = \pi(x_k)$ next); the last value is never read.
 
     * Without replacement (default) the keys are distinct; the posterior at $x_k$ is uniform
-      over the `V - k + 1` values not yet revealed,
+        over the `V - k + 1` values not yet revealed,
 
-      $$
-      p(\pi(x_k) = y \mid \text{context}) = \frac{1[y \notin \{y_1..y_{k-1}\}]}{V-k+1},
-      \qquad H_k = \log_2(V-k+1)\ \text{bits}.
-      $$
+        $$
+        p(\pi(x_k) = y \mid \text{context}) = \frac{1[y \notin \{y_1..y_{k-1}\}]}{V-k+1},
+        \qquad H_k = \log_2(V-k+1)\ \text{bits}.
+        $$
 
     * With replacement the keys are i.i.d. uniform: a key seen before has its known value
-      ($H_k = 0$); a new key's value is uniform over the $V - D_{k-1}$ values not yet
-      revealed, $D_{k-1}$ the number of distinct keys among $x_1..x_{k-1}$.
+        ($H_k = 0$); a new key's value is uniform over the $V - D_{k-1}$ values not yet
+        revealed, $D_{k-1}$ the number of distinct keys among $x_1..x_{k-1}$.
 
     A model that cannot read the context (one that sees only $x_k$ and `k`) can do no
     better than the uniform prediction over `V` values; `context_free_bits` is its
