@@ -152,7 +152,7 @@ def attention(
     o : Tensor
         The output $o = \alpha v$, `[..., Lq, Ev]`.
     alpha : Tensor
-        The weights $\alpha = $ `responsibilities(-s)`, `[..., Lq, Lk]`.
+        The weights $\alpha$ = `responsibilities(-s)`, `[..., Lq, Lk]`.
 
     Raises
     ------
