@@ -96,7 +96,7 @@ def test_chunked_statistics_change_no_record(monkeypatch):
 
     kwargs = {"every": 1, "flush_every": 8, "max_rows": 2, "probe": PROBE}
     _, whole = train(_model, _step, 9, kwargs)
-    monkeypatch.setattr(flush, "_CHUNK", 1)
+    monkeypatch.setattr(flush, "_CHUNK_BYTES", 1)
     _, chunked = train(_model, _step, 9, kwargs)
     a, b = whole.history.records, chunked.history.records
     assert len(a) == len(b) and any(r.get("type") == "attention" for r in a)

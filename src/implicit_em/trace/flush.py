@@ -21,9 +21,11 @@ from implicit_em.trace.metrics import Stats, finish_probe
 
 __all__ = ["metric_values"]
 
-_CHUNK = 32
-"""Records stacked per batched pass: bounds a flush's peak memory (statistics are sums, so
-chunks concatenate exactly)."""
+_CHUNK_BYTES = 1 << 21
+"""Kept bytes stacked per batched pass (at least one record). Small records (attention rows)
+stack by the dozen; a large one (the logits of a language model) is reduced alone, since a
+pass over tensors larger than the caches costs more per element than several passes over
+smaller ones. Statistics are sums and maxima, so chunks concatenate exactly."""
 
 _PROBE_FLAGS = {"churn": "churn_n", "attention_drift": "drift_rows", "value_drift": "value_prev_sq"}
 """Probe metrics and the statistic that must be positive for them to exist."""
@@ -67,13 +69,18 @@ def metric_values(
 
 
 def _group_stats(sites: Sequence[Site], index: list[int]) -> Stats:
-    """The statistics of the group's sites (leading axis in `index` order), a chunk of
-    `_CHUNK` stacked records at a time."""
+    """The statistics of the group's sites (leading axis in `index` order), stacked in chunks
+    of about `_CHUNK_BYTES`."""
     kind, cls = sites[index[0]].kind, type(sites[index[0]].kept)
-    parts = [
-        kind.statistics(cls.stack([sites[i].kept for i in index[start : start + _CHUNK]]))
-        for start in range(0, len(index), _CHUNK)
-    ]
+    chunks: list[list[int]] = [[]]
+    size = 0
+    for i in index:
+        if chunks[-1] and size + sites[i].kept.nbytes() > _CHUNK_BYTES:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(i)
+        size += sites[i].kept.nbytes()
+    parts = [kind.statistics(cls.stack([sites[i].kept for i in chunk])) for chunk in chunks]
     if len(parts) == 1:
         return parts[0]
     return {key: torch.cat([p[key] for p in parts]) for key in parts[0]}

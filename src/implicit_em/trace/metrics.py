@@ -21,11 +21,15 @@ $a_{ij} = g_i^\top v_j$, routing gradient $\partial L/\partial s_{ij} =
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
 __all__ = [
     "Stats",
+    "Targets",
     "attention_stats",
     "attention_stats_steps",
     "churn_stats",
@@ -46,12 +50,16 @@ Stats = dict[str, Tensor]
 def entropy(p: Tensor, dim: int = -1) -> Tensor:
     r"""$H(p) = -\sum_j p_j \log p_j$ along `dim` in nats, with $0 \log 0 = 0$.
 
-    Entries $p_j \le 0$ (round-off in responsibilities read from gradients) contribute 0;
-    the logarithm is taken of $\max(p_j, \text{tiny})$, which changes nothing
-    representable ($|p \log p| < 10^{-36}$ below the smallest normal float).
+    Entries $p_j \le 0$ (round-off in responsibilities read from gradients) contribute 0.
     """
-    logp = p.clamp_min(torch.finfo(p.dtype).tiny).log()
-    return -(p.clamp_min(0) * logp).sum(dim=dim)
+    return -_p_log_p(p.clamp_min(0)).sum(dim=dim)
+
+
+def _p_log_p(p: Tensor) -> Tensor:
+    r"""$p \log p$ of non-negative `p` (0 at 0), as $p \log\max(p, \text{tiny})$:
+    this changes nothing representable ($|p \log p| < 10^{-36}$ below the smallest normal
+    float) and is several times faster than `torch.special.xlogy` or `entr`."""
+    return p.clamp_min(torch.finfo(p.dtype).tiny).log_().mul_(p)
 
 
 def _nonfinite_count(x: Tensor) -> Tensor:
@@ -66,8 +74,35 @@ def _zero_nonfinite_rows(x: Tensor) -> Tensor:
     return torch.where(finite_rows, x, 0.0)
 
 
+@dataclass(frozen=True)
+class Targets:
+    r"""The targets $t$ of `[..., N, K]` rows, smoothed:
+    $t = (1 - s)\,t^0 + s/K$, where $t^0$ is the one-hot vector of the class indices
+    `labels` `[..., N]` or the distribution `dense` `[..., N, K]`, and $s$ is
+    `smoothing`. Exactly one of `labels` and `dense` is given."""
+
+    labels: Tensor | None = None
+    dense: Tensor | None = None
+    smoothing: float = 0.0
+
+    def add_to(self, r: Tensor) -> Tensor:
+        """`r += t` in place; returns `r`."""
+        keep = 1.0 - self.smoothing
+        if self.labels is not None:
+            r.scatter_add_(-1, self.labels.unsqueeze(-1), r.new_full((*r.shape[:-1], 1), keep))
+        else:
+            r.add_(self.dense.to(r.dtype), alpha=keep)
+        if self.smoothing:
+            r.add_(self.smoothing / r.shape[-1])
+        return r
+
+    def right(self) -> Tensor:
+        """The index of each row's largest target (its class), `[..., N]`."""
+        return self.labels if self.labels is not None else self.dense.argmax(-1)
+
+
 def read_responsibilities(
-    grad: Tensor, row_factor: Tensor, target: Tensor | None, sign: float
+    grad: Tensor, row_factor: Tensor, target: Targets | Tensor | None, sign: float
 ) -> Tensor:
     r"""Responsibilities read from a loss gradient: $r = t + \text{sign}\cdot\nabla / c$.
 
@@ -77,8 +112,8 @@ def read_responsibilities(
         $\partial\ell/\partial z$ (or $\partial\ell/\partial d$), `[N, K]`.
     row_factor : Tensor
         $c_i$, `[N]`; rows with $c_i = 0$ give zeros (no information).
-    target : Tensor or None
-        $t$, `[N, K]`, or `None` for the mixture NLL ($t = 0$).
+    target : Targets, Tensor or None
+        $t$ (a `[N, K]` distribution or `Targets`), or `None` for the mixture NLL ($t = 0$).
     sign : float
         `+1` for logits (and mixture distances), `-1` for cross-entropy over distances.
 
@@ -87,11 +122,13 @@ def read_responsibilities(
     Tensor
         $r$, `[N, K]`.
     """
-    safe = torch.where(row_factor != 0, row_factor, torch.ones_like(row_factor)).unsqueeze(-1)
-    r = sign * grad / safe
+    informative = (row_factor != 0).unsqueeze(-1)
+    if not bool(torch.isfinite(grad.sum(-1)).all()):  # a non-finite row, uninformative or not
+        grad = torch.where(informative, grad, 0.0)
+    r = grad * (sign / torch.where(row_factor != 0, row_factor, 1.0)).unsqueeze(-1)
     if target is not None:
-        r = r + target
-    return torch.where((row_factor != 0).unsqueeze(-1), r, torch.zeros_like(r))
+        (target if isinstance(target, Targets) else Targets(dense=target)).add_to(r)
+    return r.mul_(informative)
 
 
 def responsibility_stats(r: Tensor, valid: Tensor, target: Tensor | None, logits: Tensor) -> Stats:
@@ -101,44 +138,64 @@ def responsibility_stats(r: Tensor, valid: Tensor, target: Tensor | None, logits
     wrong-class spread (with a target: $w_{ij} \propto r_{ij}$ over $j \ne y_i$, summing
     $H(w_i)$ and $\max_j w_{ij}$), and `scale` = $\sum_i \operatorname{std}_j z_{ij}$
     over finite logits (the distance scale). One measurement of
-    `responsibility_stats_steps`.
+    `responsibility_stats_steps` (`r` is left unchanged).
     """
-    target = None if target is None else target.unsqueeze(0)
+    right = None if target is None else target.argmax(-1).unsqueeze(0)
+    r = torch.where(valid.unsqueeze(-1), r, 0.0)
     stats = responsibility_stats_steps(
-        r.unsqueeze(0), valid.unsqueeze(0), target, logits.unsqueeze(0)
+        r.unsqueeze(0), valid.unsqueeze(0), right, logits.unsqueeze(0)
     )
     return {key: v[0] for key, v in stats.items()}
 
 
 def responsibility_stats_steps(
-    r: Tensor, valid: Tensor, target: Tensor | None, logits: Tensor
+    r: Tensor, valid: Tensor, right: Tensor | None, logits: Tensor
 ) -> Stats:
-    r"""`responsibility_stats` of `S` measurements at once: `r`, `target` and
-    `logits` are `[S, N, K]`, `valid` is `[S, N]`; every statistic has a leading axis `S`."""
+    r"""`responsibility_stats` of `S` measurements at once: `r` and `logits` are
+    `[S, N, K]`, `valid` and `right` (the index $y_i$ of each row's target class, or
+    None) are `[S, N]`; every statistic has a leading axis `S`. `r` must be finite; it is
+    overwritten.
+
+    With $r^+ = \max(r, 0)$, $T_i = \sum_{j \ne y_i} r^+_{ij}$ and
+    $w_i = r^+_{i,j \ne y_i} / T_i$, the wrong-class entropy is
+    $H(w_i) = \log T_i - \frac{1}{T_i}\sum_{j \ne y_i} r^+_{ij}\log r^+_{ij}$, so one pass
+    of $r \log r$ serves both entropies.
+    """
     w = valid.to(r.dtype)
-    r = torch.where(valid.unsqueeze(-1), r, torch.zeros_like(r))
-    finite = torch.isfinite(logits)
-    z = torch.where(finite, logits, torch.zeros_like(logits))
-    count = finite.sum(-1).clamp_min(1).to(z.dtype)
-    mean = z.sum(-1) / count
-    var = (torch.where(finite, z - mean.unsqueeze(-1), torch.zeros_like(z)) ** 2).sum(-1) / count
+    r.mul_(valid.unsqueeze(-1))
     stats: Stats = {
         "n": w.sum(-1),
         "mass": r.sum(-2),
-        "entropy": (entropy(r) * w).sum(-1),
-        "scale": (var.sqrt().to(r.dtype) * w).sum(-1),
+        "scale": (_row_std(logits).to(r.dtype) * w).sum(-1),
     }
-    if target is not None:
-        right = torch.nn.functional.one_hot(target.argmax(-1), r.shape[-1]).to(torch.bool)
-        wrong = torch.where(right, torch.zeros_like(r), r.clamp_min(0))
-        total = wrong.sum(-1, keepdim=True)
-        has = (total.squeeze(-1) > 0) & valid
-        q = wrong / torch.where(total > 0, total, torch.ones_like(total))
+    r_log_r = _p_log_p(r.clamp_min_(0.0))
+    row_r_log_r = r_log_r.sum(-1)
+    stats["entropy"] = -row_r_log_r.sum(-1)
+    if right is not None:
+        y = right.unsqueeze(-1)
+        total = r.sum(-1) - r.gather(-1, y).squeeze(-1)
+        wrong_r_log_r = row_r_log_r - r_log_r.gather(-1, y).squeeze(-1)
+        has = (total > 0) & valid
+        safe = torch.where(has, total, 1.0)
+        top = r.scatter_(-1, y, 0.0).amax(-1) / safe
         hw = has.to(r.dtype)
         stats["n_wrong"] = hw.sum(-1)
-        stats["wrong_entropy"] = (entropy(q) * hw).sum(-1)
-        stats["wrong_top"] = (q.amax(-1) * hw).sum(-1)
+        wrong_entropy = (safe.log() - wrong_r_log_r / safe).clamp_min(0.0)  # >= 0 but round-off
+        stats["wrong_entropy"] = (wrong_entropy * hw).sum(-1)
+        stats["wrong_top"] = (top * hw).sum(-1)
     return stats
+
+
+def _row_std(z: Tensor) -> Tensor:
+    """The standard deviation of each row's finite entries (last axis; 0 for a row without)."""
+    total = z.sum(-1, keepdim=True)
+    if bool(torch.isfinite(total).all()):  # no row holds a NaN or an infinity
+        return torch.linalg.vector_norm(z - total / z.shape[-1], dim=-1) / math.sqrt(z.shape[-1])
+    finite = torch.isfinite(z)
+    z = torch.where(finite, z, 0.0)
+    count = finite.sum(-1, keepdim=True).clamp_min(1).to(z.dtype)
+    deviation = torch.where(finite, z - z.sum(-1, keepdim=True) / count, 0.0)
+    return (deviation.square().sum(-1, keepdim=True) / count).sqrt().squeeze(-1)
 
 
 def finish_responsibility(stats: Stats, dead_fraction: float) -> dict[str, Tensor]:
@@ -231,10 +288,8 @@ def attention_stats_steps(
 ) -> Stats:
     r"""`attention_stats` of `S` measurements at once: every input has a leading step
     axis (`alpha[S, R, H, Lq, Lk]`, ...) and so has every statistic. Weights are
-    non-negative, so their entropy is $\sum_j \operatorname{entr}(\alpha_{ij})$ with
-    `torch.special.entr` ($-p\log p$, 0 at 0), one pass instead of `entropy`'s five;
-    given finite log-weights `log_alpha` (no entry masked out) it is
-    $-\sum_j \alpha_{ij}\log\alpha_{ij}$ from them (`entr` is several times slower).
+    non-negative, so their entropy needs no clamping below zero; given finite log-weights
+    `log_alpha` (no entry masked out) it is $-\sum_j \alpha_{ij}\log\alpha_{ij}$ from them.
 
     Gradients are assumed finite first (no elementwise test: one check of the per-step sums
     at the end); only if one is not are the statistics recomputed with the non-finite rows of
@@ -260,7 +315,7 @@ def _attention_stats_steps(
     """The pass of `attention_stats_steps`; `exact` sets non-finite gradients aside."""
     s = alpha.shape[0]
     if log_alpha is None:
-        head_entropy = torch.special.entr(alpha).sum((1, 3, 4)).double()
+        head_entropy = -_p_log_p(alpha).sum((1, 3, 4)).double()
     else:
         head_entropy = -(alpha * log_alpha).sum((1, 3, 4)).double()
     rows = float(alpha[0].numel() // alpha.shape[-1])

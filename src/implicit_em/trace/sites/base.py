@@ -53,7 +53,9 @@ class Kept:
         values = {}
         for f in fields(cls):
             first = getattr(records[0], f.name)
-            if isinstance(first, Tensor):
+            if isinstance(first, Tensor) and len(records) == 1:
+                values[f.name] = first.unsqueeze(0)
+            elif isinstance(first, Tensor):
                 values[f.name] = torch.stack([getattr(r, f.name) for r in records])
             else:
                 values[f.name] = first

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from implicit_em.trace.metrics import Stats
+from implicit_em.trace.metrics import Stats, Targets
 from implicit_em.trace.sites.base import Context, Kept, binder
 from implicit_em.trace.sites.responsibility import (
     ResponsibilityKind,
@@ -122,7 +122,7 @@ class CrossEntropy(ResponsibilityKind):
 
     def statistics(self, k: Kept) -> Stats:
         logits = to_float(k.logits)
-        s, n, classes = logits.shape
+        s, n = logits.shape[:2]
         if k.labels is not None:
             kept = k.labels != k.ignore_index
             index = torch.where(kept, k.labels, 0)
@@ -130,12 +130,10 @@ class CrossEntropy(ResponsibilityKind):
                 weight = k.class_weight.to(logits.dtype).gather(-1, index) * kept
             else:
                 weight = kept.to(logits.dtype)
-            target = F.one_hot(index, classes).to(logits.dtype)
+            target = Targets(labels=index, smoothing=k.smoothing)
         else:
-            target = k.target.to(logits.dtype)
+            target = Targets(dense=k.target, smoothing=k.smoothing)
             weight = torch.ones(s, n, dtype=logits.dtype, device=logits.device)
-        if k.smoothing:
-            target = (1.0 - k.smoothing) * target + k.smoothing / classes
         c = None
         if k.grad is not None:
             c = torch.zeros_like(weight)

@@ -17,6 +17,7 @@ from torch import Tensor
 
 from implicit_em.trace.metrics import (
     Stats,
+    Targets,
     churn_stats,
     finish_responsibility,
     read_responsibilities,
@@ -46,14 +47,14 @@ def to_float(t: Tensor) -> Tensor:
 
 def responsibility_statistics(
     logits: Tensor,
-    target: Tensor | None,
+    target: Targets | None,
     weight: Tensor,
     c: Tensor | None,
     grad: Tensor | None,
     sign: float,
 ) -> Stats:
-    r"""Statistics of `S` stacked sites: `logits`, `target`, `grad` `[S, N, K]`,
-    `weight` and `c` `[S, N]` (`c`, `grad` None without a gradient).
+    r"""Statistics of `S` stacked sites: `logits` and `grad` `[S, N, K]`, `target`
+    over the same rows, `weight` and `c` `[S, N]` (`c`, `grad` None without a gradient).
 
     With a gradient, rows are valid where $c_i$ is finite and non-zero, the gradient row
     finite and $w_i > 0$; the residual is
@@ -61,26 +62,22 @@ def responsibility_statistics(
     the forward softmax over the rows of positive weight, residual 0.
     """
     logits = to_float(logits)
-    target = None if target is None else target.to(logits.dtype)
-    grad = None if grad is None else to_float(grad)
+    right = None if target is None else target.right()
     forward = torch.softmax(logits, dim=-1)
     if grad is None or c is None:
-        stats = responsibility_stats_steps(forward, weight > 0, target, logits)
+        stats = responsibility_stats_steps(forward, weight > 0, right, logits)
         zero = torch.zeros(logits.shape[0], dtype=logits.dtype, device=logits.device)
         stats.update(residual_max=zero, nonfinite=zero, n_grad=zero)
         return stats
-    finite = torch.isfinite(grad).all(-1)
+    grad = to_float(grad)
+    finite = torch.isfinite(grad.sum(-1))  # a row sum is finite iff the row is (|sum| <= 2|c|)
     valid = (c != 0) & torch.isfinite(c) & finite & (weight > 0)
-    r = read_responsibilities(
-        torch.nan_to_num(grad, nan=0.0, posinf=0.0, neginf=0.0),
-        torch.where(valid, c, torch.zeros_like(c)),
-        target,
-        sign,
-    )
-    err = (r - forward).abs().amax(-1)
-    stats = responsibility_stats_steps(r, valid, target, logits)
-    stats["residual_max"] = torch.where(valid, err, torch.zeros_like(err)).amax(-1)
-    stats["nonfinite"] = (~finite & (c != 0)).sum(-1).to(grad.dtype)
+    r = read_responsibilities(grad, torch.where(valid, c, 0.0), target, sign)
+    err = forward.sub_(r).abs_().amax(-1)
+    nonfinite = (~finite & (c != 0)).sum(-1).to(grad.dtype)
+    stats = responsibility_stats_steps(r, valid, right, logits)
+    stats["residual_max"] = torch.where(valid, err, 0.0).amax(-1)
+    stats["nonfinite"] = nonfinite
     stats["n_grad"] = valid.sum(-1).to(grad.dtype)
     return stats
 
@@ -106,6 +103,7 @@ def distance_statistics(k: Kept, target: Tensor | None, sign: float) -> Stats:
     gradient has factor 0."""
     dtype = torch.promote_types(k.logits.dtype, torch.float32)
     weight = torch.ones(k.logits.shape[:2], dtype=dtype, device=k.logits.device)
+    target = None if target is None else Targets(dense=target)
     c = None
     if k.grad is not None:
         c = torch.zeros_like(weight) if k.factor is None else k.factor.to(weight.dtype)
