@@ -91,8 +91,14 @@ def test_nll_of_log_softmax_and_cross_entropy_options():
         soft = torch.softmax(torch.randn(20, 5), dim=1)
         (0.5 * F.cross_entropy(z, soft, label_smoothing=0.2)).backward()
         tracer.step()
+        # class weights with smoothing or soft targets: the row weight is sum_j w_j t'_j
+        weight = torch.rand(5) + 0.5
+        F.cross_entropy(z, y, weight=weight, label_smoothing=0.1).backward()
+        tracer.step()
+        F.cross_entropy(z, soft, weight=weight, label_smoothing=0.3, reduction="sum").backward()
+        tracer.step()
     records = [r for r in tracer.history if r["kind"] == "site"]
-    assert [r["site"] for r in records] == ["nll", "ce", "ce", "ce", "ce", "ce"]
+    assert [r["site"] for r in records] == ["nll"] + ["ce"] * 7
     assert records[0]["rows"] == 19
     for r in records:
         assert r["residual"] <= 1e-5, r
@@ -352,3 +358,61 @@ def test_a_backward_under_pause_reaches_no_site():
         F.cross_entropy(model(x), y).backward()
         tracer.step()
     assert [r["source"] for r in tracer.history] == ["forward", "gradient"]
+
+
+def _site_records(tracer: Tracer) -> list[dict]:
+    return [r for r in tracer.history if r["kind"] == "site"]
+
+
+def test_a_large_site_is_measured_on_an_evenly_strided_sample_of_its_rows():
+    """Above `max_responsibility_rows` rows a site keeps every stride-th row; the identity still
+    holds on them (the mean's denominator and class weights are those of all rows), and the
+    averages agree with the full measurement to sampling accuracy."""
+    torch.manual_seed(3)
+    z = (2 * torch.randn(4000, 7)).requires_grad_()
+    y = torch.randint(0, 7, (4000,))
+    y[::5] = -100
+    weight = torch.rand(7) + 0.5
+    measured = {}
+    for cap in (None, 512):
+        with Tracer(max_responsibility_rows=cap) as tracer:
+            F.cross_entropy(z, y, weight=weight, label_smoothing=0.1).backward()
+            tracer.step()
+            F.cross_entropy(z, torch.softmax(z.detach(), 1), reduction="sum").backward()
+            tracer.step()
+        measured[cap] = _site_records(tracer)
+    full, sampled = measured[None], measured[512]
+    assert full[0]["rows"] == 3200 and sampled[0]["rows"] == 400  # every 8th row, 1 in 5 ignored
+    assert full[1]["rows"] == 4000 and sampled[1]["rows"] == 500
+    for a, b in zip(full, sampled, strict=True):
+        assert b["residual"] <= 1e-5 and b["source"] == "gradient"
+        torch.testing.assert_close(torch.tensor(b["mass"]), torch.tensor(a["mass"]), atol=0.03, rtol=0)
+        assert abs(a["entropy"] - b["entropy"]) < 0.05
+
+
+def test_sampled_rows_still_count_every_nonfinite_gradient_row():
+    z = torch.randn(1000, 3, requires_grad=True)
+    y = torch.randint(0, 3, (1000,))
+    z.register_hook(lambda g: torch.where(torch.arange(1000).unsqueeze(1) == 1, torch.nan, g))
+    with warnings.catch_warnings(), Tracer(max_responsibility_rows=100) as tracer:
+        warnings.simplefilter("ignore")
+        F.cross_entropy(z, y).backward()
+        tracer.step()
+    (site,) = _site_records(tracer)
+    assert site["rows"] == 100 and site["nonfinite"] == 1  # row 1 is not in the sample
+    assert any(a["alarm"] == "nonfinite_gradient" for a in tracer.alarms)
+
+
+def test_package_objectives_on_sampled_rows():
+    torch.manual_seed(4)
+    layer = SquaredEuclidean(3, 4)
+    x = torch.randn(900, 3)
+    with Tracer(layer, max_responsibility_rows=128) as tracer:
+        objectives.mixture_nll(layer(x)).backward()
+        tracer.step()
+        objectives.cross_entropy(layer(x), torch.randint(0, 4, (900,))).backward()
+        tracer.step()
+    for r in _site_records(tracer):
+        assert r["rows"] == 113 and r["residual"] <= 1e-5, r  # every 8th of 900 rows
+    with pytest.raises(ValueError, match="max_responsibility_rows"):
+        Tracer(max_responsibility_rows=0)

@@ -94,7 +94,7 @@ class _Mode(TorchFunctionMode):
 
 
 class SiteCapture:
-    """Runs the site kinds during measured passes (see the module docstring).
+    r"""Runs the site kinds during measured passes (see the module docstring).
 
     Parameters
     ----------
@@ -105,6 +105,9 @@ class SiteCapture:
         Glob patterns (`fnmatch`) of the site names to trace; `None`: all.
     max_rows : int
         Batch rows of each attention site kept for its metrics.
+    max_responsibility_rows : int or None, default=None
+        Rows of each responsibility site kept for its metrics (every
+        $\lceil N/\text{max}\rceil$-th row of a site with more); `None`: all.
     kinds : sequence of SiteKind, default=KINDS
         The site kinds to run (every registered kind by default).
     """
@@ -114,6 +117,7 @@ class SiteCapture:
         model: nn.Module | None,
         patterns: Sequence[str] | None,
         max_rows: int,
+        max_responsibility_rows: int | None = None,
         kinds: Sequence[SiteKind] = KINDS,
     ) -> None:
         wrapped = isinstance(model, nn.DataParallel | nn.parallel.DistributedDataParallel)
@@ -121,6 +125,7 @@ class SiteCapture:
         self.names = {} if root is None else {id(m): n for n, m in root.named_modules()}
         self.patterns = None if patterns is None else list(patterns)
         self.max_rows = max_rows
+        self.max_responsibility_rows = max_responsibility_rows
         self.kinds = tuple(kinds)
         self.seen: set[str] = set()
         self.current = Pass()

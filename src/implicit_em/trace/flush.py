@@ -21,7 +21,7 @@ from implicit_em.trace.metrics import Stats, finish_probe
 
 __all__ = ["metric_values"]
 
-_CHUNK_BYTES = 1 << 21
+_CHUNK_BYTES = 1 << 23
 """Kept bytes stacked per batched pass (at least one record). Small records (attention rows)
 stack by the dozen; a large one (the logits of a language model) is reduced alone, since a
 pass over tensors larger than the caches costs more per element than several passes over

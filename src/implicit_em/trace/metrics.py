@@ -76,24 +76,56 @@ def _zero_nonfinite_rows(x: Tensor) -> Tensor:
 
 @dataclass(frozen=True)
 class Targets:
-    r"""The targets $t$ of `[..., N, K]` rows, smoothed:
-    $t = (1 - s)\,t^0 + s/K$, where $t^0$ is the one-hot vector of the class indices
-    `labels` `[..., N]` or the distribution `dense` `[..., N, K]`, and $s$ is
-    `smoothing`. Exactly one of `labels` and `dense` is given."""
+    r"""The targets of `[..., N, K]` rows, weighed as `F.cross_entropy` weighs them.
+
+    With label smoothing $s$ the target is $t' = (1 - s)\,t^0 + s/K$, where $t^0$ is the
+    one-hot vector of the class indices `labels` `[..., N]` or the distribution `dense`
+    `[..., N, K]` (exactly one is given). With class weights $w$ (`class_weight`, `[..., K]`)
+    a row's loss is $-\sum_j w_j t'_{ij}\log p_{ij}$ and its gradient $a_i p_i - w\odot t'_i$,
+    with the *row weight* $a_i = \sum_j w_j t'_{ij}$: responsibilities are read against
+    $t_i = w\odot t'_i / a_i$. Without class weights $a_i = 1$ and $t = t'$.
+    """
 
     labels: Tensor | None = None
     dense: Tensor | None = None
     smoothing: float = 0.0
+    class_weight: Tensor | None = None
+
+    def _smoothed(self, like: Tensor) -> Tensor:
+        """$t'$ as a dense tensor (only for the weighted distribution case)."""
+        return self.dense.to(like.dtype) * (1.0 - self.smoothing) + self.smoothing / like.shape[-1]
+
+    def row_weight(self, like: Tensor) -> Tensor | None:
+        """$a_i$, `[..., N]`, or None without class weights (every $a_i = 1$); `like`: the
+        `[..., N, K]` rows."""
+        w = self.class_weight
+        if w is None:
+            return None
+        w = w.to(like.dtype)
+        if self.labels is None:
+            return (self._smoothed(like) * w.unsqueeze(-2)).sum(-1)
+        a = w.gather(-1, self.labels) * (1.0 - self.smoothing)
+        return a + self.smoothing / like.shape[-1] * w.sum(-1, keepdim=True)
 
     def add_to(self, r: Tensor) -> Tensor:
         """`r += t` in place; returns `r`."""
-        keep = 1.0 - self.smoothing
-        if self.labels is not None:
+        keep, k = 1.0 - self.smoothing, r.shape[-1]
+        w = None if self.class_weight is None else self.class_weight.to(r.dtype).unsqueeze(-2)
+        if self.labels is not None and (w is None or not self.smoothing):
             r.scatter_add_(-1, self.labels.unsqueeze(-1), r.new_full((*r.shape[:-1], 1), keep))
-        else:
+            if self.smoothing:
+                r.add_(self.smoothing / k)
+        elif self.labels is not None:
+            a = self.row_weight(r).unsqueeze(-1)
+            right = w.squeeze(-2).gather(-1, self.labels).unsqueeze(-1) * keep / a
+            r.scatter_add_(-1, self.labels.unsqueeze(-1), right)
+            r.add_(w * (self.smoothing / k) / a)
+        elif w is None:
             r.add_(self.dense.to(r.dtype), alpha=keep)
-        if self.smoothing:
-            r.add_(self.smoothing / r.shape[-1])
+            if self.smoothing:
+                r.add_(self.smoothing / k)
+        else:
+            r.add_(self._smoothed(r) * w / self.row_weight(r).unsqueeze(-1))
         return r
 
     def right(self) -> Tensor:
@@ -173,11 +205,12 @@ def responsibility_stats_steps(
     stats["entropy"] = -row_r_log_r.sum(-1)
     if right is not None:
         y = right.unsqueeze(-1)
-        total = r.sum(-1) - r.gather(-1, y).squeeze(-1)
         wrong_r_log_r = row_r_log_r - r_log_r.gather(-1, y).squeeze(-1)
+        wrong = r.scatter_(-1, y, 0.0)
+        total = wrong.sum(-1)
         has = (total > 0) & valid
         safe = torch.where(has, total, 1.0)
-        top = r.scatter_(-1, y, 0.0).amax(-1) / safe
+        top = wrong.amax(-1) / safe
         hw = has.to(r.dtype)
         stats["n_wrong"] = hw.sum(-1)
         wrong_entropy = (safe.log() - wrong_r_log_r / safe).clamp_min(0.0)  # >= 0 but round-off

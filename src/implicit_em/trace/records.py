@@ -32,9 +32,9 @@ distances) and $p_j = \frac1N\sum_i r_{ij}$:
 | `dead` | float | $\#\{j : p_j < \text{dead\_fraction}/K\}$, components that (almost) never win |
 | `dominance` | float | $\max_j p_j$, the share of the busiest component |
 | `scale` | float | $\frac1N\sum_i \operatorname{std}_j z_{ij}$ over finite logits, the distance scale |
-| `rows` | float | $N$ |
+| `rows` | float | $N$ (of the sampled rows when the site has more than `max_responsibility_rows`) |
 | `residual` | float | gradient: $\max_i \max_j \lvert r_{ij} - \operatorname{softmax}(z_i)_j\rvert$, the identity C1/R4 on this step |
-| `nonfinite` | float | rows with a non-finite gradient, excluded from every average |
+| `nonfinite` | float | rows with a non-finite gradient (among all rows), excluded from every average |
 | `wrong_entropy` | float | classification only, gradient: mean $H(w_i)$ with $w_{ij} \propto r_{ij}$ over $j \neq \arg\max_j t_{ij}$ |
 | `wrong_top` | float | classification only, gradient: mean $\max_j w_{ij}$ |
 | `K` | int | the number of components |

@@ -62,7 +62,7 @@ class _Measured:
 
 
 class Tracer:
-    """Context manager that traces responsibility and attention sites during training.
+    r"""Context manager that traces responsibility and attention sites during training.
 
     Inside the `with` block, call `step` once per training step, after the backward pass. On
     every `every`-th step (starting with the first) the tracer finds each site of the forward
@@ -96,6 +96,12 @@ class Tracer:
     max_rows : int, default=1
         Batch rows of each attention site used for its metrics (one row already averages over
         `H` heads and `L` queries; the cost grows with it).
+    max_responsibility_rows : int or None, default=512
+        Rows of each responsibility site (classification, mixture) used for its metrics: a
+        site with more rows $N$ (a language model's batch × sequence tokens) uses every
+        $\lceil N/512\rceil$-th row, an evenly spread sample; `None` uses all. The `rows`
+        metric counts the rows used; `nonfinite` counts over all rows. The cost and the
+        memory of a measurement grow with it.
     max_components : int, default=256
         The per-component `mass` is recorded for sites with at most this many components
         (`None` above).
@@ -122,7 +128,8 @@ class Tracer:
     Raises
     ------
     ValueError
-        If `every`, `flush_every`, `flush_bytes` or `max_rows` is not a positive integer, or
+        If `every`, `flush_every`, `flush_bytes`, `max_rows` or `max_responsibility_rows`
+        is not a positive integer, or
         a probe batch is given without the model.
     NoSiteError
         From `step`, when the first measured step finds no
@@ -151,6 +158,7 @@ class Tracer:
         probe: ProbeSpec | None = None,
         sinks: Sequence[str | Sink] = ("memory",),
         max_rows: int = 1,
+        max_responsibility_rows: int | None = 512,
         max_components: int = 256,
         thresholds: Thresholds = DEFAULT_THRESHOLDS,
         rediscover: int | None = None,
@@ -164,6 +172,13 @@ class Tracer:
             raise ValueError(f"flush_bytes must be a positive integer, got {flush_bytes!r}")
         if not isinstance(max_rows, int) or max_rows < 1:
             raise ValueError(f"max_rows must be a positive integer, got {max_rows!r}")
+        if max_responsibility_rows is not None and (
+            not isinstance(max_responsibility_rows, int) or max_responsibility_rows < 1
+        ):
+            raise ValueError(
+                "max_responsibility_rows must be a positive integer or None, "
+                f"got {max_responsibility_rows!r}"
+            )
         if probe is not None and model is None and not callable(probe):
             raise ValueError("a probe batch needs the model (or pass a callable probe)")
         if rediscover is not None:
@@ -182,7 +197,7 @@ class Tracer:
         self.patterns = [sites] if isinstance(sites, str) else sites
         self._sink_specs = list(sinks)
         self.sinks: list[Sink] = []
-        self.capture = SiteCapture(model, self.patterns, max_rows)
+        self.capture = SiteCapture(model, self.patterns, max_rows, max_responsibility_rows)
         self.step_index = 0
         self.measurements = 0
         self._active = False

@@ -66,6 +66,9 @@ class Context(Protocol):
     """What the capture offers a site kind while it observes a call."""
 
     max_rows: int
+    """Batch rows of an attention site to keep."""
+    max_responsibility_rows: int | None
+    """Rows of a responsibility site to keep (an evenly strided sample; None: all)."""
 
     def name(self, suffix: str, source: Any = None) -> str | None:
         """The site's name (by the module that produced `source`, else the innermost

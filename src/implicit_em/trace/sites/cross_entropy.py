@@ -5,7 +5,9 @@ Kept: the logits as `[N, K]` rows, the class indices (with the class weights and
 the logits and the upstream gradient $u$ of the loss. The statistics form targets, row
 weights $w_i$ and row factors $c_i = u\,w_i/\sum_i w_i$ (mean; $u\,w_i$ for a
 sum, $u_i w_i$ for none) as `F.cross_entropy` forms its loss $\sum_i c_i\ell_i$,
-and read $r = t + \nabla_z/c$.
+and read $r = t + \nabla_z/c$. A site with more rows than the tracer's
+`max_responsibility_rows` keeps every `stride`-th row; the sum $\sum_i w_i$ of a mean and the
+count of non-finite gradient rows are taken over all rows at capture.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from implicit_em.trace.metrics import Stats, Targets
 from implicit_em.trace.sites.base import Context, Kept, binder
 from implicit_em.trace.sites.responsibility import (
     ResponsibilityKind,
+    nonfinite_rows,
     responsibility_statistics,
+    row_stride,
     rows,
     to_float,
 )
@@ -37,9 +41,11 @@ _LOG_SOFTMAX = (F.log_softmax, torch.log_softmax, Tensor.log_softmax)
 
 @dataclass(eq=False)
 class CrossEntropyKept(Kept):
-    """`logits` `[N, K]`; class indices `labels` `[N]` (with `class_weight` `[K]`)
-    or probabilities `target` `[N, K]`; `grad` `[N, K]` and `upstream` (the loss's
-    shape) once the backward pass reached them."""
+    r"""`logits` `[N, K]`; class indices `labels` `[N]` (with `class_weight` `[K]`)
+    or probabilities `target` `[N, K]`, of the sampled rows; `weight_sum`, $\sum_i w_i$ over
+    all rows; `grad` `[N, K]`, `upstream` (the loss's shape, sampled rows for `"none"`) and
+    `nonfinite` (rows of the whole gradient with a NaN or infinity) once the backward pass
+    reached them."""
 
     logits: Tensor
     labels: Tensor | None
@@ -48,8 +54,10 @@ class CrossEntropyKept(Kept):
     ignore_index: int
     smoothing: float
     reduction: str
+    weight_sum: Tensor
     grad: Tensor | None = None
     upstream: Tensor | None = None
+    nonfinite: Tensor | None = None
 
 
 class CrossEntropy(ResponsibilityKind):
@@ -97,51 +105,70 @@ class CrossEntropy(ResponsibilityKind):
             return
         target, unbatched = p["target"], z.dim() == 1
         logits = z.unsqueeze(0) if unbatched else rows(z, 1)
+        stride = row_stride(logits.shape[0], ctx.max_responsibility_rows)
         soft = target.is_floating_point()
         if soft:
             target = target.unsqueeze(0) if unbatched else rows(target, 1)
+            weight_sum = torch.tensor(float(target.shape[0]), device=z.device)
+        else:
+            target = target.reshape(-1)
+            weight_sum = _weight_sum(target, p["weight"], p.get("ignore_index", -100))
+        weight_sum = weight_sum.to(torch.promote_types(z.dtype, torch.float32))
         kept = CrossEntropyKept(
-            logits=ctx.keep(logits),
-            labels=None if soft else ctx.keep(target.reshape(-1)),
-            target=ctx.keep(target) if soft else None,
+            logits=ctx.keep(logits[::stride]),
+            labels=None if soft else ctx.keep(target[::stride]),
+            target=ctx.keep(target[::stride]) if soft else None,
             class_weight=None if p["weight"] is None else ctx.keep(p["weight"]),
             ignore_index=p.get("ignore_index", -100),
             smoothing=smoothing,
             reduction=_reduction(p),
+            weight_sum=weight_sum,
         )
         ctx.add(name, self, kept)
 
         def grad(g: Tensor) -> None:
-            kept.grad = ctx.keep(g.unsqueeze(0) if unbatched else rows(g, 1))
+            g = g.unsqueeze(0) if unbatched else rows(g, 1)
+            kept.nonfinite = nonfinite_rows(g)
+            kept.grad = ctx.keep(g[::stride])
 
         def upstream(u: Tensor) -> None:
-            kept.upstream = ctx.keep(u)
+            kept.upstream = ctx.keep(u.reshape(-1)[::stride] if u.dim() else u)
 
         ctx.on_gradient(z, grad)
         ctx.on_gradient(out, upstream)
 
     def statistics(self, k: Kept) -> Stats:
         logits = to_float(k.logits)
-        s, n = logits.shape[:2]
+        class_weight = None if k.class_weight is None else k.class_weight.to(logits.dtype)
+        kept = None
         if k.labels is not None:
             kept = k.labels != k.ignore_index
             index = torch.where(kept, k.labels, 0)
-            if k.class_weight is not None:
-                weight = k.class_weight.to(logits.dtype).gather(-1, index) * kept
-            else:
-                weight = kept.to(logits.dtype)
-            target = Targets(labels=index, smoothing=k.smoothing)
+            target = Targets(labels=index, smoothing=k.smoothing, class_weight=class_weight)
         else:
-            target = Targets(dense=k.target, smoothing=k.smoothing)
-            weight = torch.ones(s, n, dtype=logits.dtype, device=logits.device)
+            target = Targets(dense=k.target, smoothing=k.smoothing, class_weight=class_weight)
+        weight = target.row_weight(logits)
+        if weight is None:
+            weight = torch.ones(logits.shape[:2], dtype=logits.dtype, device=logits.device)
+        if kept is not None:
+            weight = weight * kept
         c = None
         if k.grad is not None:
             c = torch.zeros_like(weight)
             if k.upstream is not None:
-                c = k.upstream.reshape(s, -1).to(logits.dtype) * weight
+                c = k.upstream.reshape(weight.shape[0], -1).to(logits.dtype) * weight
                 if k.reduction == "mean":
-                    c = c / weight.sum(-1, keepdim=True)
-        return responsibility_statistics(logits, target, weight, c, k.grad, 1.0)
+                    c = c / k.weight_sum.to(c.dtype).unsqueeze(-1)
+        return responsibility_statistics(logits, target, weight, c, k.grad, 1.0, k.nonfinite)
+
+
+def _weight_sum(labels: Tensor, class_weight: Tensor | None, ignore_index: int) -> Tensor:
+    r"""$\sum_i w_i$ over all rows: the class weight of each row's label (1 without class
+    weights), 0 for an ignored row; a 0-d tensor."""
+    kept = labels != ignore_index
+    if class_weight is None:
+        return kept.sum()
+    return (class_weight.gather(0, torch.where(kept, labels, 0)) * kept).sum()
 
 
 def _reduction(p: dict) -> str:

@@ -25,6 +25,7 @@ from implicit_em.trace.sites.cross_entropy import CrossEntropy
 from implicit_em.trace.sites.responsibility import (
     distance_statistics,
     keep_distance_gradients,
+    row_stride,
     rows,
 )
 
@@ -40,6 +41,7 @@ class DistanceCrossEntropyKept(Kept):
     target: Tensor
     grad: Tensor | None = None
     factor: Tensor | None = None
+    nonfinite: Tensor | None = None
 
 
 class DistanceCrossEntropy(CrossEntropy):
@@ -57,10 +59,11 @@ class DistanceCrossEntropy(CrossEntropy):
             logits = rows(-d, dim)
             empty = (logits == float("-inf")).all(-1, keepdim=True)
             logits = torch.where(empty, torch.zeros_like(logits), logits)
-        kept = DistanceCrossEntropyKept(ctx.keep(logits), ctx.keep(rows(kwargs["target"], dim)))
+        stride = row_stride(logits.shape[0], ctx.max_responsibility_rows)
+        target = rows(kwargs["target"], dim)[::stride]
+        kept = DistanceCrossEntropyKept(ctx.keep(logits[::stride]), ctx.keep(target))
         ctx.add(name, self, kept)
-
-        keep_distance_gradients(ctx, kept, d, loss, dim)
+        keep_distance_gradients(ctx, kept, d, loss, dim, stride)
 
     def statistics(self, k: Kept) -> Stats:
         return distance_statistics(k, k.target, -1.0)

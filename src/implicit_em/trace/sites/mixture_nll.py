@@ -24,6 +24,7 @@ from implicit_em.trace.sites.responsibility import (
     ResponsibilityKind,
     distance_statistics,
     keep_distance_gradients,
+    row_stride,
     rows,
 )
 
@@ -38,6 +39,7 @@ class MixtureKept(Kept):
     logits: Tensor
     grad: Tensor | None = None
     factor: Tensor | None = None
+    nonfinite: Tensor | None = None
 
 
 class MixtureNLL(ResponsibilityKind):
@@ -68,10 +70,11 @@ class MixtureNLL(ResponsibilityKind):
             if kwargs["log_prior"] is not None:
                 logits = logits + kwargs["log_prior"]
             logits = torch.broadcast_to(logits, d.shape)
-        kept = MixtureKept(ctx.keep(rows(logits, dim)))
+        logits = rows(logits, dim)
+        stride = row_stride(logits.shape[0], ctx.max_responsibility_rows)
+        kept = MixtureKept(ctx.keep(logits[::stride]))
         ctx.add(name, self, kept)
-
-        keep_distance_gradients(ctx, kept, d, loss, dim)
+        keep_distance_gradients(ctx, kept, d, loss, dim, stride)
 
     def statistics(self, k: Kept) -> Stats:
         return distance_statistics(k, None, 1.0)

@@ -29,7 +29,9 @@ __all__ = [
     "ResponsibilityKind",
     "distance_statistics",
     "keep_distance_gradients",
+    "nonfinite_rows",
     "responsibility_statistics",
+    "row_stride",
     "rows",
     "to_float",
 ]
@@ -52,6 +54,7 @@ def responsibility_statistics(
     c: Tensor | None,
     grad: Tensor | None,
     sign: float,
+    nonfinite: Tensor | None = None,
 ) -> Stats:
     r"""Statistics of `S` stacked sites: `logits` and `grad` `[S, N, K]`, `target`
     over the same rows, `weight` and `c` `[S, N]` (`c`, `grad` None without a gradient).
@@ -74,24 +77,42 @@ def responsibility_statistics(
     valid = (c != 0) & torch.isfinite(c) & finite & (weight > 0)
     r = read_responsibilities(grad, torch.where(valid, c, 0.0), target, sign)
     err = forward.sub_(r).abs_().amax(-1)
-    nonfinite = (~finite & (c != 0)).sum(-1).to(grad.dtype)
+    if nonfinite is None:
+        nonfinite = (~finite & (c != 0)).sum(-1)
     stats = responsibility_stats_steps(r, valid, right, logits)
     stats["residual_max"] = torch.where(valid, err, 0.0).amax(-1)
-    stats["nonfinite"] = nonfinite
+    stats["nonfinite"] = nonfinite.to(grad.dtype)
     stats["n_grad"] = valid.sum(-1).to(grad.dtype)
     return stats
 
 
-def keep_distance_gradients(ctx: Context, kept: Kept, d: Tensor, loss: Tensor, dim: int) -> None:
+def row_stride(n: int, max_rows: int | None) -> int:
+    """The stride of the evenly spread sample of at most `max_rows` of `n` rows (1: all)."""
+    return 1 if max_rows is None or n <= max_rows else -(-n // max_rows)
+
+
+def nonfinite_rows(g: Tensor) -> Tensor:
+    """The number of rows of `g` (`[N, K]`) holding a NaN or an infinity, as a 0-d tensor
+    (no host synchronization: it is read at the flush)."""
+    return (~torch.isfinite(g.sum(-1))).sum()
+
+
+def keep_distance_gradients(
+    ctx: Context, kept: Kept, d: Tensor, loss: Tensor, dim: int, stride: int
+) -> None:
     """Keep what a site of the package's distance objectives reads in the backward pass: the
-    gradient of `d` as `[N, K]` rows in `kept.grad`, and the upstream gradient of the
-    per-sample `loss` (the row factor $c_i$) in `kept.factor`."""
+    gradient of `d` as `[N, K]` rows in `kept.grad` (every `stride`-th row, as the site's
+    other rows), the number of non-finite gradient rows among all rows in `kept.nonfinite`,
+    and the upstream gradient of the per-sample `loss` (the row factor $c_i$) in
+    `kept.factor`."""
 
     def grad(g: Tensor) -> None:
-        kept.grad = ctx.keep(rows(g, dim))
+        g = rows(g, dim)
+        kept.nonfinite = nonfinite_rows(g)
+        kept.grad = ctx.keep(g[::stride])
 
     def factor(u: Tensor) -> None:
-        kept.factor = ctx.keep(u.reshape(-1))
+        kept.factor = ctx.keep(u.reshape(-1)[::stride])
 
     ctx.on_gradient(d, grad)
     ctx.on_gradient(loss, factor)
@@ -99,15 +120,15 @@ def keep_distance_gradients(ctx: Context, kept: Kept, d: Tensor, loss: Tensor, d
 
 def distance_statistics(k: Kept, target: Tensor | None, sign: float) -> Stats:
     """`responsibility_statistics` of stacked distance-objective records (`k.logits`,
-    `k.grad`, `k.factor`): every row has weight 1, and a row whose loss received no upstream
-    gradient has factor 0."""
+    `k.grad`, `k.factor`, `k.nonfinite`): every row has weight 1, and a row whose loss
+    received no upstream gradient has factor 0."""
     dtype = torch.promote_types(k.logits.dtype, torch.float32)
     weight = torch.ones(k.logits.shape[:2], dtype=dtype, device=k.logits.device)
     target = None if target is None else Targets(dense=target)
     c = None
     if k.grad is not None:
         c = torch.zeros_like(weight) if k.factor is None else k.factor.to(weight.dtype)
-    return responsibility_statistics(k.logits, target, weight, c, k.grad, sign)
+    return responsibility_statistics(k.logits, target, weight, c, k.grad, sign, k.nonfinite)
 
 
 class ResponsibilityKind(SiteKind):
