@@ -386,7 +386,9 @@ def test_a_large_site_is_measured_on_an_evenly_strided_sample_of_its_rows():
     assert full[1]["rows"] == 4000 and sampled[1]["rows"] == 500
     for a, b in zip(full, sampled, strict=True):
         assert b["residual"] <= 1e-5 and b["source"] == "gradient"
-        torch.testing.assert_close(torch.tensor(b["mass"]), torch.tensor(a["mass"]), atol=0.03, rtol=0)
+        torch.testing.assert_close(
+            torch.tensor(b["mass"]), torch.tensor(a["mass"]), atol=0.03, rtol=0
+        )
         assert abs(a["entropy"] - b["entropy"]) < 0.05
 
 

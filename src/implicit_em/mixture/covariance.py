@@ -180,8 +180,9 @@ def _full_energies(
     $z = [U_1 \cdots U_K]^\top y^\top - [U_1^\top m_1 \cdots U_K^\top m_K]$, `[K·D, B]`
     (`operands` from `_full_operands`): one `[K·D, D] @ [D, B]` product instead of K
     small ones, laid out with the rows last so that the energies, the weighting and the M-step's
-    batched matmul (`_full_moments`) all read it contiguously. `z` and its squares are
-    written into `workspace`; `d` is a transposed view.
+    batched matmul (`_full_moments`) all read it contiguously. `z` is written into
+    `workspace`; its squared norms come from one `vecdot` (no array of squares), and `d` is a
+    transposed view.
     """
     stacked, offset = operands
     d = y.shape[1]
@@ -189,8 +190,7 @@ def _full_energies(
     z = workspace.take("residuals", (k * d, b), y)
     torch.addmm(offset, stacked, y.T, beta=-1, out=z)
     z = z.view(k, d, b)
-    squares = torch.mul(z, z, out=workspace.take("squares", (k, d, b), y))
-    return squares.sum(dim=1).T.mul_(0.5), z
+    return torch.linalg.vecdot(z, z, dim=1).T.mul_(0.5), z
 
 
 def _full_features(y: Tensor, ref: Tensor) -> Tensor:
