@@ -125,7 +125,12 @@ def train(objective: str, seed: int, config: dict[str, Any]) -> dict[str, Any]:
     optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
     kl_curve: list[Tensor] = []
     h_mean: list[Tensor] = []
-    traced = Tracer(model, every=config["trace_every"]) if objective == "mixture" else None
+    # every row of the batch: the tracer's mass is compared with this batch's mean responsibility
+    traced = (
+        Tracer(model, every=config["trace_every"], max_responsibility_rows=None)
+        if objective == "mixture"
+        else None
+    )
     with quiet_alarms(), traced or contextlib.nullcontext():
         for index in minibatches(len(x), config["batch"], config["steps"], generator):
             index = index.to(device)
