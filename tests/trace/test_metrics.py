@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from implicit_em.trace.metrics import (
+    Targets,
     attention_stats,
     attention_stats_steps,
     entropy,
@@ -105,3 +106,32 @@ def test_attention_stats_set_nonfinite_gradients_aside_per_step():
     for key in ("routing_sq", "value_sq", "entropy"):
         assert torch.isfinite(bad[key]).all()
         assert torch.allclose(bad[key][[0, 2]], clean[key][[0, 2]])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    shape=shapes,
+    seed=st.integers(0, 10_000),
+    smoothing=st.sampled_from([0.0, 0.1, 0.45]),
+    soft=st.booleans(),
+    weighted=st.booleans(),
+)
+def test_targets_read_the_softmax_from_any_cross_entropy(shape, seed, smoothing, soft, weighted):
+    """With class weights, label smoothing and soft or hard targets, F.cross_entropy's row
+    gradient is c_i a_i (p_i - t_i) for the row weight a_i and target t_i of `Targets`."""
+    n, k = shape
+    g = torch.Generator().manual_seed(seed)
+    z = (torch.randn(n, k, generator=g, dtype=torch.float64) * 3).requires_grad_()
+    weight = torch.rand(k, generator=g, dtype=torch.float64) + 0.2 if weighted else None
+    if soft:
+        target = torch.softmax(torch.randn(n, k, generator=g, dtype=torch.float64), -1)
+        targets = Targets(dense=target, smoothing=smoothing, class_weight=weight)
+    else:
+        target = torch.randint(0, k, (n,), generator=g)
+        targets = Targets(labels=target, smoothing=smoothing, class_weight=weight)
+    F.cross_entropy(z, target, weight=weight, label_smoothing=smoothing, reduction="sum").backward()
+    a = targets.row_weight(z.detach())
+    c = torch.ones(n, dtype=torch.float64) if a is None else a
+    r = read_responsibilities(z.grad, c, targets, 1.0)
+    torch.testing.assert_close(r, torch.softmax(z.detach(), -1), atol=1e-12, rtol=0)
+    assert bool((targets.right() == target.argmax(-1) if soft else targets.right() == target).all())
