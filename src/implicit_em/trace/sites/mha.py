@@ -71,10 +71,8 @@ class MultiheadAttention(AttentionKind):
             return
         r, h = ctx.max_rows, p["num_heads"]
         with torch.no_grad():
-            q, k, v = _projections(p, r)
-            dtype = torch.promote_types(q.dtype, torch.float32)
-            q, k, v = (_split(t.to(dtype), h) for t in (q, k, v))
-            mask = _mask(p, r, h, q.shape[-2], k.shape[-2], dtype)
+            q, k, v = _heads(p, r, h)
+            mask = _mask(p, r, h, q.shape[-2], k.shape[-2], q.dtype)
             mask = None if mask is None else ctx.keep(mask)
         y = out[0]
         kept = MultiheadKept(
@@ -123,16 +121,24 @@ def _unsupported(p: dict) -> str | None:
     return None
 
 
-def _projections(p: dict, r: int) -> tuple[Tensor, Tensor, Tensor]:
-    r"""$x W^\top + b$ of the traced rows of query, key and value, `[L, R, E']`."""
+def _heads(p: dict, r: int, h: int) -> tuple[Tensor, Tensor, Tensor]:
+    r"""$x W^\top + b$ of the traced rows of query, key and value, each `[R, H, L, E'/H]` in at
+    least float32. Self-attention with the packed in-projection (the common case) is one
+    product and one copy for all three."""
     x = [p[n][:, :r] for n in ("query", "key", "value")]
-    bias = p["in_proj_bias"]
+    weight, bias = p["in_proj_weight"], p["in_proj_bias"]
+    dtype = torch.promote_types(x[0].dtype, torch.float32)
+    if not p["use_separate_proj_weight"] and p["query"] is p["key"] is p["value"]:
+        packed = F.linear(x[0], weight, bias).to(dtype)  # [L, R, 3E]
+        length, rows, e3 = packed.shape
+        split = packed.reshape(length, rows, 3, h, e3 // (3 * h)).permute(2, 1, 3, 0, 4)
+        return tuple(split.contiguous().unbind(0))
     biases = (None,) * 3 if bias is None else bias.chunk(3)
     if p["use_separate_proj_weight"]:
         weights = (p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"])
     else:
-        weights = p["in_proj_weight"].chunk(3)
-    return tuple(F.linear(*a) for a in zip(x, weights, biases, strict=True))
+        weights = weight.chunk(3)
+    return tuple(_split(F.linear(*a).to(dtype), h) for a in zip(x, weights, biases, strict=True))
 
 
 def _split(t: Tensor, h: int) -> Tensor:
