@@ -70,17 +70,14 @@ def metric_values(
 
 def _group_stats(sites: Sequence[Site], index: list[int]) -> Stats:
     """The statistics of the group's sites (leading axis in `index` order), stacked in chunks
-    of about `_CHUNK_BYTES`."""
-    kind, cls = sites[index[0]].kind, type(sites[index[0]].kept)
-    chunks: list[list[int]] = [[]]
-    size = 0
-    for i in index:
-        if chunks[-1] and size + sites[i].kept.nbytes() > _CHUNK_BYTES:
-            chunks.append([])
-            size = 0
-        chunks[-1].append(i)
-        size += sites[i].kept.nbytes()
-    parts = [kind.statistics(cls.stack([sites[i].kept for i in chunk])) for chunk in chunks]
+    of about `_CHUNK_BYTES` (the records of a group have equal shapes, so equal sizes)."""
+    first = sites[index[0]].kept
+    kind, cls = sites[index[0]].kind, type(first)
+    per_chunk = max(1, _CHUNK_BYTES // max(1, first.nbytes()))
+    parts = [
+        kind.statistics(cls.stack([sites[i].kept for i in index[start : start + per_chunk]]))
+        for start in range(0, len(index), per_chunk)
+    ]
     if len(parts) == 1:
         return parts[0]
     return {key: torch.cat([p[key] for p in parts]) for key in parts[0]}

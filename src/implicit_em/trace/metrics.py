@@ -109,24 +109,20 @@ class Targets:
 
     def add_to(self, r: Tensor) -> Tensor:
         """`r += t` in place; returns `r`."""
-        keep, k = 1.0 - self.smoothing, r.shape[-1]
-        w = None if self.class_weight is None else self.class_weight.to(r.dtype).unsqueeze(-2)
-        if self.labels is not None and (w is None or not self.smoothing):
-            r.scatter_add_(-1, self.labels.unsqueeze(-1), r.new_full((*r.shape[:-1], 1), keep))
-            if self.smoothing:
-                r.add_(self.smoothing / k)
-        elif self.labels is not None:
-            a = self.row_weight(r).unsqueeze(-1)
-            right = w.squeeze(-2).gather(-1, self.labels).unsqueeze(-1) * keep / a
-            r.scatter_add_(-1, self.labels.unsqueeze(-1), right)
-            r.add_(w * (self.smoothing / k) / a)
-        elif w is None:
-            r.add_(self.dense.to(r.dtype), alpha=keep)
-            if self.smoothing:
-                r.add_(self.smoothing / k)
-        else:
-            r.add_(self._smoothed(r) * w / self.row_weight(r).unsqueeze(-1))
-        return r
+        keep, spread = 1.0 - self.smoothing, self.smoothing / r.shape[-1]
+        y = None if self.labels is None else self.labels.unsqueeze(-1)
+        if self.class_weight is None:
+            if y is not None:
+                r.scatter_add_(-1, y, r.new_full(y.shape, keep))
+            else:
+                r.add_(self.dense.to(r.dtype), alpha=keep)
+            return r.add_(spread) if self.smoothing else r
+        w = self.class_weight.to(r.dtype).unsqueeze(-2)  # [..., 1, K]
+        a = self.row_weight(r).unsqueeze(-1)  # [..., N, 1]
+        if y is None:
+            return r.add_(self._smoothed(r) * w / a)
+        r.scatter_add_(-1, y, w.expand_as(r).gather(-1, y) * keep / a)
+        return r.add_(w * spread / a) if self.smoothing else r
 
     def right(self) -> Tensor:
         """The index of each row's largest target (its class), `[..., N]`."""

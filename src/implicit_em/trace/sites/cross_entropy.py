@@ -106,20 +106,20 @@ class CrossEntropy(ResponsibilityKind):
         target, unbatched = p["target"], z.dim() == 1
         logits = z.unsqueeze(0) if unbatched else rows(z, 1)
         stride = row_stride(logits.shape[0], ctx.max_responsibility_rows)
-        soft = target.is_floating_point()
+        soft, ignore_index = target.is_floating_point(), p["ignore_index"]
+        dtype = torch.promote_types(z.dtype, torch.float32)
         if soft:
             target = target.unsqueeze(0) if unbatched else rows(target, 1)
-            weight_sum = torch.tensor(float(target.shape[0]), device=z.device)
+            weight_sum = z.new_full((), target.shape[0], dtype=dtype)
         else:
             target = target.reshape(-1)
-            weight_sum = _weight_sum(target, p["weight"], p.get("ignore_index", -100))
-        weight_sum = weight_sum.to(torch.promote_types(z.dtype, torch.float32))
+            weight_sum = _weight_sum(target, p["weight"], ignore_index).to(dtype)
         kept = CrossEntropyKept(
             logits=ctx.keep(logits[::stride]),
             labels=None if soft else ctx.keep(target[::stride]),
             target=ctx.keep(target[::stride]) if soft else None,
             class_weight=None if p["weight"] is None else ctx.keep(p["weight"]),
-            ignore_index=p.get("ignore_index", -100),
+            ignore_index=ignore_index,
             smoothing=smoothing,
             reduction=_reduction(p),
             weight_sum=weight_sum,

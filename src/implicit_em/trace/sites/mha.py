@@ -125,14 +125,14 @@ def _heads(p: dict, r: int, h: int) -> tuple[Tensor, Tensor, Tensor]:
     r"""$x W^\top + b$ of the traced rows of query, key and value, each `[R, H, L, E'/H]` in at
     least float32. Self-attention with the packed in-projection (the common case) is one
     product and one copy for all three."""
-    x = [p[n][:, :r] for n in ("query", "key", "value")]
     weight, bias = p["in_proj_weight"], p["in_proj_bias"]
-    dtype = torch.promote_types(x[0].dtype, torch.float32)
+    dtype = torch.promote_types(p["query"].dtype, torch.float32)
     if not p["use_separate_proj_weight"] and p["query"] is p["key"] is p["value"]:
-        packed = F.linear(x[0], weight, bias).to(dtype)  # [L, R, 3E]
+        packed = F.linear(p["query"][:, :r], weight, bias).to(dtype)  # [L, R, 3E]
         length, rows, e3 = packed.shape
         split = packed.reshape(length, rows, 3, h, e3 // (3 * h)).permute(2, 1, 3, 0, 4)
         return tuple(split.contiguous().unbind(0))
+    x = [p[n][:, :r] for n in ("query", "key", "value")]
     biases = (None,) * 3 if bias is None else bias.chunk(3)
     if p["use_separate_proj_weight"]:
         weights = (p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"])

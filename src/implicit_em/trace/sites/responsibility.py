@@ -54,10 +54,12 @@ def responsibility_statistics(
     c: Tensor | None,
     grad: Tensor | None,
     sign: float,
-    nonfinite: Tensor | None = None,
+    nonfinite: Tensor | None,
 ) -> Stats:
     r"""Statistics of `S` stacked sites: `logits` and `grad` `[S, N, K]`, `target`
-    over the same rows, `weight` and `c` `[S, N]` (`c`, `grad` None without a gradient).
+    over the same rows, `weight` and `c` `[S, N]` (`c`, `grad` None without a gradient),
+    and `nonfinite` `[S]`, the non-finite gradient rows each site counted over all its rows
+    at capture (None without a gradient).
 
     With a gradient, rows are valid where $c_i$ is finite and non-zero, the gradient row
     finite and $w_i > 0$; the residual is
@@ -77,8 +79,6 @@ def responsibility_statistics(
     valid = (c != 0) & torch.isfinite(c) & finite & (weight > 0)
     r = read_responsibilities(grad, torch.where(valid, c, 0.0), target, sign)
     err = forward.sub_(r).abs_().amax(-1)
-    if nonfinite is None:
-        nonfinite = (~finite & (c != 0)).sum(-1)
     stats = responsibility_stats_steps(r, valid, right, logits)
     stats["residual_max"] = torch.where(valid, err, 0.0).amax(-1)
     stats["nonfinite"] = nonfinite.to(grad.dtype)
