@@ -39,6 +39,11 @@ def train(
     return model, tracer
 
 
+def site_records(tracer: Tracer) -> list[dict]:
+    """The site records of `tracer.history` (alarms left out), in order."""
+    return [r for r in tracer.history if r["kind"] == "site"]
+
+
 def assert_same_parameters(a: nn.Module, b: nn.Module) -> None:
     for (name, p), (_, q) in zip(a.named_parameters(), b.named_parameters(), strict=True):
         assert torch.equal(p, q), f"parameter {name} changed by tracing"

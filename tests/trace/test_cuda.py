@@ -14,15 +14,11 @@ from torch import nn
 from implicit_em.objectives import mixture_nll
 from implicit_em.trace import Tracer
 
-from .conftest import assert_same_parameters, small_gpt2, train
+from .conftest import assert_same_parameters, site_records, small_gpt2, train
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 CUDA = torch.device("cuda")
-
-
-def _sites(tracer: Tracer) -> list[dict]:
-    return [r for r in tracer.history if r["kind"] == "site"]
 
 
 def _encoder() -> nn.Module:
@@ -47,7 +43,7 @@ def test_transformer_encoder_on_cuda_reads_gradients_and_leaves_training_unchang
     traced, tracer = train(_encoder, _encoder_step, 6, kwargs)
     assert_same_parameters(plain, traced)
     assert tracer.history.sites() == ["0.layers.0.self_attn", "0.layers.1.self_attn", "2.ce"]
-    for r in _sites(tracer):
+    for r in site_records(tracer):
         if r["type"] == "attention":
             assert r["alpha_residual"] <= 1e-5 and r["routing_norm"] > 0 and r["value_norm"] > 0
         else:
@@ -84,7 +80,7 @@ def test_gpt2_under_a_fused_sdpa_kernel(dtype, backend, tolerance):
             lambda: _gpt2(dtype), lambda m: m(input_ids=ids, labels=ids).loss, 3, {"every": 1}
         )
     assert tracer.history.sites() == ["lm_head.ce", "transformer.h.0.attn", "transformer.h.1.attn"]
-    for r in _sites(tracer):
+    for r in site_records(tracer):
         if r["type"] == "attention":
             assert r["alpha_residual"] <= tolerance
             assert r["routing_norm"] > 0 and r["value_norm"] > 0

@@ -14,7 +14,7 @@ from implicit_em import objectives
 from implicit_em.distances import SquaredEuclidean
 from implicit_em.trace import CollapseWarning, NoSiteError, Tracer
 
-from .conftest import assert_same_parameters, train
+from .conftest import assert_same_parameters, site_records, train
 
 
 def _digits(n: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
@@ -38,7 +38,7 @@ def test_digits_distance_head_reads_softmax_and_leaves_training_unchanged():
     plain, _ = train(_distance_classifier, _digits_step, 6, None)
     traced, tracer = train(_distance_classifier, _digits_step, 6, {"every": 1})
     assert_same_parameters(plain, traced)
-    records = [r for r in tracer.history if r["kind"] == "site"]
+    records = site_records(tracer)
     assert [r["site"] for r in records] == ["2.ce"] * 6
     for r in records:
         assert r["source"] == "gradient"
@@ -97,7 +97,7 @@ def test_nll_of_log_softmax_and_cross_entropy_options():
         tracer.step()
         F.cross_entropy(z, soft, weight=weight, label_smoothing=0.3, reduction="sum").backward()
         tracer.step()
-    records = [r for r in tracer.history if r["kind"] == "site"]
+    records = site_records(tracer)
     assert [r["site"] for r in records] == ["nll"] + ["ce"] * 7
     assert records[0]["rows"] == 19
     for r in records:
@@ -118,7 +118,7 @@ def test_package_objectives_are_sites():
             layer(x), torch.randint(0, 4, (30,)), label_smoothing=0.2
         ).backward()
         tracer.step()
-    records = [r for r in tracer.history if r["kind"] == "site"]
+    records = site_records(tracer)
     assert [(r["site"], r["type"]) for r in records] == [
         ("dist.mixture", "mixture"),
         ("dist.mixture", "mixture"),
@@ -231,7 +231,7 @@ def test_nonfinite_gradients_raise_an_alarm_and_stay_out_of_averages():
         for _ in range(2):
             F.cross_entropy(z, y).backward()
             tracer.step()
-    site = [r for r in tracer.history if r["kind"] == "site"]
+    site = site_records(tracer)
     assert all(r["nonfinite"] == 1 and r["rows"] == 5 for r in site)
     assert all(r["residual"] <= 1e-6 for r in site)
     assert [a["step"] for a in tracer.alarms if a["alarm"] == "nonfinite_gradient"] == [0, 1]
@@ -276,7 +276,7 @@ def test_paused_code_is_not_captured_and_the_measured_step_resumes():
                     F.cross_entropy(-model(X[:10]), Y[:10]).backward()
                     opt.zero_grad()
             tracer.step()
-    records = [r for r in tracer.history if r["kind"] == "site"]
+    records = site_records(tracer)
     assert [r["step"] for r in records] == [0, 1, 2, 3]
     assert all(r["rows"] == 64 and r["source"] == "gradient" for r in records)
     assert all(r["residual"] <= 1e-5 for r in records)
@@ -300,7 +300,7 @@ def test_an_evaluation_under_pause_is_not_recorded_as_the_training_site():
                 model.eval()
                 model(x_eval, x_eval, x_eval)
                 model.train()
-    records = [r for r in tracer.history if r["kind"] == "site"]
+    records = site_records(tracer)
     assert [(r["step"], r["site"]) for r in records] == [(s, "attention") for s in range(3)]
     assert all(r["rows"] == 2 * 5 and r["routing_norm"] > 0 for r in records)
 
@@ -328,7 +328,7 @@ def test_package_objectives_with_volume_axes_and_reductions():
         y = torch.randint(0, 6, (4, 3))
         objectives.cross_entropy(d, y, dim=1, label_smoothing=0.1).backward()
         tracer.step()
-    records = [r for r in tracer.history if r["kind"] == "site"]
+    records = site_records(tracer)
     assert [(r["site"], r["K"], r["rows"]) for r in records] == [
         ("mixture", 4, 18.0),
         ("ce", 4, 18.0),
@@ -360,10 +360,6 @@ def test_a_backward_under_pause_reaches_no_site():
     assert [r["source"] for r in tracer.history] == ["forward", "gradient"]
 
 
-def _site_records(tracer: Tracer) -> list[dict]:
-    return [r for r in tracer.history if r["kind"] == "site"]
-
-
 def test_a_large_site_is_measured_on_an_evenly_strided_sample_of_its_rows():
     """Above `max_responsibility_rows` rows a site keeps every stride-th row; the identity still
     holds on them (the mean's denominator and class weights are those of all rows), and the
@@ -380,7 +376,7 @@ def test_a_large_site_is_measured_on_an_evenly_strided_sample_of_its_rows():
             tracer.step()
             F.cross_entropy(z, torch.softmax(z.detach(), 1), reduction="sum").backward()
             tracer.step()
-        measured[cap] = _site_records(tracer)
+        measured[cap] = site_records(tracer)
     full, sampled = measured[None], measured[512]
     assert full[0]["rows"] == 3200 and sampled[0]["rows"] == 400  # every 8th row, 1 in 5 ignored
     assert full[1]["rows"] == 4000 and sampled[1]["rows"] == 500
@@ -400,7 +396,7 @@ def test_sampled_rows_still_count_every_nonfinite_gradient_row():
         warnings.simplefilter("ignore")
         F.cross_entropy(z, y).backward()
         tracer.step()
-    (site,) = _site_records(tracer)
+    (site,) = site_records(tracer)
     assert site["rows"] == 100 and site["nonfinite"] == 1  # row 1 is not in the sample
     assert any(a["alarm"] == "nonfinite_gradient" for a in tracer.alarms)
 
@@ -414,7 +410,7 @@ def test_package_objectives_on_sampled_rows():
         tracer.step()
         objectives.cross_entropy(layer(x), torch.randint(0, 4, (900,))).backward()
         tracer.step()
-    for r in _site_records(tracer):
+    for r in site_records(tracer):
         assert r["rows"] == 113 and r["residual"] <= 1e-5, r  # every 8th of 900 rows
     with pytest.raises(ValueError, match="max_responsibility_rows"):
         Tracer(max_responsibility_rows=0)
