@@ -22,8 +22,16 @@ more often than the default (every 128 measurements) does. The overhead is (summ
 / (summed paused time) - 1, with its standard error over pairs; the median pair ratio is
 printed beside it.
 
+``--breakdown`` says where a measured step's overhead goes instead: single forward and backward
+passes are interleaved (plain, under an empty ``TorchFunctionMode``, under the capture with no
+site kinds, i.e. the mode, the module hooks and the tensor naming, and under the capture with
+every site kind), so the machine's drift cancels pass by pass; the means are printed with the
+standard errors of their differences from the plain pass. Then one ``Tracer`` runs ``--passes``
+steps and the time spent in its ``step()`` calls (keeping the measurement, and the flush of every
+128 measurements) is printed per step.
+
     PYTHONPATH=src python benchmarks/trace_overhead.py [--config realistic toy] [--pairs 8]
-        [--pairs-10 12] [--block STEPS]
+        [--pairs-10 12] [--block STEPS] [--breakdown] [--passes 300]
 """
 
 from __future__ import annotations
@@ -39,9 +47,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from implicit_em.machine import summary
 from implicit_em.trace import Tracer
+from implicit_em.trace.capture import SiteCapture
 
 
 class Block(nn.Module):
@@ -246,12 +256,83 @@ def sync_check(cfg: Config, steps: int = 5) -> str:
     return f"no host-device synchronization in {steps} measured steps outside the flush"
 
 
+class _EmptyMode(TorchFunctionMode):
+    """A `TorchFunctionMode` that only runs each call: the cost of being seen at all."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def breakdown(cfg: Config, passes: int) -> None:
+    """Print where the overhead of a measured step goes (see the module docstring)."""
+    model, loss_fn = cfg.make(cfg.device)
+
+    def forward_backward() -> None:
+        loss_fn().backward()
+        model.zero_grad(set_to_none=True)
+
+    def under(capture: SiteCapture) -> Callable[[], None]:
+        def run() -> None:
+            capture.start()
+            forward_backward()
+            capture.take()
+
+        return run
+
+    mode = _EmptyMode()
+
+    def under_mode() -> None:
+        with mode:
+            forward_backward()
+
+    variants = {
+        "plain forward + backward": forward_backward,
+        "+ an empty TorchFunctionMode": under_mode,
+        "+ module hooks, naming (no kinds)": under(SiteCapture(model, None, 1, 512, kinds=())),
+        "+ every site kind (the capture)": under(SiteCapture(model, None, 1, 512)),
+    }
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for i in range(passes + 10):
+        for name, run in variants.items():
+            _sync(cfg.device)
+            start = time.perf_counter()
+            run()
+            _sync(cfg.device)
+            if i >= 10:  # warm-up passes
+                times[name].append(time.perf_counter() - start)
+    plain = times["plain forward + backward"]
+    base = sum(plain) / passes
+    print(f"{'interleaved passes':<36} {'ms/pass':>8} {'added ms':>15} {'% of plain':>10}")
+    for name, t in times.items():
+        mean = sum(t) / passes
+        diffs = [a - b for a, b in zip(t, plain, strict=True)]
+        err = (
+            statistics.stdev(diffs) / math.sqrt(passes) if name != "plain forward + backward" else 0
+        )
+        added = f"{1e3 * (mean - base):.3f} ± {1e3 * err:.3f}"
+        print(f"{name:<36} {1e3 * mean:>8.3f} {added:>15} {100 * (mean - base) / base:>9.1f}%")
+    model, step = _runner(cfg)
+    steps, spent = 128 * max(1, round(passes / 128)), 0.0
+    with Tracer(model, flush_every=128) as tracer:
+        for _ in range(steps):
+            step(None)
+            start = time.perf_counter()
+            tracer.step()
+            spent += time.perf_counter() - start
+    print(
+        f"Tracer.step() over {steps} measured steps (keeping each measurement, a flush every "
+        f"128): {1e3 * spent / steps:.3f} ms per step, {len(tracer.history)} records"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", nargs="+", default=["realistic", "toy", "gpu"])
     parser.add_argument("--pairs", type=int, default=8, help="block pairs at every=1")
     parser.add_argument("--pairs-10", type=int, default=12, help="block pairs at every=10")
     parser.add_argument("--block", type=int, default=None, help="steps per block at every=1")
+    parser.add_argument("--breakdown", action="store_true", help="where the overhead goes")
+    parser.add_argument("--passes", type=int, default=300, help="interleaved passes (breakdown)")
     args = parser.parse_args()
     for name in args.config:
         cfg = CONFIGS[name]
@@ -264,6 +345,9 @@ def main() -> None:
             torch.set_num_threads(cfg.threads)
         print(f"\n[{name}] {cfg.describe}")
         print(f"machine: {summary(cfg.device)}")
+        if args.breakdown:
+            breakdown(cfg, args.passes)
+            continue
         header = (
             f"{'every':>5} {'pairs':>5} {'block':>5} {'paused ms':>9} {'traced ms':>9} "
             f"{'overhead':>15} {'median':>7} {'target':>6}"

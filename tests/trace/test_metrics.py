@@ -11,16 +11,23 @@ from hypothesis import strategies as st
 
 from implicit_em.trace.metrics import (
     Targets,
-    attention_stats,
     attention_stats_steps,
     entropy,
     finish_attention,
     finish_responsibility,
     read_responsibilities,
-    responsibility_stats,
+    responsibility_stats_steps,
 )
 
 shapes = st.tuples(st.integers(1, 16), st.integers(2, 9))
+
+
+def responsibility_stats(r, valid, target, logits):
+    """The statistics of one measurement (`responsibility_stats_steps` with S = 1)."""
+    right = None if target is None else target.argmax(-1).unsqueeze(0)
+    r = torch.where(valid.unsqueeze(-1), r, 0.0).unsqueeze(0)
+    stats = responsibility_stats_steps(r, valid.unsqueeze(0), right, logits.unsqueeze(0))
+    return {key: value[0] for key, value in stats.items()}
 
 
 @settings(max_examples=40, deadline=None)
@@ -83,8 +90,10 @@ def test_attention_norms_match_autograd(seed, lq, lk):
     o = alpha @ v
     w = torch.randn(o.shape, generator=g, dtype=torch.float64)
     gs, gv, go = torch.autograd.grad((o * w).sum(), (s, v, o))
-    stats = attention_stats(alpha.detach(), v.detach(), go, grad_v=gv)
-    m = finish_attention(stats)
+    stats = attention_stats_steps(
+        *(t[None] for t in (alpha.detach(), v.detach(), go)), grad_v=gv[None]
+    )
+    m = {key: value[0] for key, value in finish_attention(stats).items()}
     assert math.isclose(float(m["routing_norm"]), float(gs.norm()), rel_tol=1e-9, abs_tol=1e-12)
     assert math.isclose(float(m["value_norm"]), float(gv.norm()), rel_tol=1e-9, abs_tol=1e-12)
     assert float(m["value_residual"]) < 1e-12

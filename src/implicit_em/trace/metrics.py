@@ -30,7 +30,6 @@ from torch import Tensor
 __all__ = [
     "Stats",
     "Targets",
-    "attention_stats",
     "attention_stats_steps",
     "churn_stats",
     "drift_stats",
@@ -40,7 +39,6 @@ __all__ = [
     "finish_responsibility",
     "per_step",
     "read_responsibilities",
-    "responsibility_stats",
     "responsibility_stats_steps",
 ]
 
@@ -159,30 +157,19 @@ def read_responsibilities(
     return r.mul_(informative)
 
 
-def responsibility_stats(r: Tensor, valid: Tensor, target: Tensor | None, logits: Tensor) -> Stats:
-    r"""Sufficient statistics of responsibilities `r[N, K]` over the `valid[N]` rows.
-
-    `mass` = $\sum_i r_i$ (per component), `entropy` = $\sum_i H(r_i)$, the
-    wrong-class spread (with a target: $w_{ij} \propto r_{ij}$ over $j \ne y_i$, summing
-    $H(w_i)$ and $\max_j w_{ij}$), and `scale` = $\sum_i \operatorname{std}_j z_{ij}$
-    over finite logits (the distance scale). One measurement of
-    `responsibility_stats_steps` (`r` is left unchanged).
-    """
-    right = None if target is None else target.argmax(-1).unsqueeze(0)
-    r = torch.where(valid.unsqueeze(-1), r, 0.0)
-    stats = responsibility_stats_steps(
-        r.unsqueeze(0), valid.unsqueeze(0), right, logits.unsqueeze(0)
-    )
-    return {key: v[0] for key, v in stats.items()}
-
-
 def responsibility_stats_steps(
     r: Tensor, valid: Tensor, right: Tensor | None, logits: Tensor
 ) -> Stats:
-    r"""`responsibility_stats` of `S` measurements at once: `r` and `logits` are
-    `[S, N, K]`, `valid` and `right` (the index $y_i$ of each row's target class, or
+    r"""Sufficient statistics of the responsibilities of `S` measurements: `r` and `logits`
+    are `[S, N, K]`, `valid` and `right` (the index $y_i$ of each row's target class, or
     None) are `[S, N]`; every statistic has a leading axis `S`. `r` must be finite; it is
-    overwritten.
+    overwritten (its invalid rows count as zeros).
+
+    `n` = valid rows, `mass` = $\sum_i r_i$ (per component), `entropy` =
+    $\sum_i H(r_i)$, the wrong-class spread (with a target: $w_{ij} \propto r_{ij}$ over
+    $j \ne y_i$, summing $H(w_i)$ in `wrong_entropy` and $\max_j w_{ij}$ in `wrong_top`
+    over the `n_wrong` rows with wrong-class mass), and `scale` =
+    $\sum_i \operatorname{std}_j z_{ij}$ over finite logits (the distance scale).
 
     With $r^+ = \max(r, 0)$, $T_i = \sum_{j \ne y_i} r^+_{ij}$ and
     $w_i = r^+_{i,j \ne y_i} / T_i$, the wrong-class entropy is
@@ -256,50 +243,6 @@ def finish_responsibility(stats: Stats, dead_fraction: float) -> dict[str, Tenso
     return out
 
 
-def attention_stats(
-    alpha: Tensor,
-    v: Tensor | None = None,
-    g: Tensor | None = None,
-    grad_alpha: Tensor | None = None,
-    used: Tensor | None = None,
-    grad_v: Tensor | None = None,
-) -> Stats:
-    r"""Sufficient statistics of attention weights `alpha[R, H, Lq, Lk]` on the traced rows.
-
-    Parameters
-    ----------
-    alpha : Tensor
-        $\alpha$ (fully masked rows are zeros).
-    v : Tensor, optional
-        The values, `[R, H, Lk, Ev]`.
-    g : Tensor, optional
-        $\partial L/\partial o$, `[R, H, Lq, Ev]`.
-    grad_alpha : Tensor, optional
-        $\partial L/\partial\alpha$ when the weights were a tensor of the model (eager
-        attention); then $a = \partial L/\partial\alpha$ exactly, else $a = g v^\top$.
-    used : Tensor, optional
-        The weights actually multiplied with `v` (after dropout), default `alpha`.
-    grad_v : Tensor, optional
-        Autograd's $\partial L/\partial v$ for the value-update identity residual.
-
-    Returns
-    -------
-    Stats
-        Sums: `rows`, `entropy` (and per head `head_entropy`), `routing_sq` =
-        $\sum(\alpha\odot(a-\bar a))^2$, `value_sq` = $\sum_j\lVert\sum_i\alpha_{ij}g_i\rVert^2$,
-        `nonfinite` gradient entries; maxima: `value_residual_max`, `grad_v_max`. One
-        measurement of `attention_stats_steps`.
-    """
-
-    def step(t: Tensor | None) -> Tensor | None:
-        return None if t is None else t.unsqueeze(0)
-
-    stats = attention_stats_steps(
-        alpha.unsqueeze(0), step(v), step(g), step(grad_alpha), step(used), step(grad_v)
-    )
-    return {key: value[0] for key, value in stats.items()}
-
-
 def per_step(x: Tensor, op: str = "sum") -> Tensor:
     """Sum (or max, `op="amax"`) over every axis but the leading step axis."""
     flat = x.reshape(x.shape[0], -1)
@@ -313,22 +256,45 @@ def attention_stats_steps(
     grad_alpha: Tensor | None = None,
     used: Tensor | None = None,
     grad_v: Tensor | None = None,
-    log_alpha: Tensor | None = None,
 ) -> Stats:
-    r"""`attention_stats` of `S` measurements at once: every input has a leading step
-    axis (`alpha[S, R, H, Lq, Lk]`, ...) and so has every statistic. Weights are
-    non-negative, so their entropy needs no clamping below zero; given finite log-weights
-    `log_alpha` (no entry masked out) it is $-\sum_j \alpha_{ij}\log\alpha_{ij}$ from them.
+    r"""Sufficient statistics of the attention weights of `S` measurements on the traced rows.
 
+    Every input has a leading step axis `S`, and so has every statistic.
+
+    Parameters
+    ----------
+    alpha : Tensor
+        $\alpha$, `[S, R, H, Lq, Lk]` (fully masked rows are zeros).
+    v : Tensor, optional
+        The values, `[S, R, H, Lk, Ev]`.
+    g : Tensor, optional
+        $\partial L/\partial o$, `[S, R, H, Lq, Ev]`.
+    grad_alpha : Tensor, optional
+        $\partial L/\partial\alpha$ when the weights were a tensor of the model (eager
+        attention); then $a = \partial L/\partial\alpha$ exactly, else $a = g v^\top$.
+    used : Tensor, optional
+        The weights actually multiplied with `v` (after dropout), default `alpha`.
+    grad_v : Tensor, optional
+        Autograd's $\partial L/\partial v$ for the value-update identity residual.
+
+    Returns
+    -------
+    Stats
+        Sums: `rows`, `entropy` (and per head `head_entropy`), `routing_sq` =
+        $\sum(\alpha\odot(a-\bar a))^2$, `value_sq` = $\sum_j\lVert\sum_i\alpha_{ij}g_i\rVert^2$,
+        `nonfinite` gradient entries; maxima: `value_residual_max`, `grad_v_max`.
+
+    Notes
+    -----
     Gradients are assumed finite first (no elementwise test: one check of the per-step sums
     at the end); only if one is not are the statistics recomputed with the non-finite rows of
     $a$ and entries of $g$ set aside and counted in `nonfinite`.
     """
-    stats = _attention_stats_steps(alpha, v, g, grad_alpha, used, grad_v, False, log_alpha)
+    stats = _attention_stats_steps(alpha, v, g, grad_alpha, used, grad_v, False)
     sums = [stats[k] for k in ("routing_sq", "value_sq", "value_residual_max") if k in stats]
     if not sums or bool(torch.isfinite(torch.stack(sums)).all()):
         return stats
-    return _attention_stats_steps(alpha, v, g, grad_alpha, used, grad_v, True, log_alpha)
+    return _attention_stats_steps(alpha, v, g, grad_alpha, used, grad_v, True)
 
 
 def _attention_stats_steps(
@@ -339,14 +305,10 @@ def _attention_stats_steps(
     used: Tensor | None,
     grad_v: Tensor | None,
     exact: bool,
-    log_alpha: Tensor | None = None,
 ) -> Stats:
     """The pass of `attention_stats_steps`; `exact` sets non-finite gradients aside."""
     s = alpha.shape[0]
-    if log_alpha is None:
-        head_entropy = -_p_log_p(alpha).sum((1, 3, 4)).double()
-    else:
-        head_entropy = -(alpha * log_alpha).sum((1, 3, 4)).double()
+    head_entropy = -_p_log_p(alpha).sum((1, 3, 4)).double()  # weights are >= 0
     rows = float(alpha[0].numel() // alpha.shape[-1])
     zero = torch.zeros(s, dtype=torch.float64, device=alpha.device)
     stats: Stats = {
