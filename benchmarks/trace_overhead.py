@@ -15,12 +15,13 @@ Configurations:
 
 Method: one model and one loop per configuration. Inside one ``with Tracer(...)`` block,
 traced blocks of steps alternate with blocks of the same length run under ``tracer.paused()``
-(the same loop, nothing installed), in ABBA order, since the machine's speed drifts. A block is
-``block`` steps at ``every=1`` and one ``every``-step cycle at ``every=10``; the tracer flushes
-once per traced block (``flush_every`` = the measurements in a block), which counts the flush
-more often than the default (every 128 measurements) does. The overhead is (summed traced time)
-/ (summed paused time) - 1, with its standard error over pairs; the median pair ratio is
-printed beside it.
+(the same loop, nothing installed), in ABBA order. The blocks are short (``block`` steps at
+``every=1``, one ``every``-step cycle at ``every=10``) and many, so that the machine's drift
+cancels between neighbours. The tracer flushes as it does by default, every 128 measurements (the
+largest divisor of the traced measurements up to 128, so that every flush falls inside a timed
+block), and the flush's time counts in the traced block where it happens. The overhead is (summed
+traced time) / (summed paused time) - 1, with its standard error over pairs; the median pair
+ratio is printed beside it.
 
 ``--breakdown`` says where a measured step's overhead goes instead: single forward and backward
 passes are interleaved (plain, under an empty ``TorchFunctionMode``, under the capture with no
@@ -30,8 +31,8 @@ standard errors of their differences from the plain pass. Then one ``Tracer`` ru
 steps and the time spent in its ``step()`` calls (keeping the measurement, and the flush of every
 128 measurements) is printed per step.
 
-    PYTHONPATH=src python benchmarks/trace_overhead.py [--config realistic toy] [--pairs 8]
-        [--pairs-10 12] [--block STEPS] [--breakdown] [--passes 300]
+    PYTHONPATH=src python benchmarks/trace_overhead.py [--config realistic toy] [--pairs N]
+        [--pairs-10 N] [--block STEPS] [--breakdown] [--passes 300]
 """
 
 from __future__ import annotations
@@ -112,6 +113,7 @@ class Config:
     threads: int
     device: str
     block: int
+    pairs: tuple[int, int]
     targets: tuple[float, float]
     make: Callable[[str], tuple[nn.Module, Callable[[], torch.Tensor]]]
     autocast: bool = False
@@ -141,7 +143,8 @@ CONFIGS = {
         "GPT 4 layers x 256, 4 heads, SDPA, seq 128, batch 16, vocab 512, AdamW",
         2,
         "cpu",
-        8,
+        1,
+        (128, 16),
         (3.0, 1.0),
         _gpt(512, 128, 256, 4, 4, 16),
     ),
@@ -150,7 +153,8 @@ CONFIGS = {
         "TransformerEncoder 2 layers x 64, 4 heads, seq 32, batch 32, AdamW (stress case)",
         1,
         "cpu",
-        128,
+        8,
+        (128, 32),
         (10.0, 1.0),
         _toy,
     ),
@@ -159,7 +163,8 @@ CONFIGS = {
         "GPT-2-small shape 12 x 768, 12 heads, SDPA, seq 512, batch 8, vocab 50257, bf16",
         0,
         "cuda",
-        20,
+        4,
+        (32, 16),
         (5.0, 1.0),
         _gpt(50257, 512, 768, 12, 12, 8),
         autocast=True,
@@ -202,7 +207,9 @@ def overhead(cfg: Config, every: int, pairs: int) -> dict[str, float]:
     """ABBA pairs of traced / paused blocks inside one tracer (see the module docstring)."""
     model, step = _runner(cfg)
     steps = cfg.block if every == 1 else every
-    with Tracer(model, every=every, flush_every=steps // every) as tracer:
+    measurements = pairs * (steps // every)
+    flush_every = max(d for d in range(1, 129) if measurements % d == 0)
+    with Tracer(model, every=every, flush_every=flush_every) as tracer:
         for _ in range(2 * every):  # warm up: first measurements, allocator, kernels
             step(tracer)
         traced, plain = [], []
@@ -328,8 +335,8 @@ def breakdown(cfg: Config, passes: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", nargs="+", default=["realistic", "toy", "gpu"])
-    parser.add_argument("--pairs", type=int, default=8, help="block pairs at every=1")
-    parser.add_argument("--pairs-10", type=int, default=12, help="block pairs at every=10")
+    parser.add_argument("--pairs", type=int, default=None, help="block pairs at every=1")
+    parser.add_argument("--pairs-10", type=int, default=None, help="block pairs at every=10")
     parser.add_argument("--block", type=int, default=None, help="steps per block at every=1")
     parser.add_argument("--breakdown", action="store_true", help="where the overhead goes")
     parser.add_argument("--passes", type=int, default=300, help="interleaved passes (breakdown)")
@@ -354,7 +361,10 @@ def main() -> None:
         )
         print(header)
         for every, pairs, target in zip(
-            (1, 10), (args.pairs, args.pairs_10), cfg.targets, strict=True
+            (1, 10),
+            (args.pairs or cfg.pairs[0], args.pairs_10 or cfg.pairs[1]),
+            cfg.targets,
+            strict=True,
         ):
             r = overhead(cfg, every, pairs)
             spread = f"{r['summed_pct']:.2f}% ± {r['stderr_pct']:.2f}"

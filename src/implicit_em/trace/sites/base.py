@@ -17,6 +17,7 @@ A *site kind* is one small unit (a file in this package, one line in its registr
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
@@ -39,27 +40,35 @@ class Kept:
     def group(self) -> tuple:
         """Records with equal groups stack: same class, options, tensor shapes and dtypes."""
         key: list[Any] = [type(self)]
-        for f in fields(self):
-            v = getattr(self, f.name)
+        for name in _names(type(self)):
+            v = getattr(self, name)
             key.append((v.shape, v.dtype, v.device) if isinstance(v, Tensor) else v)
         return tuple(key)
 
     def nbytes(self) -> int:
-        return sum(v.nbytes for f in fields(self) if isinstance(v := getattr(self, f.name), Tensor))
+        return sum(
+            v.nbytes for name in _names(type(self)) if isinstance(v := getattr(self, name), Tensor)
+        )
 
     @classmethod
     def stack(cls, records: Sequence[Kept]) -> Kept:
         """One record whose tensors are those of `records` stacked along a new first axis."""
         values = {}
-        for f in fields(cls):
-            first = getattr(records[0], f.name)
+        for name in _names(cls):
+            first = getattr(records[0], name)
             if isinstance(first, Tensor) and len(records) == 1:
-                values[f.name] = first.unsqueeze(0)
+                values[name] = first.unsqueeze(0)
             elif isinstance(first, Tensor):
-                values[f.name] = torch.stack([getattr(r, f.name) for r in records])
+                values[name] = torch.stack([getattr(r, name) for r in records])
             else:
-                values[f.name] = first
+                values[name] = first
         return cls(**values)
+
+
+@functools.cache
+def _names(cls: type) -> tuple[str, ...]:
+    """The field names of a `Kept` dataclass."""
+    return tuple(f.name for f in fields(cls))
 
 
 class Context(Protocol):

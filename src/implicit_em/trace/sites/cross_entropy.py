@@ -29,6 +29,7 @@ from implicit_em.trace.sites.responsibility import (
     responsibility_statistics,
     row_stride,
     rows,
+    sample_rows,
     to_float,
 )
 
@@ -43,9 +44,10 @@ _LOG_SOFTMAX = (F.log_softmax, torch.log_softmax, Tensor.log_softmax)
 class CrossEntropyKept(Kept):
     r"""`logits` `[N, K]`; class indices `labels` `[N]` (with `class_weight` `[K]`)
     or probabilities `target` `[N, K]`, of the sampled rows; `weight_sum`, $\sum_i w_i$ over
-    all rows; `grad` `[N, K]`, `upstream` (the loss's shape, sampled rows for `"none"`) and
-    `nonfinite` (rows of the whole gradient with a NaN or infinity) once the backward pass
-    reached them."""
+    all rows of a site whose rows are sampled and with the mean reduction (else None: taken from
+    the kept rows at the flush); `grad` `[N, K]`, `upstream` (the loss's shape, sampled rows
+    for `"none"`) and, for a sampled site, `nonfinite` (rows of the whole gradient with a NaN or
+    infinity) once the backward pass reached them."""
 
     logits: Tensor
     labels: Tensor | None
@@ -54,7 +56,7 @@ class CrossEntropyKept(Kept):
     ignore_index: int
     smoothing: float
     reduction: str
-    weight_sum: Tensor
+    weight_sum: Tensor | None
     grad: Tensor | None = None
     upstream: Tensor | None = None
     nonfinite: Tensor | None = None
@@ -107,32 +109,38 @@ class CrossEntropy(ResponsibilityKind):
         logits = z.unsqueeze(0) if unbatched else rows(z, 1)
         stride = row_stride(logits.shape[0], ctx.max_responsibility_rows)
         soft, ignore_index = target.is_floating_point(), p["ignore_index"]
-        dtype = torch.promote_types(z.dtype, torch.float32)
+        reduction = _reduction(p)
         if soft:
             target = target.unsqueeze(0) if unbatched else rows(target, 1)
-            weight_sum = z.new_full((), target.shape[0], dtype=dtype)
         else:
             target = target.reshape(-1)
-            weight_sum = _weight_sum(target, p["weight"], ignore_index).to(dtype)
+        weight_sum = None  # with every row kept, taken from the kept rows at the flush
+        if stride > 1 and reduction == "mean":
+            dtype = torch.promote_types(z.dtype, torch.float32)
+            if soft:
+                weight_sum = z.new_full((), target.shape[0], dtype=dtype)
+            else:
+                weight_sum = _weight_sum(target, p["weight"], ignore_index).to(dtype)
         kept = CrossEntropyKept(
-            logits=ctx.keep(logits[::stride]),
-            labels=None if soft else ctx.keep(target[::stride]),
-            target=ctx.keep(target[::stride]) if soft else None,
+            logits=ctx.keep(sample_rows(logits, stride)),
+            labels=None if soft else ctx.keep(sample_rows(target, stride)),
+            target=ctx.keep(sample_rows(target, stride)) if soft else None,
             class_weight=None if p["weight"] is None else ctx.keep(p["weight"]),
             ignore_index=ignore_index,
             smoothing=smoothing,
-            reduction=_reduction(p),
+            reduction=reduction,
             weight_sum=weight_sum,
         )
         ctx.add(name, self, kept)
 
         def grad(g: Tensor) -> None:
             g = g.unsqueeze(0) if unbatched else rows(g, 1)
-            kept.nonfinite = nonfinite_rows(g)
-            kept.grad = ctx.keep(g[::stride])
+            if stride > 1:  # else counted from the kept rows at the flush
+                kept.nonfinite = nonfinite_rows(g)
+            kept.grad = ctx.keep(sample_rows(g, stride))
 
         def upstream(u: Tensor) -> None:
-            kept.upstream = ctx.keep(u.reshape(-1)[::stride] if u.dim() else u)
+            kept.upstream = ctx.keep(sample_rows(u.reshape(-1), stride) if u.dim() else u)
 
         ctx.on_gradient(z, grad)
         ctx.on_gradient(out, upstream)
@@ -158,17 +166,27 @@ class CrossEntropy(ResponsibilityKind):
             if k.upstream is not None:
                 c = k.upstream.reshape(weight.shape[0], -1).to(logits.dtype) * weight
                 if k.reduction == "mean":
-                    c = c / k.weight_sum.to(c.dtype).unsqueeze(-1)
+                    c = c / _kept_weight_sum(k).to(c.dtype).unsqueeze(-1)
         return responsibility_statistics(logits, target, weight, c, k.grad, 1.0, k.nonfinite)
 
 
 def _weight_sum(labels: Tensor, class_weight: Tensor | None, ignore_index: int) -> Tensor:
-    r"""$\sum_i w_i$ over all rows: the class weight of each row's label (1 without class
-    weights), 0 for an ignored row; a 0-d tensor."""
+    r"""$\sum_i w_i$ over the rows `labels[..., N]`: the class weight (`[..., K]`) of each
+    row's label (1 without class weights), 0 for an ignored row; shape `[...]`."""
     kept = labels != ignore_index
     if class_weight is None:
-        return kept.sum()
-    return (class_weight.gather(0, torch.where(kept, labels, 0)) * kept).sum()
+        return kept.sum(-1)
+    return (class_weight.gather(-1, torch.where(kept, labels, 0)) * kept).sum(-1)
+
+
+def _kept_weight_sum(k: CrossEntropyKept) -> Tensor:
+    """The mean's divisor of stacked records `[S]`: taken at capture over all rows of a
+    sampled site, else from the kept rows (which are all of them)."""
+    if k.weight_sum is not None:
+        return k.weight_sum
+    if k.labels is None:
+        return torch.full(k.target.shape[:1], k.target.shape[1], device=k.target.device)
+    return _weight_sum(k.labels, k.class_weight, k.ignore_index)
 
 
 def _reduction(p: dict) -> str:

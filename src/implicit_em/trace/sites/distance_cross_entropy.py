@@ -27,6 +27,7 @@ from implicit_em.trace.sites.responsibility import (
     keep_distance_gradients,
     row_stride,
     rows,
+    sample_rows,
 )
 
 __all__ = ["DistanceCrossEntropy", "DistanceCrossEntropyKept"]
@@ -60,8 +61,8 @@ class DistanceCrossEntropy(CrossEntropy):
             empty = (logits == float("-inf")).all(-1, keepdim=True)
             logits = torch.where(empty, torch.zeros_like(logits), logits)
         stride = row_stride(logits.shape[0], ctx.max_responsibility_rows)
-        target = rows(kwargs["target"], dim)[::stride]
-        kept = DistanceCrossEntropyKept(ctx.keep(logits[::stride]), ctx.keep(target))
+        target = sample_rows(rows(kwargs["target"], dim), stride)
+        kept = DistanceCrossEntropyKept(ctx.keep(sample_rows(logits, stride)), ctx.keep(target))
         ctx.add(name, self, kept)
         keep_distance_gradients(ctx, kept, d, loss, dim, stride)
 

@@ -2,9 +2,10 @@ r"""`F.multi_head_attention_forward` (what `nn.MultiheadAttention` runs): an att
 whose weights are recomputed.
 
 On the traced rows the site computes, at capture, the in-projections
-$q = x_q W_q^\top + b_q$ (likewise $k$, $v$) split into heads, and one
-additive mask from `attn_mask` and `key_padding_mask`; it keeps them with the output
-projection $W_o, b_o$ and the output $y$. At the flush
+$q = x_q W_q^\top + b_q$ (likewise $k$, $v$; one product for the packed self-attention
+projection) and one additive mask from `attn_mask` and `key_padding_mask`; it keeps them, in
+the layout of the call (sequence first), with the output projection $W_o, b_o$ and the output
+$y$. At the flush they are split into heads,
 $\alpha = \operatorname{softmax}(q k^\top/\sqrt{E_h} + m)$, the per-head output gradient is
 $g = (\partial L/\partial y) W_o$, and the forward residual rebuilds
 $y = \operatorname{merge}(\alpha v) W_o^\top + b_o$ (attention dropout, applied by the
@@ -39,10 +40,11 @@ _MHA = binder(F.multi_head_attention_forward)
 
 @dataclass(eq=False)
 class MultiheadKept(Kept):
-    r"""Per head `q`, `k` `[R, H, L, Eh]` and `v` `[R, H, Lk, Ev]` (at least float32),
-    an additive `mask` broadcastable to `[R, H, Lq, Lk]` (or None), `output` $y$
-    `[R, Lq, E]`, `out_weight` `[E, E]`, `out_bias` `[E]` (or None); `g_output`
-    $\partial L/\partial y$ `[R, Lq, E]` once the backward pass reached it."""
+    r"""The projections `q`, `k` `[L, R, E]` and `v` `[Lk, R, Ev]` of the traced rows (at
+    least float32, sequence first as in the call, heads not yet split), an additive `mask`
+    broadcastable to `[R, H, Lq, Lk]` (or None), `output` $y$ `[Lq, R, E]`, `out_weight`
+    `[E, E]`, `out_bias` `[E]` (or None), the number of `heads`; `g_output`
+    $\partial L/\partial y$ `[Lq, R, E]` once the backward pass reached it."""
 
     q: Tensor
     k: Tensor
@@ -51,6 +53,7 @@ class MultiheadKept(Kept):
     output: Tensor
     out_weight: Tensor
     out_bias: Tensor | None
+    heads: int
     g_output: Tensor | None = None
 
 
@@ -71,8 +74,8 @@ class MultiheadAttention(AttentionKind):
             return
         r, h = ctx.max_rows, p["num_heads"]
         with torch.no_grad():
-            q, k, v = _heads(p, r, h)
-            mask = _mask(p, r, h, q.shape[-2], k.shape[-2], q.dtype)
+            q, k, v = _projections(p, r)
+            mask = _mask(p, r, h, q.shape[0], k.shape[0], q.dtype)
             mask = None if mask is None else ctx.keep(mask)
         y = out[0]
         kept = MultiheadKept(
@@ -80,35 +83,36 @@ class MultiheadAttention(AttentionKind):
             k=k,
             v=v,
             mask=mask,
-            output=ctx.keep(y[:, :r].transpose(0, 1)),
+            output=ctx.keep(y[:, :r]),
             out_weight=ctx.keep(p["out_proj_weight"]),
             out_bias=None if p["out_proj_bias"] is None else ctx.keep(p["out_proj_bias"]),
+            heads=h,
         )
         ctx.add(name, self, kept)
 
         def g_output(g: Tensor) -> None:
-            kept.g_output = ctx.keep(g[:, :r].transpose(0, 1))
+            kept.g_output = ctx.keep(g[:, :r])
 
         ctx.on_gradient(y, g_output)
 
     def weights_and_values(self, kept: Kept) -> tuple[Tensor, Tensor | None]:
-        return attention_weights(kept.q, kept.k, kept.mask, False, None), kept.v
+        q, k, v = (_split(t, kept.heads) for t in (kept.q, kept.k, kept.v))
+        return attention_weights(q, k, kept.mask, False, None), v
 
     def statistics(self, k: Kept) -> Stats:
-        alpha = attention_weights(k.q, k.k, k.mask, False, None).float()
-        v = k.v.float()
+        alpha, v = self.weights_and_values(k)
+        alpha, v = alpha.float(), v.float()
         s, _, h, _, ev = v.shape
         g = None
-        if k.g_output is not None:
-            g = k.g_output.float() @ k.out_weight.float().unsqueeze(1)
-            g = g.reshape(*g.shape[:-1], h, ev).transpose(-3, -2)
+        if k.g_output is not None:  # [S, Lq, R, E] @ W_o, as [S, R, H, Lq, Ev]
+            g = _split(k.g_output.float() @ k.out_weight.float().unsqueeze(1), h)
         stats = attention_stats_steps(alpha, v, g)
         # u . y = sum_h alpha_h (v_h w_h) + u . b_o with w = W_o^T u split into heads.
         w = along(k.out_weight.transpose(-2, -1)).reshape(s, 1, h, 1, ev)
         rebuilt = (alpha * (v * w).sum(-1).unsqueeze(-2)).sum(-1).sum(2)
         if k.out_bias is not None:
             rebuilt = rebuilt + along(k.out_bias).reshape(s, 1, 1)
-        return stats | forward_residual(rebuilt, along(k.output))
+        return stats | forward_residual(rebuilt, along(k.output.transpose(1, 2)))
 
 
 def _unsupported(p: dict) -> str | None:
@@ -121,30 +125,27 @@ def _unsupported(p: dict) -> str | None:
     return None
 
 
-def _heads(p: dict, r: int, h: int) -> tuple[Tensor, Tensor, Tensor]:
-    r"""$x W^\top + b$ of the traced rows of query, key and value, each `[R, H, L, E'/H]` in at
+def _projections(p: dict, r: int) -> tuple[Tensor, Tensor, Tensor]:
+    r"""$x W^\top + b$ of the traced rows of query, key and value, each `[L, R, E']` in at
     least float32. Self-attention with the packed in-projection (the common case) is one
-    product and one copy for all three."""
+    product; its three parts are views of it."""
     weight, bias = p["in_proj_weight"], p["in_proj_bias"]
     dtype = torch.promote_types(p["query"].dtype, torch.float32)
     if not p["use_separate_proj_weight"] and p["query"] is p["key"] is p["value"]:
-        packed = F.linear(p["query"][:, :r], weight, bias).to(dtype)  # [L, R, 3E]
-        length, rows, e3 = packed.shape
-        split = packed.reshape(length, rows, 3, h, e3 // (3 * h)).permute(2, 1, 3, 0, 4)
-        return tuple(split.contiguous().unbind(0))
+        packed = F.linear(p["query"][:, :r], weight, bias)
+        return tuple((packed if packed.dtype == dtype else packed.to(dtype)).chunk(3, dim=-1))
     x = [p[n][:, :r] for n in ("query", "key", "value")]
     biases = (None,) * 3 if bias is None else bias.chunk(3)
     if p["use_separate_proj_weight"]:
         weights = (p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"])
     else:
         weights = weight.chunk(3)
-    return tuple(_split(F.linear(*a).to(dtype), h) for a in zip(x, weights, biases, strict=True))
+    return tuple(F.linear(*a).to(dtype) for a in zip(x, weights, biases, strict=True))
 
 
 def _split(t: Tensor, h: int) -> Tensor:
-    """`[L, R, E]` as `[R, H, L, E/H]`."""
-    length, r, e = t.shape
-    return t.reshape(length, r, h, e // h).permute(1, 2, 0, 3).contiguous()
+    """`[..., L, R, E]` as `[..., R, H, L, E/H]`."""
+    return t.unflatten(-1, (h, -1)).movedim(-4, -2)
 
 
 def _mask(p: dict, r: int, h: int, lq: int, lk: int, dtype: torch.dtype) -> Tensor | None:

@@ -26,6 +26,7 @@ from implicit_em.trace.sites.responsibility import (
     keep_distance_gradients,
     row_stride,
     rows,
+    sample_rows,
 )
 
 __all__ = ["MixtureKept", "MixtureNLL"]
@@ -72,7 +73,7 @@ class MixtureNLL(ResponsibilityKind):
             logits = torch.broadcast_to(logits, d.shape)
         logits = rows(logits, dim)
         stride = row_stride(logits.shape[0], ctx.max_responsibility_rows)
-        kept = MixtureKept(ctx.keep(logits[::stride]))
+        kept = MixtureKept(ctx.keep(sample_rows(logits, stride)))
         ctx.add(name, self, kept)
         keep_distance_gradients(ctx, kept, d, loss, dim, stride)
 

@@ -33,13 +33,21 @@ __all__ = [
     "responsibility_statistics",
     "row_stride",
     "rows",
+    "sample_rows",
     "to_float",
 ]
 
 
 def rows(t: Tensor, dim: int) -> Tensor:
     """Move the component axis `dim` last and flatten the rest: `[N, K]`."""
+    if t.dim() == 2 and dim in (1, -1):
+        return t
     return t.movedim(dim, -1).reshape(-1, t.shape[dim])
+
+
+def sample_rows(t: Tensor, stride: int) -> Tensor:
+    """Every `stride`-th row of `t` (`t` itself for 1)."""
+    return t if stride == 1 else t[::stride]
 
 
 def to_float(t: Tensor) -> Tensor:
@@ -59,7 +67,7 @@ def responsibility_statistics(
     r"""Statistics of `S` stacked sites: `logits` and `grad` `[S, N, K]`, `target`
     over the same rows, `weight` and `c` `[S, N]` (`c`, `grad` None without a gradient),
     and `nonfinite` `[S]`, the non-finite gradient rows each site counted over all its rows
-    at capture (None without a gradient).
+    at capture (None without a gradient, or when every row was kept: then counted here).
 
     With a gradient, rows are valid where $c_i$ is finite and non-zero, the gradient row
     finite and $w_i > 0$; the residual is
@@ -81,6 +89,8 @@ def responsibility_statistics(
     err = forward.sub_(r).abs_().amax(-1)
     stats = responsibility_stats_steps(r, valid, right, logits)
     stats["residual_max"] = torch.where(valid, err, 0.0).amax(-1)
+    if nonfinite is None:  # every row was kept
+        nonfinite = (~finite).sum(-1)
     stats["nonfinite"] = nonfinite.to(grad.dtype)
     stats["n_grad"] = valid.sum(-1).to(grad.dtype)
     return stats
@@ -102,17 +112,19 @@ def keep_distance_gradients(
 ) -> None:
     """Keep what a site of the package's distance objectives reads in the backward pass: the
     gradient of `d` as `[N, K]` rows in `kept.grad` (every `stride`-th row, as the site's
-    other rows), the number of non-finite gradient rows among all rows in `kept.nonfinite`,
+    other rows), the number of non-finite gradient rows among all rows in `kept.nonfinite`
+    (for `stride` > 1; else counted at the flush),
     and the upstream gradient of the per-sample `loss` (the row factor $c_i$) in
     `kept.factor`."""
 
     def grad(g: Tensor) -> None:
         g = rows(g, dim)
-        kept.nonfinite = nonfinite_rows(g)
-        kept.grad = ctx.keep(g[::stride])
+        if stride > 1:  # else counted from the kept rows at the flush
+            kept.nonfinite = nonfinite_rows(g)
+        kept.grad = ctx.keep(sample_rows(g, stride))
 
     def factor(u: Tensor) -> None:
-        kept.factor = ctx.keep(u.reshape(-1)[::stride])
+        kept.factor = ctx.keep(sample_rows(u.reshape(-1), stride))
 
     ctx.on_gradient(d, grad)
     ctx.on_gradient(loss, factor)
