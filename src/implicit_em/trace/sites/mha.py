@@ -104,8 +104,9 @@ class MultiheadAttention(AttentionKind):
         alpha, v = alpha.float(), v.float()
         s, _, h, _, ev = v.shape
         g = None
-        if k.g_output is not None:  # [S, Lq, R, E] @ W_o, as [S, R, H, Lq, Ev]
-            g = _split(k.g_output.float() @ k.out_weight.float().unsqueeze(1), h)
+        if k.g_output is not None:  # [S, Lq·R, E] @ W_o (a batched product), as [S, R, H, Lq, Ev]
+            gw = k.g_output.flatten(1, 2).float() @ k.out_weight.float()
+            g = _split(gw.unflatten(1, k.g_output.shape[1:3]), h)
         stats = attention_stats_steps(alpha, v, g)
         # u . y = sum_h alpha_h (v_h w_h) + u . b_o with w = W_o^T u split into heads.
         w = along(k.out_weight.transpose(-2, -1)).reshape(s, 1, h, 1, ev)
