@@ -48,11 +48,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.overrides import TorchFunctionMode
 
 from implicit_em.machine import summary
 from implicit_em.trace import Tracer
-from implicit_em.trace.capture import SiteCapture
+from implicit_em.trace.capture import SiteCapture, _Mode
 
 
 class Block(nn.Module):
@@ -263,13 +262,6 @@ def sync_check(cfg: Config, steps: int = 5) -> str:
     return f"no host-device synchronization in {steps} measured steps outside the flush"
 
 
-class _EmptyMode(TorchFunctionMode):
-    """A `TorchFunctionMode` that only runs each call: the cost of being seen at all."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        return func(*args, **(kwargs or {}))
-
-
 def breakdown(cfg: Config, passes: int) -> None:
     """Print where the overhead of a measured step goes (see the module docstring)."""
     model, loss_fn = cfg.make(cfg.device)
@@ -286,7 +278,7 @@ def breakdown(cfg: Config, passes: int) -> None:
 
         return run
 
-    mode = _EmptyMode()
+    mode = _Mode({})  # the tracer's mode with nothing to observe
 
     def under_mode() -> None:
         with mode:

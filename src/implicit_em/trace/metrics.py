@@ -148,13 +148,11 @@ def read_responsibilities(
     Tensor
         $r$, `[N, K]`.
     """
-    informative = (row_factor != 0).unsqueeze(-1)
-    if not bool(torch.isfinite(grad.sum(-1)).all()):  # a non-finite row, uninformative or not
-        grad = torch.where(informative, grad, 0.0)
-    r = grad * (sign / torch.where(row_factor != 0, row_factor, 1.0)).unsqueeze(-1)
+    informative = row_factor != 0
+    r = grad * (sign / torch.where(informative, row_factor, 1.0)).unsqueeze(-1)
     if target is not None:
         (target if isinstance(target, Targets) else Targets(dense=target)).add_to(r)
-    return r.mul_(informative)
+    return r.masked_fill_(~informative.unsqueeze(-1), 0.0)  # a NaN row too
 
 
 def responsibility_stats_steps(

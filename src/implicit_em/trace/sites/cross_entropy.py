@@ -25,7 +25,7 @@ from implicit_em.trace.metrics import Stats, Targets
 from implicit_em.trace.sites.base import Context, Kept, binder
 from implicit_em.trace.sites.responsibility import (
     ResponsibilityKind,
-    nonfinite_rows,
+    keep_gradient_rows,
     responsibility_statistics,
     row_stride,
     rows,
@@ -106,14 +106,15 @@ class CrossEntropy(ResponsibilityKind):
         if name is None:
             return
         target, unbatched = p["target"], z.dim() == 1
-        logits = z.unsqueeze(0) if unbatched else rows(z, 1)
+
+        def as_rows(t: Tensor) -> Tensor:  # the class axis is 1, or 0 unbatched
+            return t.unsqueeze(0) if unbatched else rows(t, 1)
+
+        logits = as_rows(z)
         stride = row_stride(logits.shape[0], ctx.max_responsibility_rows)
         soft, ignore_index = target.is_floating_point(), p["ignore_index"]
         reduction = _reduction(p)
-        if soft:
-            target = target.unsqueeze(0) if unbatched else rows(target, 1)
-        else:
-            target = target.reshape(-1)
+        target = as_rows(target) if soft else target.reshape(-1)
         weight_sum = None  # with every row kept, taken from the kept rows at the flush
         if stride > 1 and reduction == "mean":
             dtype = torch.promote_types(z.dtype, torch.float32)
@@ -134,10 +135,7 @@ class CrossEntropy(ResponsibilityKind):
         ctx.add(name, self, kept)
 
         def grad(g: Tensor) -> None:
-            g = g.unsqueeze(0) if unbatched else rows(g, 1)
-            if stride > 1:  # else counted from the kept rows at the flush
-                kept.nonfinite = nonfinite_rows(g)
-            kept.grad = ctx.keep(sample_rows(g, stride))
+            keep_gradient_rows(ctx, kept, as_rows(g), stride)
 
         def upstream(u: Tensor) -> None:
             kept.upstream = ctx.keep(sample_rows(u.reshape(-1), stride) if u.dim() else u)

@@ -134,7 +134,7 @@ def _projections(p: dict, r: int) -> tuple[Tensor, Tensor, Tensor]:
     dtype = torch.promote_types(p["query"].dtype, torch.float32)
     if not p["use_separate_proj_weight"] and p["query"] is p["key"] is p["value"]:
         packed = F.linear(p["query"][:, :r], weight, bias)
-        return tuple((packed if packed.dtype == dtype else packed.to(dtype)).chunk(3, dim=-1))
+        return tuple(packed.to(dtype).chunk(3, dim=-1))
     x = [p[n][:, :r] for n in ("query", "key", "value")]
     biases = (None,) * 3 if bias is None else bias.chunk(3)
     if p["use_separate_proj_weight"]:

@@ -29,6 +29,7 @@ __all__ = [
     "ResponsibilityKind",
     "distance_statistics",
     "keep_distance_gradients",
+    "keep_gradient_rows",
     "nonfinite_rows",
     "responsibility_statistics",
     "row_stride",
@@ -107,6 +108,15 @@ def nonfinite_rows(g: Tensor) -> Tensor:
     return (~torch.isfinite(g.sum(-1))).sum()
 
 
+def keep_gradient_rows(ctx: Context, kept: Kept, g: Tensor, stride: int) -> None:
+    """Keep a site's gradient rows `g` (`[N, K]`) in `kept.grad`, every `stride`-th row as
+    its other rows, and for `stride` > 1 the number of non-finite rows among all of them in
+    `kept.nonfinite` (with every row kept, the flush counts them from the kept rows)."""
+    if stride > 1:
+        kept.nonfinite = nonfinite_rows(g)
+    kept.grad = ctx.keep(sample_rows(g, stride))
+
+
 def keep_distance_gradients(
     ctx: Context, kept: Kept, d: Tensor, loss: Tensor, dim: int, stride: int
 ) -> None:
@@ -118,10 +128,7 @@ def keep_distance_gradients(
     `kept.factor`."""
 
     def grad(g: Tensor) -> None:
-        g = rows(g, dim)
-        if stride > 1:  # else counted from the kept rows at the flush
-            kept.nonfinite = nonfinite_rows(g)
-        kept.grad = ctx.keep(sample_rows(g, stride))
+        keep_gradient_rows(ctx, kept, rows(g, dim), stride)
 
     def factor(u: Tensor) -> None:
         kept.factor = ctx.keep(sample_rows(u.reshape(-1), stride))
