@@ -15,7 +15,9 @@ float32) from a re-iterable generator of batches, so that the data never sit in 
 
 ``--roofline`` measures, in one process per size: the machine's float32 and float64 matmul
 throughput (a 2,048-square matmul) and its copy bandwidth (a 256 MiB copy); the time of one of
-our float32 passes (the difference of a 4-pass and a 1-pass fit, over 3) against the time of
+our float32 passes (``n``-pass fits against 1-pass fits, alternated, medians; ``n`` chosen
+for about 1.5 s of passes, and the interquartile range of the ``n``-pass fits, per pass,
+printed as ±) against the time of
 its GEMMs alone (the E-step's and the M-step's products on the same chunk shapes); and
 scikit-learn's float64 pass. The last two columns are ceilings of the method on the machine:
 the ratio scikit-learn's pass would show against our pass if it ran nothing but its GEMMs,
@@ -187,15 +189,31 @@ def _pomegranate(x: np.ndarray, start: dict, spec: dict) -> tuple[float, float]:
     return time.perf_counter() - t, float(gm.log_probability(xt).double().mean())
 
 
-def _pass_seconds(fit, passes: int = 4) -> float:
-    """Seconds of one pass: (time of a ``passes``-pass fit - a 1-pass fit) / (passes - 1)."""
-    fit(1)  # warm-up
-    t = time.perf_counter()
-    fit(1)
-    one = time.perf_counter() - t
-    t = time.perf_counter()
-    fit(passes)
-    return max(time.perf_counter() - t - one, 1e-9) / (passes - 1)
+def _pass_seconds(fit, target: float = 1.5, repeats: int = 5) -> tuple[float, float]:
+    """Seconds of one pass, and its spread: ``n``-pass fits against 1-pass fits.
+
+    After a warm-up, ``n`` is chosen so that an ``n``-pass fit spends about ``target`` seconds
+    in its passes (3 to 41 passes); then ``repeats`` 1-pass and ``n``-pass fits alternate. The
+    pass is (median of the ``n``-pass fits - median of the 1-pass fits) / (n - 1), and the
+    spread is the interquartile range of the ``n``-pass fits over (n - 1): the difference of
+    two single fits is noise where a fit's setup is long against its passes.
+    """
+
+    def timed(passes: int) -> float:
+        t = time.perf_counter()
+        fit(passes)
+        return time.perf_counter() - t
+
+    timed(1)  # warm-up
+    rough = max(timed(3) - timed(1), 1e-6) / 2
+    n = int(min(max(1 + target / rough, 3), 41))
+    ones, many = [], []
+    for _ in range(repeats):
+        ones.append(timed(1))
+        many.append(timed(n))
+    low, high = np.percentile(many, [25, 75])
+    pass_seconds = max(float(np.median(many) - np.median(ones)), 1e-9) / (n - 1)
+    return pass_seconds, float(high - low) / (n - 1)
 
 
 def _best_seconds(work, repeats: int = 3) -> float:
@@ -224,13 +242,25 @@ def machine_peaks() -> dict:
 def gemm_seconds(n: int, d: int, k: int, cov: str, rows: int) -> tuple[float, float]:
     """Seconds and FLOPs of one pass's GEMMs alone, float32, in chunks of ``rows``.
 
-    full: the E-step's ``[K·D, D] @ [D, B]`` and the M-step's batched ``[K, D, B] @ [K, B, D]``
-    (``4 N K D^2`` FLOPs); diag: ``[B, 2D] @ [2D, K]`` and ``[K, B] @ [B, 2D]`` (``8 N D K``).
+    full: the E-step's batched ``[B, D+1] @ [K, D+1, D]`` into ``[K, B, D]`` (``[K·D, D] @
+    [D, B]`` below 16 features) and the M-step's batched ``[K, D, B] @ [K, B, D]``
+    (``4 N K D^2`` FLOPs); diag: ``[K, 2D] @ [2D, B]`` and ``[K, B] @ [B, 2D]`` (``8 N D K``).
     """
     import torch
 
+    from implicit_em.mixture.covariance import _FEATURES_LAST_FROM
+
     y = torch.randn(rows, d)
-    if cov == "full":
+    if cov == "full" and d >= _FEATURES_LAST_FROM:
+        augmented, factors = torch.randn(rows, d + 1), torch.randn(k, d + 1, d)
+        z = torch.empty(k, rows, d)
+
+        def chunk() -> None:
+            torch.bmm(augmented.expand(k, rows, d + 1), factors, out=z)
+            torch.bmm(z.mT, z)
+
+        flops = 4 * n * k * d * d
+    elif cov == "full":
         stacked, offset = torch.randn(k * d, d), torch.randn(k * d, 1)
         z = torch.empty(k * d, rows)
 
@@ -241,10 +271,10 @@ def gemm_seconds(n: int, d: int, k: int, cov: str, rows: int) -> tuple[float, fl
 
         flops = 4 * n * k * d * d
     else:
-        features, weights, r = torch.randn(rows, 2 * d), torch.randn(2 * d, k), torch.rand(rows, k)
+        features, weights, r = torch.randn(rows, 2 * d), torch.randn(k, 2 * d), torch.rand(rows, k)
 
         def chunk() -> None:
-            features @ weights
+            weights @ features.T
             r.T @ features
 
         flops = 8 * n * d * k
@@ -272,16 +302,26 @@ def roofline_one(spec: dict) -> dict:
     x32 = x.astype(np.float32)
     start = _start(x, k, cov, seed=1)
     kwargs = {"covariance_type": cov, "tol": 0.0, **start}
-    ours = _pass_seconds(lambda m: GaussianMixture(k, max_iter=m, **kwargs).fit(x32))
-    sk = _pass_seconds(lambda m: SkGaussianMixture(k, max_iter=m, **kwargs).fit(x), passes=3)
+    ours, ours_spread = _pass_seconds(lambda m: GaussianMixture(k, max_iter=m, **kwargs).fit(x32))
+    sk, sk_spread = _pass_seconds(
+        lambda m: SkGaussianMixture(k, max_iter=m, **kwargs).fit(x), repeats=3
+    )
     rows = default_chunk_rows(cov, k, d)
     gemm, flops = gemm_seconds(n, d, k, cov, rows)
-    return {**machine_peaks(), "ours": ours, "sklearn": sk, "gemm": gemm, "flops": flops}
+    return {
+        **machine_peaks(),
+        "ours": ours,
+        "ours_spread": ours_spread,
+        "sklearn": sk,
+        "sklearn_spread": sk_spread,
+        "gemm": gemm,
+        "flops": flops,
+    }
 
 
 def roofline(sizes: list[tuple], threads: int) -> None:
     header = (
-        f"{'N':>9} {'D':>3} {'K':>3} {'cov':<5} {'sklearn s':>9} {'ours s':>8} {'ratio':>6} "
+        f"{'N':>9} {'D':>3} {'K':>3} {'cov':<5} {'sklearn s':>15} {'ours s':>15} {'ratio':>6} "
         f"{'GEMM s':>7} {'GEMM %':>6} {'GEMM GF/s':>9} {'pass GF/s':>9} {'f32 peak':>8} "
         f"{'copy GB/s':>9} {'GEMM ceiling':>12} {'peak ceiling':>12}"
     )
@@ -297,13 +337,15 @@ def roofline(sizes: list[tuple], threads: int) -> None:
         peak = r["gflops_float32"]
         ceiling = r["sklearn"] / (r["flops"] / (peak * 1e9))
         print(
-            f"{n:>9} {d:>3} {k:>3} {cov:<5} {r['sklearn']:>9.3f} {r['ours']:>8.3f} "
+            f"{n:>9} {d:>3} {k:>3} {cov:<5} {r['sklearn']:>7.3f} ±{r['sklearn_spread']:<6.3f} "
+            f"{r['ours']:>7.3f} ±{r['ours_spread']:<6.3f} "
             f"{r['sklearn'] / r['ours']:>5.1f}x {r['gemm']:>7.3f} "
             f"{100 * r['gemm'] / r['ours']:>5.0f}% {r['flops'] / r['gemm'] / 1e9:>9.1f} "
             f"{r['flops'] / r['ours'] / 1e9:>9.1f} {peak:>8.1f} {r['copy_gbs']:>9.1f} "
             f"{r['sklearn'] / r['gemm']:>11.1f}x {ceiling:>11.1f}x"
         )
     print(
+        "± = interquartile range of the many-pass fits, per pass; "
         "GEMM % = share of our pass spent in its GEMMs; GEMM ceiling = scikit-learn's pass / our "
         "GEMMs alone; peak ceiling = scikit-learn's pass / our GEMM FLOPs at the float32 peak"
     )

@@ -23,3 +23,10 @@ def separated() -> np.ndarray:
         random_state=1,
     )
     return x
+
+
+@pytest.fixture(scope="session")
+def wide_blobs() -> np.ndarray:
+    """Blobs with 20 features: wide enough for `full`'s features-last residual layout."""
+    x, _ = make_blobs(n_samples=800, n_features=20, centers=4, cluster_std=1.5, random_state=0)
+    return x

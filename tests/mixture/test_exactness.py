@@ -40,6 +40,15 @@ def _start(x: np.ndarray, covariance_type: str) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("covariance_type", TYPES)
 @pytest.mark.parametrize("batch_size", [None, 97])
 def test_em_matches_sklearn_log_likelihood(blobs, covariance_type, batch_size):
+    _check_em_matches_sklearn(blobs, covariance_type, batch_size)
+
+
+def test_em_matches_sklearn_with_full_residuals_features_last(wide_blobs):
+    """From 16 features on, `full` lays its whitened residuals out features last."""
+    _check_em_matches_sklearn(wide_blobs, "full", None)
+
+
+def _check_em_matches_sklearn(blobs: np.ndarray, covariance_type: str, batch_size) -> None:
     start = _start(blobs, covariance_type)
     kwargs = {"covariance_type": covariance_type, "max_iter": 15, "tol": 0.0, **start}
     with warnings.catch_warnings():

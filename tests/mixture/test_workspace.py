@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from implicit_em.mixture.workspace import Workspace
@@ -26,11 +27,20 @@ def test_take_grows_and_follows_dtype():
     assert small.shape == (2,)
 
 
-def test_estimator_results_do_not_alias_the_workspace():
+@pytest.mark.parametrize("covariance_type", ["full", "tied", "diag", "spherical"])
+@pytest.mark.parametrize("n_features", [4, 20])
+def test_estimator_results_do_not_alias_the_workspace(covariance_type, n_features):
+    """Energies, responsibilities and shifted data live in the workspace: what `predict_proba`,
+    `score_samples` and `predict` return must be copies (20 features: `full`'s features-last
+    residuals)."""
     from implicit_em.mixture import GaussianMixture
 
-    x = torch.randn(3000, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    gm = GaussianMixture(3, covariance_type="full", batch_size=1000, random_state=0).fit(x)
+    x = torch.randn(
+        3000, n_features, generator=torch.Generator().manual_seed(0), dtype=torch.float64
+    )
+    gm = GaussianMixture(3, covariance_type=covariance_type, batch_size=1000, random_state=0).fit(x)
     proba = gm.predict_proba(x)
     assert torch.allclose(proba.sum(dim=1), torch.ones(3000, dtype=torch.float64))
     assert torch.equal(proba[:1000], gm.predict_proba(x[:1000]))
+    assert torch.equal(gm.score_samples(x)[:1000], gm.score_samples(x[:1000]))
+    assert torch.equal(gm.predict(x)[:1000], gm.predict(x[:1000]))

@@ -158,11 +158,13 @@ def log_likelihood_and_responsibilities(
 
     Returns `(log p(x_t) [B], r [B, K], y [B, D], features)` where `y = x - shift` are the
     shifted data the statistics are accumulated from and `features` what the covariance type's
-    energies were computed from (reused by its `moments`). `features` live in `workspace`
-    (a fresh one if None): pass the same workspace for every chunk of a pass.
+    energies were computed from (reused by its `moments`). `y`, `features` and (for the
+    types whose energies are written there) `r` live in `workspace` (a fresh one if None),
+    valid until the next chunk's E-step: pass the same workspace for every chunk of a pass,
+    and copy what is kept.
     """
-    y = x - e_step.shift
     workspace = Workspace() if workspace is None else workspace
+    y = torch.sub(x, e_step.shift, out=workspace.take("shifted", x.shape, x))
     energy, features = e_step.model.energies(y, e_step.operands, workspace)
     logits = torch.sub(e_step.bias.expand_as(energy), energy, out=energy)
     log_p, r = normalize(logits)

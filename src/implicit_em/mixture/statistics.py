@@ -68,11 +68,18 @@ def zero_statistics(model: CovarianceModel, k: int, d: int, like: Tensor) -> Sta
 
 
 def accumulate(
-    stats: Statistics, y: Tensor, features: Tensor, r: Tensor, model: CovarianceModel
+    stats: Statistics,
+    y: Tensor,
+    features: Tensor,
+    r: Tensor,
+    model: CovarianceModel,
+    workspace: Workspace | None = None,
 ) -> None:
     """Add the statistics of one chunk (shifted data `y`, the type's `features` of `y`,
-    responsibilities `r`) in place."""
-    first, second = model.moments(y, features, r)
+    responsibilities `r`) in place; `workspace` holds the chunk's scratch (a fresh one if
+    None)."""
+    workspace = Workspace() if workspace is None else workspace
+    first, second = model.moments(y, features, r, workspace)
     stats["n"] += r.sum(dim=0)
     stats["first"] += first
     stats["second"] += second
@@ -87,8 +94,9 @@ def e_step(
     `constants` are the pass's (`EStep.of`); `workspace` holds the chunk's
     intermediates (pass the same one for every chunk).
     """
+    workspace = Workspace() if workspace is None else workspace
     log_p, r, y, features = log_likelihood_and_responsibilities(x, constants, workspace)
-    accumulate(stats, y, features, r, constants.model)
+    accumulate(stats, y, features, r, constants.model, workspace)
     stats["log_likelihood"] += log_p.sum()
     return log_p
 
