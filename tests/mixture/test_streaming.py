@@ -87,12 +87,14 @@ def test_one_shot_iterator_is_rejected(blobs):
     offset=st.sampled_from([0.0, 1e3, 1e6]),
     scale=st.sampled_from([1e-3, 1.0, 10.0]),
     covariance_type=st.sampled_from(TYPES),
+    n_features=st.sampled_from([3, 18]),
     seed=st.integers(0, 10_000),
 )
-def test_float32_variances_never_negative(offset, scale, covariance_type, seed):
-    """Large offsets, a constant feature and duplicated rows in float32: finite, positive."""
+def test_float32_variances_never_negative(offset, scale, covariance_type, n_features, seed):
+    """Large offsets, a constant feature and duplicated rows in float32: finite, positive
+    (18 features: `full`'s features-last residuals)."""
     rng = np.random.default_rng(seed)
-    x = offset + scale * rng.standard_normal((400, 3))
+    x = offset + scale * rng.standard_normal((400, n_features))
     x[:, 1] = offset  # a constant feature
     x[200:] = x[:200]  # duplicated points
     gm = _fit(
@@ -115,10 +117,13 @@ def test_float32_variances_never_negative(offset, scale, covariance_type, seed):
     assert np.isfinite(gm.score_samples(x.astype(np.float32))).all()
 
 
-def test_float32_tracks_float64(blobs):
-    start = _start(blobs, 4, "diag")
-    f64 = _fit(blobs, max_iter=10, **start)
-    f32 = _fit(blobs.astype(np.float32), max_iter=10, dtype="float32", batch_size=100, **start)
+@pytest.mark.parametrize("covariance_type, data", [("diag", "blobs"), ("full", "wide_blobs")])
+def test_float32_tracks_float64(covariance_type, data, request):
+    x = request.getfixturevalue(data)
+    start = _start(x, 4, covariance_type)
+    kwargs = {"max_iter": 10, **start}
+    f64 = _fit(x, **kwargs)
+    f32 = _fit(x.astype(np.float32), dtype="float32", batch_size=100, **kwargs)
     assert f32.means_.dtype == np.float32
     assert abs(f32.lower_bound_ - f64.lower_bound_) < 1e-4
 
