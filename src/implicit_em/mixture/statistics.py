@@ -20,7 +20,7 @@ $$
 For `full`, $S_j$ is summed in the whitened coordinates of the E-step's residuals
 $z_{tj} = U_j^\top(x_t-\mu_j)$ and brought back once per pass,
 $S_j = U_j^{-\top}\big(\sum_t r_{tj}z_{tj}z_{tj}^\top\big)U_j^{-1}$. Memory is
-$O(B\,K + K\,D^2)$ for a chunk of `B` rows (`full` also holds the `[B, K, D]`
+$O(B\,K + K\,D^2)$ for a chunk of `B` rows (`full` also holds the $BKD$ whitened
 residuals), never $O(N\,K)$. $N_j$ gets
 $10\,\varepsilon_{\text{dtype}}$ added, as in scikit-learn, so that an empty component
 divides by a positive number.
