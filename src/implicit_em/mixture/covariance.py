@@ -167,7 +167,8 @@ def _full_log_det(prec_chol: Tensor, k: int, d: int) -> Tensor:
 
 
 _FEATURES_LAST_FROM = 16
-"""The least `D` for which the `full` E-step writes its residuals features last (`_full_energies`)."""
+"""The least `D` for which the `full` E-step writes its residuals features last
+(`_full_energies`)."""
 
 
 def _full_operands(m: Tensor, prec_chol: Tensor) -> tuple[Tensor, ...]:
