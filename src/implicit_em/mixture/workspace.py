@@ -1,13 +1,13 @@
 r"""Scratch memory reused from chunk to chunk of a pass.
 
-The streamed E-step writes the same intermediates for every chunk: the shifted data
-$y = x - s$, the energies and responsibilities (`[B, K]`), for `full` covariances the
-whitened residuals $z$, $\sqrt{r}$ and (below 16 features) the squares of $z$, for `diag`
-and `spherical` the features $[y^2, y]$ (`[B, 2D]`). Taking them from one buffer per name,
-instead of fresh tensors, keeps them at the same addresses, warm in cache, and spares the
-allocator (and the kernel's page faults) a request per chunk. Measured on a 2-core EPYC (AVX2), a float32
-`full` pass over (N, D, K) = (200k, 32, 16) with fresh tensors for every intermediate but
-the residuals took about 15,000 minor page faults and 45 ms of system time.
+The streamed E-step writes the same intermediates for every chunk: the shifted data $y = x -
+s$, the energies and responsibilities (`[B, K]`), for `full` covariances the whitened residuals
+$z$, $\sqrt{r}$ and (below 16 features) the squares of $z$, for `diag` and `spherical` the
+features $[y^2, y]$ (`[B, 2D]`). Taking them from one buffer per name, instead of fresh
+tensors, keeps them at the same addresses, warm in cache, and spares the allocator (and the
+kernel's page faults) a request per chunk. Measured on a 2-core EPYC (AVX2), a float32 `full`
+pass over (N, D, K) = (200k, 32, 16) with fresh tensors for every intermediate but the
+residuals took about 15,000 minor page faults and 45 ms of system time.
 
 A tensor taken from a workspace is valid until the next `Workspace.take` of the same name.
 """
