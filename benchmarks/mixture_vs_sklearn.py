@@ -250,10 +250,10 @@ def gemm_seconds(n: int, d: int, k: int, cov: str, rows: int) -> tuple[float, fl
     """
     import torch
 
-    from implicit_em.mixture.covariance import _FEATURES_LAST_FROM
+    from implicit_em.mixture.covariance.full import FEATURES_LAST_FROM
 
     y = torch.randn(rows, d)
-    if cov == "full" and d >= _FEATURES_LAST_FROM:
+    if cov == "full" and d >= FEATURES_LAST_FROM:
         augmented, factors = torch.randn(rows, d + 1), torch.randn(k, d + 1, d)
         z = torch.empty(k, rows, d)
 

@@ -57,11 +57,10 @@ def reference(mixture: Mixture, shift: Tensor) -> Tensor:
 def zero_statistics(model: CovarianceModel, k: int, d: int, like: Tensor) -> Statistics:
     """Empty sums (`like`'s dtype and device): `n [K]`, `first [K, D]`, `second` (the
     type's shape), `log_likelihood`, `count`."""
-    shapes = {"full": (k, d, d), "tied": (d, d), "diag": (k, d), "spherical": (k,)}
     return {
         "n": like.new_zeros(k),
         "first": like.new_zeros(k, d),
-        "second": like.new_zeros(shapes[model.name]),
+        "second": like.new_zeros(model.second_shape(k, d)),
         "log_likelihood": like.new_zeros(()),
         "count": like.new_zeros(()),
     }
