@@ -24,7 +24,7 @@ from implicit_em.mixture.data import (
     iterate_batches,
 )
 from implicit_em.mixture.distributed import broadcast_mixture, is_distributed
-from implicit_em.mixture.fitting import Loop, StartSettings, initial_mixture
+from implicit_em.mixture.fitting import CACHE_BYTES, Loop, StartSettings, initial_mixture
 from implicit_em.mixture.inference import DTYPES, FittedMixture
 from implicit_em.mixture.initialization import INIT_PARAMS
 from implicit_em.mixture.parameters import Mixture
@@ -42,7 +42,7 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
     Fitted by EM or by gradient descent (`fitter`), over one loop that streams the data in
     chunks. A drop-in for scikit-learn's `GaussianMixture`: the same parameters with the same
     meaning, validated by scikit-learn's parameter constraints, and the same fitted attributes.
-    The extensions are `fitter`, `batch_size`, `learning_rate`, `device` and `dtype`, the `history_`
+    The extensions are `fitter`, `batch_size`, `cache_bytes`, `learning_rate`, `device` and `dtype`, the `history_`
     attribute, `partial_fit`, tensor input (methods then return tensors on the input's device)
     and re-iterable batches such as a `DataLoader` (`fit`, `score`, `bic`, `aic`).
 
@@ -97,6 +97,12 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
         pass (exact EM), streamed internally in cache-sized chunks (`default_chunk_rows`, 1,024
         to 32,768 rows); an integer sets the chunk. EM is exact either way: a pass sums every
         chunk's statistics before its one step.
+    cache_bytes : int, default=536870912
+        Memory budget, in bytes, for the per-row features kept across passes (an extension):
+        when those of the whole data fit (for EM, $[x^2, x]$ for `"diag"`, the augmented rows
+        $[x, 1]$ for `"full"`, in the fit's dtype), array and tensor input is converted and
+        featurized once per fit instead of once per pass; otherwise, and for iterables of
+        batches, every pass streams. `0` always streams. The default is 512 MiB.
     learning_rate : float or None, default=None
         Step size of `"gd"` (default 0.5) and `"adam"` (default 0.05); unused by the other
         fitters (an extension).
@@ -178,6 +184,7 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
         "random_state": ["random_state"],
         "warm_start": ["boolean"],
         "batch_size": [Interval(Integral, 1, None, closed="left"), None],
+        "cache_bytes": [Interval(Integral, 0, None, closed="left")],
         "learning_rate": [Interval(Real, 0.0, None, closed="neither"), None],
         "device": [str, torch.device],
         "dtype": [StrOptions(set(DTYPES)), None],
@@ -202,6 +209,7 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
         random_state: Any = None,
         warm_start: bool = False,
         batch_size: int | None = None,
+        cache_bytes: int = CACHE_BYTES,
         learning_rate: float | None = None,
         device: str = "cpu",
         dtype: str | None = None,
@@ -222,6 +230,7 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
         self.random_state = random_state
         self.warm_start = warm_start
         self.batch_size = batch_size
+        self.cache_bytes = cache_bytes
         self.learning_rate = learning_rate
         self.device = device
         self.dtype = dtype
@@ -237,6 +246,7 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
         self,
         init_data: Any,
         batches: Callable[[], Iterable[Tensor]],
+        n_rows: int | None,
         callback: Callback | None,
         dtype: torch.dtype,
     ) -> None:
@@ -250,7 +260,7 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
             for _ in range(self.n_init):
                 yield self._start(init_data, rng, dtype), -math.inf
 
-        best = Loop.from_params(self.get_params()).best_run(starts(), batches, callback)
+        best = Loop.from_params(self.get_params()).best_run(starts(), batches, n_rows, callback)
         if not best.converged and self.max_iter > 0:
             warnings.warn(
                 "Best performing initialization did not converge. Try different init "
@@ -265,10 +275,6 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
         self.lower_bound_ = best.lower_bound
         self.lower_bounds_ = list(best.history["log_likelihood"])
         self.history_ = best.history
-
-    # -----------------------------------------------------------------------------------------
-    # Fitting
-    # -----------------------------------------------------------------------------------------
 
     def fit(self, X: Any, y: Any = None, *, callback: Callback | None = None) -> GaussianMixture:
         """Fit the mixture to `X`: `n_init` initializations of up to `max_iter` passes each.
@@ -295,7 +301,7 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
         X = self._check_x(X, reset=not (self.warm_start and hasattr(self, "converged_")))
         check_rows(X.shape[0], self.n_components)
         dtype = self._fit_dtype(X.dtype)
-        self._fit_runs(X, lambda: self._chunks(X, dtype), callback, dtype)
+        self._fit_runs(X, lambda: self._chunks(X, dtype), X.shape[0], callback, dtype)
         return self
 
     def _fit_iterable(self, batches: Iterable[Any], callback: Callback | None) -> GaussianMixture:
@@ -316,7 +322,7 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
             for x in iterate_batches(batches, self.n_features_in_, name, dtype, self._device):
                 yield from self._chunks(x, dtype)
 
-        self._fit_runs(first, stream, callback, dtype)
+        self._fit_runs(first, stream, None, callback, dtype)
         return self
 
     def partial_fit(self, X: Any, y: Any = None, *, end_of_pass: bool = True) -> GaussianMixture:

@@ -31,12 +31,23 @@ from implicit_em.mixture.parameters import Mixture
 from implicit_em.mixture.reseed import WorstSamples, reseed_empty
 from implicit_em.mixture.step_rules import StepRule, make_step_rule
 
-__all__ = ["Loop", "Run", "StartSettings", "default_chunk_rows", "initial_mixture"]
+__all__ = [
+    "CACHE_BYTES",
+    "Loop",
+    "PreparedChunks",
+    "Run",
+    "StartSettings",
+    "default_chunk_rows",
+    "initial_mixture",
+]
 
 Callback = Callable[[int, float], None]
 
 INIT_SAMPLES = 100_000
 """The most rows the initial responsibilities are computed on (a random subset)."""
+
+CACHE_BYTES = 2**29
+"""The default `cache_bytes`: 512 MiB of prepared chunks kept across passes."""
 
 _CHUNK_NUMBERS = 2**20
 _CHUNK_ROWS = (1024, 32768)
@@ -148,6 +159,44 @@ class Run:
     )
 
 
+class PreparedChunks:
+    """The chunks of every pass as a step rule prepares them, kept across passes when all of
+    them fit in `max_bytes`.
+
+    What a rule prepares of a chunk is the same at every pass (for `em`, the covariance
+    type's row features about the fit's fixed shift: $[y^2, y]$ for `diag`, $[y, 1]$ for
+    `full`), so kept chunks spare every later pass the conversion of the input and the
+    features' elementwise work. `chunks()` iterates the data once; `n_rows`, the number of
+    rows of in-memory data, decides at the first chunk whether the whole pass fits; a stream
+    of batches (`n_rows` None) is prepared anew at every pass, into the rule's workspace.
+    """
+
+    def __init__(
+        self, chunks: Callable[[], Iterable[Tensor]], n_rows: int | None, max_bytes: int
+    ) -> None:
+        self._chunks, self._n_rows, self._max_bytes = chunks, n_rows, max_bytes
+        self._kept: list[Tensor] | None = None
+
+    def __call__(self, rule: StepRule) -> Iterator[Tensor]:
+        """One pass of prepared chunks for `rule`."""
+        if self._kept is not None:
+            yield from self._kept
+            return
+        kept: list[Tensor] | None = [] if self._n_rows is not None else None
+        for x in self._chunks():
+            if kept is None:
+                yield rule.prepare(x, rule.workspace)
+                continue
+            prepared = rule.prepare(x)
+            row_bytes = prepared[:1].numel() * prepared.element_size()
+            if not kept and row_bytes * self._n_rows > self._max_bytes:
+                kept = None
+            else:
+                kept.append(prepared)
+            yield prepared
+        self._kept = kept
+
+
 @dataclass(frozen=True)
 class Loop:
     """The passes of one fit: `max_iter` steps of the rule `fitter`, stopped when the mean
@@ -160,25 +209,28 @@ class Loop:
     tol: float
     verbose: int = 0
     verbose_interval: int = 10
+    cache_bytes: int = CACHE_BYTES
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> Loop:
         """The loop an estimator's `get_params()` describe."""
         return cls(**{f.name: params[f.name] for f in fields(cls)})
 
-    def rule(self) -> StepRule:
-        """A fresh step rule."""
-        return make_step_rule(self.fitter, float(self.reg_covar), self.learning_rate)
+    def rule(self, shift: Tensor | None = None) -> StepRule:
+        """A fresh step rule (`em`'s statistics about `shift`, if given)."""
+        return make_step_rule(self.fitter, float(self.reg_covar), self.learning_rate, shift)
 
     def one_pass(
-        self, rule: StepRule, mixture: Mixture, batches: Iterable[Tensor]
+        self, rule: StepRule, mixture: Mixture, chunks: PreparedChunks
     ) -> tuple[Mixture, float, int]:
         """One pass: accumulate every chunk, all-reduce, step, re-seed. Returns the new
         mixture, the pass's mean log-likelihood and the number of re-seeded components."""
         rule.begin(mixture)
         worst = WorstSamples(mixture.n_components, mixture.n_features, mixture.means)
-        for x in batches:
-            worst.add(x, rule.accumulate(x))
+        for prepared in chunks(rule):
+            log_p = rule.accumulate_prepared(prepared)
+            rows, offset = rule.rows(prepared)
+            worst.add(rows, log_p, offset)
         return self.finish_pass(rule, worst)
 
     @staticmethod
@@ -193,19 +245,18 @@ class Loop:
     def iterate(
         self,
         mixture: Mixture,
-        batches: Callable[[], Iterable[Tensor]],
+        chunks: PreparedChunks,
         callback: Callback | None,
         lower_bound: float,
+        shift: Tensor,
     ) -> Run:
-        """Up to `max_iter` passes from `mixture` (`batches()` iterates one pass)."""
+        """Up to `max_iter` passes from `mixture`, `em`'s statistics about `shift`."""
         run = Run(mixture, lower_bound=lower_bound)
-        rule = self.rule()
+        rule = self.rule(shift)
         with torch.no_grad():
             for n_iter in range(1, self.max_iter + 1):
                 previous = run.lower_bound
-                run.mixture, run.lower_bound, n_reseeded = self.one_pass(
-                    rule, run.mixture, batches()
-                )
+                run.mixture, run.lower_bound, n_reseeded = self.one_pass(rule, run.mixture, chunks)
                 run.n_iter = n_iter
                 run.history["log_likelihood"].append(run.lower_bound)
                 run.history["n_reseeded"].append(n_reseeded)
@@ -226,13 +277,24 @@ class Loop:
         self,
         starts: Iterator[tuple[Mixture, float]],
         batches: Callable[[], Iterable[Tensor]],
+        n_rows: int | None,
         callback: Callback | None,
     ) -> Run:
         """The run with the highest final lower bound over `starts` (each a mixture and the
-        lower bound it starts from)."""
+        lower bound it starts from); `batches()` iterates the data once, `n_rows` rows if
+        known.
+
+        Every run takes `em`'s statistics about one shift, the first start's mixture mean
+        (any fixed point near the data removes its offset; at every EM step after the first,
+        the mixture mean is the data mean), so the prepared chunks serve every pass of every
+        run.
+        """
+        chunks = PreparedChunks(batches, n_rows, self.cache_bytes)
         best: Run | None = None
+        shift: Tensor | None = None
         for mixture, lower_bound in starts:
-            run = self.iterate(mixture, batches, callback, lower_bound)
+            shift = mixture.shift if shift is None else shift
+            run = self.iterate(mixture, chunks, callback, lower_bound, shift)
             if best is None or run.lower_bound > best.lower_bound:
                 best = run
         if best is None:

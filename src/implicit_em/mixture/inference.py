@@ -100,7 +100,7 @@ class FittedMixture:
         with torch.no_grad():
             parts = []
             for chunk in self._chunks(X, dtype):
-                log_p, r, _, _ = log_likelihood_and_responsibilities(chunk, constants, workspace)
+                log_p, r = log_likelihood_and_responsibilities(chunk, constants, workspace)
                 parts.append(quantity(log_p, r))
         return to_output(torch.cat(parts), X)
 

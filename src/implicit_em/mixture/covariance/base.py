@@ -6,8 +6,8 @@ A type is one `CovarianceModel` subclass in its own module; its methods fall in 
 
 * **parameters**: `second_shape`, `n_parameters`, `precision_cholesky`, `precision`,
   `from_precision`, `log_det`, `noise`;
-* **EM**: `row_width`, `operands`, `energies`, `features`, `moments`, `unwhiten`,
-  `estimate`;
+* **EM**: `row_width`, `row_features`, `data`, `operands`, `energies`, `features`,
+  `moments`, `responsibility_moments`, `unwhiten`, `estimate`;
 * **natural gradient** (`preconditioned`): `natural_energies`, `mean_step`,
   `covariance_step`;
 * **unconstrained** (`gd`, `adam`): `raw`, `raw_energies`, `raw_precision_cholesky`.
@@ -28,12 +28,16 @@ from implicit_em.mixture.workspace import Workspace
 
 __all__ = [
     "ILL_DEFINED_COVARIANCE",
+    "RESPONSIBILITY_ROWS",
     "CovarianceModel",
     "MatrixCovariance",
     "VectorCovariance",
     "eye",
     "sym",
 ]
+
+RESPONSIBILITY_ROWS = 4096
+"""Rows per chunk of `responsibility_moments` where a type takes them in chunks."""
 
 ILL_DEFINED_COVARIANCE = (
     "Fitting the mixture model failed because some components have ill-defined empirical "
@@ -111,15 +115,25 @@ class CovarianceModel(ABC):
         """The numbers per row of a chunk's features (sizes default chunks)."""
 
     @abstractmethod
+    def row_features(self, y: Tensor, workspace: Workspace | None = None) -> Tensor:
+        """The per-row features of shifted data `y` that `energies` and `moments` read
+        (`[B, w]`, constant from pass to pass for a fixed shift, so a fit may keep them),
+        written into `workspace` (a fresh tensor if None)."""
+
+    @abstractmethod
+    def data(self, rows: Tensor) -> Tensor:
+        """The shifted data `y` `[B, D]` inside `row_features(y)` (a view)."""
+
+    @abstractmethod
     def operands(self, m: Tensor, prec_chol: Tensor) -> tuple[Tensor, ...]:
         """What the energies of every chunk of a pass share, for shifted means `m`."""
 
     @abstractmethod
     def energies(
-        self, y: Tensor, operands: tuple[Tensor, ...], workspace: Workspace
+        self, rows: Tensor, operands: tuple[Tensor, ...], workspace: Workspace
     ) -> tuple[Tensor, Tensor]:
-        """`(d [B, K], features)`: $d_j$ of shifted data `y` and the features the moments
-        are built from, written into `workspace`."""
+        """`(d [B, K], features)`: $d_j$ of the rows whose `row_features` are `rows`, and
+        the features the moments are built from, written into `workspace`."""
 
     @abstractmethod
     def features(self, y: Tensor, ref: Tensor) -> Tensor:
@@ -127,10 +141,17 @@ class CovarianceModel(ABC):
 
     @abstractmethod
     def moments(
-        self, y: Tensor, features: Tensor, r: Tensor, workspace: Workspace
+        self, rows: Tensor, features: Tensor, r: Tensor, workspace: Workspace
     ) -> tuple[Tensor, Tensor]:
         r"""`(first, second)`: the chunk's sums $F_j = \sum_t r_{tj}y_t$ and second
-        moment."""
+        moment, from its `row_features` `rows` and the `features` of `energies`."""
+
+    def responsibility_moments(
+        self, y: Tensor, ref: Tensor, r: Tensor, workspace: Workspace
+    ) -> tuple[Tensor, Tensor]:
+        """`moments` of shifted data `y` under given responsibilities `r` (no E-step: the
+        features about `ref`, unwhitened), the whole data at once."""
+        return self.moments(self.row_features(y), self.features(y, ref), r, workspace)
 
     def unwhiten(self, second: Tensor, prec_chol: Tensor | None) -> Tensor:
         """The summed second moment in data coordinates (the identity unless whitened)."""
@@ -235,10 +256,9 @@ class VectorCovariance(CovarianceModel):
         return 0.5 * (m * m * scale).sum(dim=1), weights.T
 
     def features(self, y: Tensor, ref: Tensor) -> Tensor:
-        return self.square_features(y)
+        return self.row_features(y)
 
-    @staticmethod
-    def square_features(y: Tensor, workspace: Workspace | None = None) -> Tensor:
+    def row_features(self, y: Tensor, workspace: Workspace | None = None) -> Tensor:
         """$[y^2, y]$, `[B, 2D]`."""
         shape = (y.shape[0], 2 * y.shape[1])
         out = y.new_empty(shape) if workspace is None else workspace.take("features", shape, y)
@@ -246,21 +266,36 @@ class VectorCovariance(CovarianceModel):
         out[:, y.shape[1] :] = y
         return out
 
+    def data(self, rows: Tensor) -> Tensor:
+        return rows[:, rows.shape[1] // 2 :]
+
     def energies(
-        self, y: Tensor, operands: tuple[Tensor, ...], workspace: Workspace
+        self, rows: Tensor, operands: tuple[Tensor, ...], workspace: Workspace
     ) -> tuple[Tensor, Tensor]:
-        r"""The quadratic forms, `[B, K]`, clipped at 0, and the features $[y^2, y]$, from
-        one matmul written into `workspace`."""
+        r"""The quadratic forms, `[B, K]`, clipped at 0, from one matmul of the features
+        $[y^2, y]$ (which are also the moments' features) written into `workspace`."""
         offset, weights = operands
-        features = self.square_features(y, workspace)
-        energies = workspace.take("energies", (y.shape[0], weights.shape[1]), y)
-        return torch.addmm(offset, features, weights, out=energies).clamp_min_(0.0), features
+        energies = workspace.take("energies", (rows.shape[0], weights.shape[1]), rows)
+        return torch.addmm(offset, rows, weights, out=energies).clamp_min_(0.0), rows
+
+    def responsibility_moments(
+        self, y: Tensor, ref: Tensor, r: Tensor, workspace: Workspace
+    ) -> tuple[Tensor, Tensor]:
+        """`moments` under given responsibilities, `RESPONSIBILITY_ROWS` rows at a time
+        (the features $[y^2, y]$ of each chunk in `workspace`)."""
+        total = None
+        for start in range(0, y.shape[0], RESPONSIBILITY_ROWS):
+            stop = start + RESPONSIBILITY_ROWS
+            rows = self.row_features(y[start:stop], workspace)
+            sums = self.moments(rows, rows, r[start:stop], workspace)
+            total = sums if total is None else (total[0] + sums[0], total[1] + sums[1])
+        return total
 
     def moments(
-        self, y: Tensor, features: Tensor, r: Tensor, workspace: Workspace
+        self, rows: Tensor, features: Tensor, r: Tensor, workspace: Workspace
     ) -> tuple[Tensor, Tensor]:
         r"""$F_j = \sum_t r_{tj}y_t$ and $\sum_t r_{tj}y_t^2$ from one matmul
         $r^\top[y^2, y]$, `([K, D], [K, D])`."""
         moments = r.T @ features
-        dim = y.shape[1]
+        dim = features.shape[1] // 2
         return moments[:, dim:], moments[:, :dim]

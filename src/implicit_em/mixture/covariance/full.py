@@ -13,7 +13,12 @@ import torch
 from torch import Tensor
 
 from implicit_em.distances import full_mahalanobis, whitening_factor
-from implicit_em.mixture.covariance.base import MatrixCovariance, eye, sym
+from implicit_em.mixture.covariance.base import (
+    RESPONSIBILITY_ROWS,
+    MatrixCovariance,
+    eye,
+    sym,
+)
 from implicit_em.mixture.workspace import Workspace
 
 __all__ = ["FEATURES_LAST_FROM", "Full"]
@@ -63,22 +68,34 @@ class Full(MatrixCovariance):
     def row_width(self, k: int, d: int) -> int:
         return k * d
 
+    def row_features(self, y: Tensor, workspace: Workspace | None = None) -> Tensor:
+        """The augmented rows $[y, 1]$, `[B, D+1]`."""
+        b, d = y.shape
+        shape = (b, d + 1)
+        out = y.new_empty(shape) if workspace is None else workspace.take("augmented", shape, y)
+        out[:, :d] = y
+        out[:, d] = 1.0
+        return out
+
+    def data(self, rows: Tensor) -> Tensor:
+        return rows[:, :-1]
+
     def operands(self, m: Tensor, prec_chol: Tensor) -> tuple[Tensor, ...]:
-        r"""For $D \ge 16$, the augmented factors $\big[\begin{smallmatrix}U_j \\ -m_j^\top U_j
-        \end{smallmatrix}\big]$, `[K, D+1, D]`; below, the stacked factors
-        $[U_1 \cdots U_K]^\top$ `[K·D, D]` and $[U_1^\top m_1 \cdots U_K^\top m_K]$
-        `[K·D, 1]`."""
+        r"""The augmented factors $\big[\begin{smallmatrix}U_j \\ -m_j^\top U_j
+        \end{smallmatrix}\big]$: `[K, D+1, D]` for $D \ge 16$, stacked and transposed to
+        `[K·D, D+1]` below."""
         k, d = m.shape
-        shifted = m.unsqueeze(1) @ prec_chol
+        factors = torch.cat([prec_chol, -(m.unsqueeze(1) @ prec_chol)], dim=1)
         if d >= FEATURES_LAST_FROM:
-            return (torch.cat([prec_chol, -shifted], dim=1),)
-        return prec_chol.mT.reshape(k * d, d), shifted.mT.reshape(k * d, 1)
+            return (factors,)
+        return (factors.mT.reshape(k * d, d + 1),)
 
     def energies(
-        self, y: Tensor, operands: tuple[Tensor, ...], workspace: Workspace
+        self, rows: Tensor, operands: tuple[Tensor, ...], workspace: Workspace
     ) -> tuple[Tensor, Tensor]:
         r"""$d_j = \tfrac12\lVert z_j\rVert^2$ and the whitened residuals
-        $z_j = U_j^\top(y-m_j)$, `([B, K], [K, D, B])`, from one matmul.
+        $z_j = U_j^\top(y-m_j)$, `([B, K], [K, D, B])`, from one matmul of the augmented
+        rows $[y, 1]$.
 
         The residuals are written into `workspace` in one of two layouts, chosen by $D$:
 
@@ -88,27 +105,23 @@ class Full(MatrixCovariance):
           component's block is contiguous, which keeps the product's writes and the M-step's
           batched matmul fast (a float32 pass over (200k, 32, 16) took 0.15-0.20 s, against
           0.21-0.31 s rows last, on a 2-core EPYC, AVX2).
-        * $D < 16$, rows last: $z = [U_1 \cdots U_K]^\top y^\top - [U_1^\top m_1 \cdots
-          U_K^\top m_K]$, one `[K·D, D] @ [D, B]` product into `[K, D, B]`: a few features
-          are too narrow a last axis for the vector units (2-3 times faster than features
-          last at $D \le 8$ on the same machine).
+        * $D < 16$, rows last: the stacked factors times $[y, 1]^\top$, one
+          `[K·D, D+1] @ [D+1, B]` product into `[K, D, B]`: a few features are too narrow a
+          last axis for the vector units (2-3 times faster than features last at $D \le 8$
+          on the same machine).
 
         Either way `d` is a transposed view of `half_squared_norms`.
         """
-        b, d = y.shape
+        (factors,) = operands
+        b, d = rows.shape[0], rows.shape[1] - 1
         if d >= FEATURES_LAST_FROM:
-            (factors,) = operands
             k = factors.shape[0]
-            augmented = workspace.take("augmented", (b, d + 1), y)
-            augmented[:, :d] = y
-            augmented[:, d] = 1.0
-            z = workspace.take("residuals", (k, b, d), y)
-            z = torch.bmm(augmented.expand(k, b, d + 1), factors, out=z).mT
+            z = workspace.take("residuals", (k, b, d), rows)
+            z = torch.bmm(rows.expand(k, b, d + 1), factors, out=z).mT
         else:
-            stacked, offset = operands
-            k = stacked.shape[0] // d
-            z = workspace.take("residuals", (k * d, b), y)
-            z = torch.addmm(offset, stacked, y.T, beta=-1, out=z).view(k, d, b)
+            k = factors.shape[0] // d
+            z = workspace.take("residuals", (k * d, b), rows)
+            z = torch.mm(factors, rows.T, out=z).view(k, d, b)
         return half_squared_norms(z, workspace).T, z
 
     def features(self, y: Tensor, ref: Tensor) -> Tensor:
@@ -116,14 +129,44 @@ class Full(MatrixCovariance):
         return y.T.unsqueeze(0) - ref.unsqueeze(-1)
 
     def moments(
-        self, y: Tensor, features: Tensor, r: Tensor, workspace: Workspace
+        self, rows: Tensor, features: Tensor, r: Tensor, workspace: Workspace
     ) -> tuple[Tensor, Tensor]:
         r"""$F_j$ and the whitened scatter $G_j = \sum_t r_{tj}\,z_{tj}z_{tj}^\top$,
         `([K, D], [K, D, D])`: one batched matmul of $\sqrt{r_{tj}}\,z_{tj}$ with itself
         (`features` is weighted in place: it is the chunk's scratch)."""
         scale = torch.sqrt(r.T, out=workspace.take("scale", (r.shape[1], r.shape[0]), r))
         weighted = features.mul_(scale.unsqueeze(1))
-        return r.T @ y, weighted @ weighted.mT
+        return r.T @ self.data(rows), weighted @ weighted.mT
+
+    def responsibility_moments(
+        self, y: Tensor, ref: Tensor, r: Tensor, workspace: Workspace
+    ) -> tuple[Tensor, Tensor]:
+        r"""$F_j$ and $S_j = \sum_t r_{tj}(y_t - \mathrm{ref}_j)(y_t - \mathrm{ref}_j)^\top$
+        under given responsibilities (the initial M-step).
+
+        Hard responsibilities (every $r_{tj}$ 0 or 1: k-means labels, one-point starts) take
+        each component's rows and one `[D, n_j] @ [n_j, D]` product of their differences,
+        $O(ND^2)$ in all instead of the $O(NKD^2)$ of weighting every row for every
+        component; soft ones go `RESPONSIBILITY_ROWS` rows at a time through `moments`.
+        """
+        first = r.T @ y
+        if bool(((r == 0) | (r == 1)).all()):
+            k = r.shape[1]
+            labels = torch.where(r.sum(dim=1) > 0, r.argmax(dim=1), k)
+            order = torch.argsort(labels, stable=True)
+            counts = torch.bincount(labels, minlength=k + 1)[:k].tolist()
+            grouped = y[order[: sum(counts)]] - ref[labels[order[: sum(counts)]]]
+            second = torch.stack([part.T @ part for part in grouped.split(counts)])
+            return first, second
+        second = y.new_zeros(self.second_shape(*ref.shape))
+        for start in range(0, y.shape[0], RESPONSIBILITY_ROWS):
+            chunk, weights = (
+                y[start : start + RESPONSIBILITY_ROWS],
+                r[start : start + RESPONSIBILITY_ROWS],
+            )
+            features = self.features(chunk, ref)
+            second += self.moments(self.row_features(chunk), features, weights, workspace)[1]
+        return first, second
 
     def unwhiten(self, second: Tensor, prec_chol: Tensor | None) -> Tensor:
         r"""$S_j = U_j^{-\top} G_j U_j^{-1}$ (`U` of the E-step that whitened the residuals;

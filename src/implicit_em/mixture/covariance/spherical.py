@@ -37,9 +37,9 @@ class Spherical(VectorCovariance):
         return self.quadratic_operands(m, (prec_chol * prec_chol).unsqueeze(1).expand_as(m))
 
     def moments(
-        self, y: Tensor, features: Tensor, r: Tensor, workspace: Workspace
+        self, rows: Tensor, features: Tensor, r: Tensor, workspace: Workspace
     ) -> tuple[Tensor, Tensor]:
-        first, second = super().moments(y, features, r, workspace)
+        first, second = super().moments(rows, features, r, workspace)
         return first, second.sum(dim=1)
 
     def estimate(

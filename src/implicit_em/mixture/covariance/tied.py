@@ -39,18 +39,26 @@ class Tied(MatrixCovariance):
     def row_width(self, k: int, d: int) -> int:
         return d
 
+    def row_features(self, y: Tensor, workspace: Workspace | None = None) -> Tensor:
+        """`y` itself."""
+        return y
+
+    def data(self, rows: Tensor) -> Tensor:
+        return rows
+
     def operands(self, m: Tensor, prec_chol: Tensor) -> tuple[Tensor, ...]:
         r"""$U$, $-(m_jU)^\top$ `[D, K]` and $\tfrac12\lVert m_jU\rVert^2$ `[K]`."""
         mu = m @ prec_chol
         return prec_chol, -mu.T, 0.5 * (mu * mu).sum(dim=1)
 
     def energies(
-        self, y: Tensor, operands: tuple[Tensor, ...], workspace: Workspace
+        self, rows: Tensor, operands: tuple[Tensor, ...], workspace: Workspace
     ) -> tuple[Tensor, Tensor]:
         r"""$d_j = \tfrac12\lVert yU\rVert^2 - (m_jU)\cdot(yU) + \tfrac12\lVert m_jU\rVert^2$,
         `[B, K]`, clipped at 0, and `y` (the features of `moments`), with every
         intermediate written into `workspace`."""
         prec_chol, minus_mu, half_mu_sq = operands
+        y = rows
         (b, d), k = y.shape, minus_mu.shape[1]
         whitened = torch.mm(y, prec_chol, out=workspace.take("whitened", (b, d), y))
         energies = workspace.take("energies", (b, k), y)
@@ -63,10 +71,10 @@ class Tied(MatrixCovariance):
         return y
 
     def moments(
-        self, y: Tensor, features: Tensor, r: Tensor, workspace: Workspace
+        self, rows: Tensor, features: Tensor, r: Tensor, workspace: Workspace
     ) -> tuple[Tensor, Tensor]:
         r"""$F_j$ and $\sum_t (y_t - s)(y_t - s)^\top$ (rows of `r` sum to 1)."""
-        return r.T @ y, y.T @ y
+        return r.T @ rows, rows.T @ rows
 
     def estimate(
         self, second: Tensor, n: Tensor, delta: Tensor, n_total: Tensor, reg: float
