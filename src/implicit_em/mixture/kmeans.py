@@ -11,8 +11,8 @@ $\lVert c\rVert^2 - 2\,x\cdot c$ from one matmul per pass, so the labels are
 scikit-learn's except where two distances tie to rounding.
 
 They replace scikit-learn's functions in the initialization for speed: on (100k, 32, 16),
-scikit-learn's k-means++ seeding alone took about 0.16 s on a 2-core Xeon (AVX-512), as
-long as several of our EM passes.
+scikit-learn's k-means++ seeding alone took 0.16-0.21 s on a shared 2-core Xeon (AVX-512), as
+long as several of our EM passes, and its whole k-means 0.28-0.38 s.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 r"""Streaming sufficient statistics of the EM step, summed chunk by chunk.
 
 For responsibilities $r_{tj}$ of the current parameters and the shared shift $s$
-(`Mixture.shift`) a chunk contributes
+(a fit's first mixture mean, fixed for the fit; see `fitting`) a chunk contributes
 
 $$
 N_j = \sum_t r_{tj}, \qquad F_j = \sum_t r_{tj}(x_t - s), \qquad
