@@ -28,12 +28,12 @@ _TOL = 1e-4
 
 
 def _augmented(x: Tensor) -> Tensor:
-    """`[x, 1]`, `[N, D+1]`: one matmul then gives $-2\\,x\\cdot c + \\lVert c\rVert^2$."""
+    r"""`[x, 1]`, `[N, D+1]`: one matmul then gives $-2\,x\cdot c + \lVert c\rVert^2$."""
     return torch.cat([x, x.new_ones(x.shape[0], 1)], dim=1)
 
 
 def _center_operands(centers: Tensor) -> Tensor:
-    r"""$ig[egin{smallmatrix}-2C^\top \\ \lVert c\rVert^2\end{smallmatrix}\big]$,
+    r"""$\big[\begin{smallmatrix}-2C^\top \\ \lVert c\rVert^2\end{smallmatrix}\big]$,
     `[D+1, P]`."""
     return torch.cat([-2.0 * centers.T, (centers * centers).sum(dim=1).unsqueeze(0)], dim=0)
 
