@@ -44,8 +44,8 @@ data:
 	fi
 
 lint: setup
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff format --check src tests benchmarks examples
 
 # The documentation site, built into site/; any warning fails the build.
 docs: setup
