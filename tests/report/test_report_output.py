@@ -216,12 +216,12 @@ def test_a_killed_report_resumes_without_rerunning_what_finished(tmp_path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("--only", "E1,E77"), "unknown experiment id(s) E77"),
+        (("--only", "E1,E77"), "--only: unknown experiment id(s) E77"),
         (
             ("--out", "/proc/no-such-folder/report"),
             "--out /proc/no-such-folder/report: not a writable folder",
         ),
-        (("--device", "tpu"), "--device must be 'cpu' or 'cuda'"),
+        (("--device", "tpu"), "--device tpu: expected cpu, cuda or cuda:N"),
         (("--quick", "--full"), "choose one of --quick, --full and --smoke"),
     ],
 )

@@ -457,7 +457,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
                 "Best performing initialization did not converge. Try different init "
                 "parameters, or increase max_iter, tol, or check for degenerate data.",
                 ConvergenceWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
         self._publish(best.mixture)
         self._rule, self._worst = None, None

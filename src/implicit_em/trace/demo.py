@@ -10,6 +10,7 @@ import typer
 from sklearn.datasets import load_digits
 from torch import Tensor, nn
 
+from implicit_em.arguments import check_writable_folder
 from implicit_em.distances import SquaredEuclidean
 from implicit_em.trace.sinks import History
 from implicit_em.trace.tracer import Tracer
@@ -118,11 +119,7 @@ def trace_demo(
     seed: int = typer.Option(0, help="Random seed."),
 ) -> None:
     """Train a small distance-head classifier on digits with the tracer on and summarize it."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        typer.echo(f"error: --out {out}: not a writable folder ({err.strerror})", err=True)
-        raise typer.Exit(code=2) from None
+    check_writable_folder(out, "--out")
     history, acc = run_demo(out, epochs=epochs, seed=seed, every=every)
     typer.echo(summary_table(history))
     typer.echo(f"\nheld-out accuracy (last 128 digits): {acc:.3f}")
