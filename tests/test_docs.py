@@ -182,14 +182,6 @@ def test_docstring_examples_run(name: str) -> None:
     assert result.failed == 0, f"{result.failed} docstring examples of {name} failed"
 
 
-def test_getting_started_python_blocks_run() -> None:
-    page = ROOT / "docs" / "getting-started.md"
-    blocks = re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S)
-    assert blocks, "the tour shows Python examples"
-    for block in blocks:
-        exec(compile(block, str(page), "exec"), {"__name__": "getting_started"})
-
-
 # Sphinx roles and directives, Google-style section headers and reStructuredText tables: none
 # of them renders in the reference (NumPy convention, Markdown) or reads cleanly in help().
 _NOT_NUMPY = re.compile(
