@@ -100,9 +100,9 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     chunks. A drop-in for scikit-learn's `GaussianMixture`: the same parameters with the same
     meaning, validated by scikit-learn's parameter constraints, and the same fitted attributes.
     The extensions are `fitter`, `batch_size`, `learning_rate`, `device`, `dtype` and
-    `distributed`, the `history_`
-    attribute, `partial_fit`, tensor input (methods then return tensors on the input's device)
-    and re-iterable batches such as a `DataLoader` (`fit`, `score`, `bic`, `aic`).
+    `distributed`, the `history_` attribute, `partial_fit`, tensor input (methods then return
+    tensors on the input's device) and re-iterable batches such as a `DataLoader` (`fit`,
+    `score`, `bic`, `aic`).
 
     **Data types.** With `dtype=None`, as in scikit-learn, float32 input is fitted in float32,
     and every fitted attribute and every floating output (`score_samples`, `predict_proba`,
