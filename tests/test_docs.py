@@ -26,9 +26,9 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "mkdocs.yml"
 REFERENCE = "reference/"
 
-# Top-level submodules that the reference does not document: the command line is documented by
-# `implicit-em --help` and the guides.
-NOT_REFERENCED = {"implicit_em.cli"}
+# Top-level submodules that the reference does not document: the command line (and the checks
+# of its arguments) is documented by `implicit-em --help` and the guides.
+NOT_REFERENCED = {"implicit_em.cli", "implicit_em.arguments"}
 
 # Modules whose docstrings follow the NumPy convention with doctest examples.
 DOCTESTED = (
