@@ -140,6 +140,10 @@ class SiteCapture:
         self._optimizer_handle: Any = None
         self.suspended = False
         """While True (`paused`) gradient hooks do nothing."""
+        self.through_optimizer_step = False
+        """While False the optimizer's step ends the capture of a training step; True keeps it
+        (an optimizer stepping with a closure, as Lightning's, runs the forward and backward
+        pass inside its step)."""
 
     @property
     def installed(self) -> bool:
@@ -176,7 +180,8 @@ class SiteCapture:
 
     def _optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """The step's forward and backward passes are over: the optimizer runs uncaptured."""
-        self._leave()
+        if not self.through_optimizer_step:
+            self._leave()
 
     def take(self) -> Pass:
         """Stop, and hand over the pass captured so far (its gradient hooks do nothing from

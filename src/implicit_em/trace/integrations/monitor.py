@@ -63,6 +63,9 @@ class Monitor:
         More sinks for the full records (e.g. `"jsonl:PATH"`).
     options : dict
         More arguments of `Tracer` (`sites`, `probe`, `thresholds`, ...).
+    through_optimizer_step : bool, default=False
+        Keep capturing through the optimizer's step, for trainers whose optimizer step runs
+        the forward and backward pass in a closure (Lightning).
     """
 
     def __init__(
@@ -73,6 +76,7 @@ class Monitor:
         top_k: int,
         sinks: Sequence[str | Sink],
         options: dict[str, Any],
+        through_optimizer_step: bool = False,
     ) -> None:
         self.top_k = top_k
         self._sink = StepSink()
@@ -80,6 +84,7 @@ class Monitor:
             model, every=every, sinks=[self._sink, *sinks], flush_every=1, **options
         )
         self.tracer.step_index = first_step
+        self.tracer.capture.through_optimizer_step = through_optimizer_step
         self._pause: contextlib.AbstractContextManager | None = None
         self.tracer.__enter__()
         self._paused()
