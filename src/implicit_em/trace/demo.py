@@ -84,7 +84,7 @@ def run_demo(
                 opt.step()
                 opt.zero_grad()
                 tracer.step()
-    from implicit_em.plot import standard_figures
+    from implicit_em.trace.figures import standard_figures
 
     standard_figures(tracer.history, out / "figures")
     return tracer.history, accuracy(model, probe_x, probe_y)

@@ -26,7 +26,7 @@ from typing import Any
 
 from implicit_em.trace.sinks import Record
 
-__all__ = ["BOOKKEEPING", "HEALTH", "key_bound", "quantile", "summarize"]
+__all__ = ["BOOKKEEPING", "HEALTH", "health_metric", "key_bound", "quantile", "summarize"]
 
 BOOKKEEPING = ("step", "K", "rows")
 """Numeric record fields that are no health metric and are not summarized."""
@@ -51,7 +51,9 @@ def _scalar(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _health(kind: str, records: Sequence[Record]) -> str | None:
+def health_metric(kind: str, records: Sequence[Record]) -> str | None:
+    """The metric naming the worst sites of type `kind` (`HEALTH`, else the first of
+    `effective_k`, `entropy` that `records` have; None if neither)."""
     if kind in HEALTH:
         return HEALTH[kind]
     for metric in ("effective_k", "entropy"):
@@ -103,7 +105,7 @@ def summarize(records: Iterable[Record], top_k: int = 3, prefix: str = "trace") 
             out[f"{prefix}/{kind}/{metric}/p50"] = quantile(values, 0.5)
             out[f"{prefix}/{kind}/{metric}/p90"] = quantile(values, 0.9)
             out[f"{prefix}/{kind}/{metric}/max"] = values[-1]
-        health = _health(kind, sites)
+        health = health_metric(kind, sites)
         if health is not None and top_k:
             scored = [(r[health], r["site"]) for r in sites if _scalar(r.get(health))]
             for value, site in sorted(scored)[:top_k]:

@@ -14,6 +14,8 @@ pytest.importorskip("accelerate")
 from implicit_em.trace import History  # noqa: E402
 from implicit_em.trace.integrations.huggingface import TracerCallback  # noqa: E402
 
+from ..browser import check_in_browser, needs_chromium  # noqa: E402
+
 
 def _gpt2() -> torch.nn.Module:
     cfg = transformers.GPT2Config(
@@ -143,3 +145,19 @@ def test_key_count_does_not_grow_with_depth(tmp_path):
     assert counts[0] == counts[1]
     # the logged entry also holds `epoch`
     assert counts[1] - 1 <= key_bound({"classification": 10, "attention": 9}, top_k=2)
+
+
+@needs_chromium
+def test_page_of_a_trainer_run_in_chromium(tmp_path):
+    pytest.importorskip("matplotlib")
+    from typer.testing import CliRunner
+
+    from implicit_em.cli import app
+
+    _train(tmp_path, _gpt2(), _data(16, "lm"), max_steps=3, logging_steps=1)
+    result = CliRunner().invoke(
+        app, ["trace", "report", str(tmp_path / "trace.jsonl"), "--out", str(tmp_path / "page")]
+    )
+    assert result.exit_code == 0, result.output
+    sections = {"summary", "type-attention", "type-classification", "alarms", "worst"}
+    check_in_browser(tmp_path / "page" / "index.html", tmp_path, sections)
