@@ -106,6 +106,10 @@ CASES = {
         ),
     ],
     "trace-demo": [("unwritable output", lambda f: ["--out", str(f["unwritable"])], "--out")],
+    "trace": [
+        ("missing run", lambda f: ["report", str(f["missing"])], "cannot be read"),
+        ("not a run", lambda f: ["report", str(f["text"])], "data.txt:1: not a JSON record"),
+    ],
     "windtunnel": [
         ("unwritable output", lambda f: ["--quick", "--out", str(f["unwritable"])], "--out")
     ],
