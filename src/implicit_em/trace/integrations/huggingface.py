@@ -38,6 +38,8 @@ class TracerCallback(TrainerCallback):
     training after the step (`control.should_training_stop`). Under DDP (`accelerate launch`,
     `torchrun`) every rank traces its shard and the metrics are those of the global batch.
 
+    More keyword arguments go to `Tracer` (`sites`, `probe`, `thresholds`, `max_rows`, ...).
+
     Parameters
     ----------
     trainer : transformers.Trainer
@@ -51,8 +53,6 @@ class TracerCallback(TrainerCallback):
         Stop training after a measured step that raised an alarm.
     sinks : sequence of str or Sink, default=()
         Sinks of the full per-site records, e.g. `"jsonl:runs/trace.jsonl"`, `"wandb"`.
-    **options
-        More arguments of `Tracer` (`sites`, `probe`, `thresholds`, `max_rows`, ...).
 
     Attributes
     ----------

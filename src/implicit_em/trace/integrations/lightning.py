@@ -35,6 +35,8 @@ class TracerCallback(Callback):
     `stop_on_alarm`, stop training (`trainer.should_stop`). Under DDP every rank traces its
     shard and the metrics are those of the global batch.
 
+    More keyword arguments go to `Tracer` (`sites`, `probe`, `thresholds`, `max_rows`, ...).
+
     Parameters
     ----------
     every : int or None, default=None
@@ -46,8 +48,6 @@ class TracerCallback(Callback):
         Stop training after a measured step that raised an alarm.
     sinks : sequence of str or Sink, default=()
         Sinks of the full per-site records, e.g. `"jsonl:runs/trace.jsonl"`, `"wandb"`.
-    **options
-        More arguments of `Tracer` (`sites`, `probe`, `thresholds`, `max_rows`, ...).
 
     Attributes
     ----------

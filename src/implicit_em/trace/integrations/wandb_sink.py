@@ -28,6 +28,8 @@ class WandbSink:
     mode (`WANDB_MODE=offline`) scalars and alerts are stored in the run's files and sent by
     `wandb sync`.
 
+    More keyword arguments go to `wandb.init` when the sink starts a run (e.g. `project`).
+
     Parameters
     ----------
     run : wandb Run or None, default=None
@@ -35,8 +37,6 @@ class WandbSink:
         `wandb.init(**init)` and finished by `close`.
     top_k : int, default=3
         Worst sites named per site type.
-    **init
-        Arguments of `wandb.init` for a new run (e.g. `project`).
 
     Raises
     ------
