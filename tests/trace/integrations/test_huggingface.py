@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import json
 import logging
+from pathlib import Path
 
 import pytest
 import torch
@@ -81,6 +83,7 @@ def test_gpt2_metrics_reach_log_history_at_the_logging_steps(tmp_path):
     trainer, history = _train(tmp_path, _gpt2(), _data(16, "lm"), max_steps=4, logging_steps=2)
     logs = _trace_logs(trainer)
     assert [e["step"] for e in logs] == [2, 4]
+    assert [e["step"] for e in trainer.state.log_history if "loss" in e] == [2, 4]
     assert {r["step"] for r in history if r["kind"] == "site"} == {2, 4}
     entry = logs[0]
     assert 0 < entry["trace/attention/entropy/p50"] <= entry["trace/attention/entropy/max"]
@@ -161,3 +164,16 @@ def test_page_of_a_trainer_run_in_chromium(tmp_path):
     assert result.exit_code == 0, result.output
     sections = {"summary", "type-attention", "type-classification", "alarms", "worst"}
     check_in_browser(tmp_path / "page" / "index.html", tmp_path, sections)
+
+
+@pytest.mark.slow
+def test_ddp_ranks_log_the_metrics_of_the_global_batch(tmp_path, torchrun):
+    worker = Path(__file__).with_name("hf_ddp_worker.py")
+    done = torchrun(worker, tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"logs{r}.json").read_text()) for r in (0, 1)]
+    assert [r["world"] for r in ranks] == [2, 2]
+    assert ranks[0]["logs"] == ranks[1]["logs"] and len(ranks[0]["logs"]) == 2
+    history = History.from_jsonl(tmp_path / "trace.jsonl")  # written once, by rank 0
+    heads = [r for r in history if r["kind"] == "site" and r["type"] == "classification"]
+    assert [(r["step"], r["rows"]) for r in heads] == [(1, 8.0), (2, 8.0)]  # 2 ranks x 4 rows

@@ -108,7 +108,10 @@ class TracerCallback(TrainerCallback):
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         summary, alarms = self.monitor.end_step()
         if summary:
+            # `Trainer.log` clears `should_log`; keep the Trainer's own logging of this step
+            should_log = control.should_log
             self.trainer.log(summary)
+            control.should_log = should_log
         if alarms and self.stop_on_alarm:
             logger.warning(stop_message(alarms))
             control.should_training_stop = True

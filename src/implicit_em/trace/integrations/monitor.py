@@ -80,13 +80,12 @@ class Monitor:
     ) -> None:
         self.top_k = top_k
         self._sink = StepSink()
-        self.tracer = Tracer(
-            model, every=every, sinks=[self._sink, *sinks], flush_every=1, **options
-        )
+        self.tracer = Tracer(model, every=every, sinks=list(sinks), flush_every=1, **options)
         self.tracer.step_index = first_step
         self.tracer.capture.through_optimizer_step = through_optimizer_step
         self._pause: contextlib.AbstractContextManager | None = None
         self.tracer.__enter__()
+        self.tracer.sinks.append(self._sink)  # on every rank: each logs the same summary
         self._paused()
 
     def _paused(self) -> None:
