@@ -45,6 +45,10 @@ def test_page_has_every_section_and_the_alarm_messages(tmp_path):
         assert f"id='{section}'" in html
     assert html.count("data:image/png;base64,") == 2
     assert "one component holds most of the mass" in html
+    dominance = [a for a in run.history.alarms() if a["alarm"] == "dominance"]
+    first, last = dominance[0]["step"], dominance[-1]["step"]
+    row = f"<td>head.ce</td><td>dominance</td><td>{len(dominance)}</td><td>{first}</td><td>{last}</td>"
+    assert len(dominance) > 1 and row in html
     assert "http://" not in html and "https://" not in html
 
 

@@ -7,7 +7,8 @@ page pieces (`implicit_em.pages`):
   its health metric);
 * per site type, timelines of its health metrics over steps (`trace.figures.health_timeline`)
   with the steps of its alarms marked;
-* the alarms, in order, with their messages;
+* the alarms with their messages: one row per site and alarm (how often, first and last step),
+  then every alarm in order (the first 500);
 * the worst sites of each type at their latest measurement.
 """
 
@@ -236,6 +237,20 @@ def health_page(run: RunFile, top_k: int = 5) -> str:
     parts += type_parts
     parts.append("<section id='alarms'><h2>Alarms</h2>")
     if alarms:
+        groups: dict[tuple[str, str], list[Record]] = {}
+        for a in alarms:
+            groups.setdefault((a["site"], a["alarm"]), []).append(a)
+        grouped = [
+            (site, alarm, len(g), g[0]["step"], g[-1]["step"], g[0].get("message", ""))
+            for (site, alarm), g in sorted(groups.items(), key=lambda item: item[1][0]["step"])
+        ]
+        parts.append(
+            table(
+                ("site", "alarm", "times", "first step", "last step", "first message"),
+                grouped,
+                title="per site and alarm",
+            )
+        )
         rows = [
             (
                 a["step"],
@@ -247,11 +262,13 @@ def health_page(run: RunFile, top_k: int = 5) -> str:
             )
             for a in alarms[:_MAX_ALARM_ROWS]
         ]
-        parts.append(table(("step", "site", "alarm", "value", "threshold", "message"), rows))
-        if len(alarms) > _MAX_ALARM_ROWS:
-            parts.append(
-                f"<p class='note'>… and {len(alarms) - _MAX_ALARM_ROWS} more alarms in the file.</p>"
-            )
+        more = len(alarms) - len(rows)
+        parts.append(
+            f"<details><summary>Every alarm ({len(alarms)})</summary>"
+            + table(("step", "site", "alarm", "value", "threshold", "message"), rows)
+            + (f"<p class='note'>… and {more} more in the file.</p>" if more > 0 else "")
+            + "</details>"
+        )
     else:
         parts.append("<p>No alarm was raised.</p>")
     parts.append("</section>")
