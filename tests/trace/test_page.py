@@ -135,3 +135,27 @@ def test_page_of_the_trace_demo_in_chromium(tmp_path):
         tmp_path,
         {"summary", "type-classification", "alarms", "worst"},
     )
+
+
+def test_many_sites_are_drawn_as_median_and_band():
+    from implicit_em.trace import History
+    from implicit_em.trace.figures import health_timeline
+
+    records = [
+        {
+            "kind": "site",
+            "step": step,
+            "site": f"h.{i}.attn",
+            "type": "attention",
+            "entropy": i + step,
+        }
+        for step in range(3)
+        for i in range(12)
+    ]
+    records.append({"kind": "alarm", "step": 1, "site": "h.0.attn", "alarm": "nonfinite_gradient"})
+    fig = health_timeline(History(records), "attention", ["entropy"])
+    (ax,) = [a for a in fig.axes if a.get_visible()]
+    (median,) = [line for line in ax.get_lines() if line.get_label() == "median"]
+    assert list(median.get_ydata()) == [5.5, 6.5, 7.5]
+    assert len(ax.collections) == 1  # the min-max band
+    assert [line.get_xdata()[0] for line in ax.get_lines() if line.get_linestyle() == "--"] == [1]
