@@ -129,3 +129,6 @@ def trace_demo(
     typer.echo(
         f"\n{len(history)} records; wrote {out / 'trace.jsonl'}, {out / 'tb'} and {out / 'figures'}"
     )
+    typer.echo(
+        f"its health page: implicit-em trace report {out / 'trace.jsonl'} --out {out / 'page'}"
+    )
