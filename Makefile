@@ -12,7 +12,7 @@ TORCH_INDEX ?=
 TORCH_PIP := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: setup report verify test test-fast lint docs docs-serve wheel-check clean data
+.PHONY: setup report verify test test-fast lint docs docs-serve wheel-check clean data browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,18 @@ data:
 		echo "make data: apt-get is not available here. Copy the four Fashion-MNIST files"; \
 		echo "(train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz,"; \
 		echo "t10k-labels-idx1-ubyte.gz) into a folder and set IMPLICIT_EM_DATA to that folder."; \
+		exit 1; \
+	fi
+
+# Headless Chromium (Debian's chromium package), for the test that opens the tracer's health page
+# (`implicit-em trace report`) in a real browser; without it that test is skipped.
+browser:
+	@if command -v chromium >/dev/null 2>&1; then \
+		echo "chromium is installed"; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+		$(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; \
+	else \
+		echo "make browser: apt-get is not available here; install Chromium and put it on PATH"; \
 		exit 1; \
 	fi
 

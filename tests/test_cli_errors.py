@@ -146,6 +146,10 @@ CASES = {
         ("zero epochs", lambda f: ["--epochs", "0"], "--epochs"),
         ("zero period", lambda f: ["--every", "0"], "--every"),
     ],
+    "trace": [
+        ("missing run", lambda f: ["report", str(f["missing"])], "cannot be read"),
+        ("not a run", lambda f: ["report", str(f["text"])], "data.txt:1: not a JSON record"),
+    ],
     "windtunnel": [
         ("unwritable output", lambda f: ["--quick", "--out", str(f["unwritable"])], "--out"),
         ("output is a file", lambda f: ["--quick", "--out", str(f["good"])], "--out"),

@@ -2,10 +2,15 @@
 
 Each subcommand lives beside the code it drives and is registered here, so this module stays a
 table of contents: `report` (the claims report), `verify` (the executable identities), `fit`
+<<<<<<< HEAD
 (Gaussian mixtures), `trace-demo` (the tracer on digits) and `windtunnel` (the Bayesian wind
 tunnel). `implicit-em --help` and `implicit-em COMMAND --help` list the options;
 `implicit-em --version` prints the version. Bad input is one line, `error: ...`, and exit
 status 2 (see `arguments`).
+=======
+(Gaussian mixtures), `trace-demo` (the tracer on digits), `trace report` (the health page of a
+traced run) and `windtunnel` (the Bayesian wind tunnel). `implicit-em --help` and `implicit-em COMMAND --help` list the options.
+>>>>>>> tracer-stack
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from implicit_em import __version__, identities
 from implicit_em.arguments import OneLineErrors, fail, names
 from implicit_em.mixture.cli import fit_command
 from implicit_em.report.cli import report_command
+from implicit_em.trace.cli import trace_app
 from implicit_em.trace.demo import trace_demo
 from implicit_em.windtunnel.cli import windtunnel
 
@@ -97,6 +103,7 @@ app.command("fit")(fit_command)
 
 
 app.command("trace-demo")(trace_demo)
+app.add_typer(trace_app, name="trace")
 
 
 def main() -> None:

@@ -6,17 +6,17 @@ can be rebuilt from it with `render_html` alone.
 
 from __future__ import annotations
 
-import base64
-import html
 import json
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from implicit_em.pages import embedded_figure, format_number, page
+from implicit_em.pages import escape as _esc
+from implicit_em.pages import table as _table
 from implicit_em.report.claims import CLAIMS
 
-__all__ = ["render_html", "render_markdown", "report_document"]
+__all__ = ["format_number", "render_html", "render_markdown", "report_document"]
 
 _COLOURS = {"holds": "#1a7f37", "fails": "#cf222e", "partly": "#9a6700", "not run": "#57606a"}
 
@@ -36,29 +36,6 @@ def report_document(
 ) -> dict[str, Any]:
     """The JSON document of a report: its metadata and one entry per experiment."""
     return {"meta": dict(meta), "claims": CLAIMS, "experiments": list(results)}
-
-
-def format_number(value: Any) -> str:
-    """A number as the report prints it (4 significant digits, scientific when tiny or huge)."""
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        if value == 0 or 1e-3 <= abs(value) < 1e5:
-            return f"{value:.4g}"
-        return f"{value:.3e}"
-    if isinstance(value, list):
-        if len(value) > 8:
-            return (
-                "[" + ", ".join(format_number(v) for v in value[:8]) + f", … ({len(value)} values)]"
-            )
-        return "[" + ", ".join(format_number(v) for v in value) + "]"
-    return str(value)
 
 
 def _headline(entry: Mapping[str, Any]) -> str:
@@ -86,10 +63,6 @@ def render_markdown(document: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _esc(value: Any) -> str:
-    return html.escape(str(value), quote=True)
-
-
 def _verdict(verdict: str) -> str:
     colour = _COLOURS.get(verdict, "#57606a")
     return f'<span class="verdict" style="background:{colour}">{_esc(verdict)}</span>'
@@ -101,23 +74,8 @@ def _claim_refs(ids: Sequence[str]) -> str:
     )
 
 
-def _table(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str = "") -> str:
-    head = "".join(f"<th>{_esc(c)}</th>" for c in columns)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{_esc(format_number(v))}</td>" for v in row) + "</tr>"
-        for row in rows
-    )
-    caption = f"<caption>{_esc(title)}</caption>" if title else ""
-    return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
 def _figure(root: Path, figure: Mapping[str, str]) -> str:
-    path = root / figure["path"]
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return (
-        f'<figure><img alt="{_esc(figure["caption"])}" src="data:image/png;base64,{data}">'
-        f"<figcaption>{_esc(figure['caption'])}</figcaption></figure>"
-    )
+    return embedded_figure((root / figure["path"]).read_bytes(), figure["caption"])
 
 
 def _section(root: Path, e: Mapping[str, Any]) -> str:
@@ -167,20 +125,6 @@ def _section(root: Path, e: Mapping[str, Any]) -> str:
     return "\n".join(parts)
 
 
-_CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px;margin:2em auto;
-padding:0 1em;line-height:1.5;color:#1f2328}
-h1{margin-bottom:.2em}h2{border-bottom:1px solid #d0d7de;padding-bottom:.3em;margin-top:2em}
-table{border-collapse:collapse;margin:1em 0;font-size:.92em}th,td{border:1px solid #d0d7de;
-padding:.3em .6em;text-align:left;vertical-align:top}th{background:#f6f8fa}caption{text-align:left;
-font-weight:600;padding:.3em 0}.verdict{color:#fff;border-radius:1em;padding:.1em .7em;font-size:.8em;
-font-weight:600;white-space:nowrap}figure{margin:1em 0}img{max-width:100%;border:1px solid #d0d7de}
-figcaption{font-size:.9em;color:#57606a}.meta{font-size:.85em;color:#57606a}.note{background:#f6f8fa;
-padding:.5em .8em;border-left:3px solid #d0d7de}pre.error{background:#fff1f0;padding:.8em;overflow:auto}
-code{font-size:.85em}
-"""
-
-
 def render_html(document: Mapping[str, Any], root: Path) -> str:
     """The self-contained page; `root` is the folder the figures' paths are relative to."""
     meta = document["meta"]
@@ -210,10 +154,7 @@ def render_html(document: Mapping[str, Any], root: Path) -> str:
     counts = {v: sum(e["verdict"] == v for e in experiments) for v in _COLOURS}
     tally = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
     sections = "\n".join(_section(root, e) for e in experiments)
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
-<title>implicit-em claims report</title><style>{_CSS}</style></head><body>
-<h1>implicit-em claims report</h1>
+    body = f"""<h1>implicit-em claims report</h1>
 <p class="meta">Size {_esc(meta["size"])} · {_esc(meta["date"])} · implicit-em {_esc(meta["version"])} ·
 {_esc(meta["machine"])} · {meta["seconds"]:.0f} s of experiments</p>
 <p>{_esc(_INTRO)}</p>
@@ -222,6 +163,5 @@ def render_html(document: Mapping[str, Any], root: Path) -> str:
 <tbody>{summary_rows}</tbody></table>
 <h2>Claims and where they are checked</h2>
 <table><thead><tr><th>id</th><th>statement</th><th>checked by</th></tr></thead><tbody>{claim_rows}</tbody></table>
-{sections}
-</body></html>
-"""
+{sections}"""
+    return page("implicit-em claims report", body)

@@ -85,7 +85,7 @@ def run_demo(
                 opt.step()
                 opt.zero_grad()
                 tracer.step()
-    from implicit_em.plot import standard_figures
+    from implicit_em.trace.figures import standard_figures
 
     standard_figures(tracer.history, out / "figures")
     return tracer.history, accuracy(model, probe_x, probe_y)
@@ -125,4 +125,7 @@ def trace_demo(
     typer.echo(f"\nheld-out accuracy (last 128 digits): {acc:.3f}")
     typer.echo(
         f"\n{len(history)} records; wrote {out / 'trace.jsonl'}, {out / 'tb'} and {out / 'figures'}"
+    )
+    typer.echo(
+        f"its health page: implicit-em trace report {out / 'trace.jsonl'} --out {out / 'page'}"
     )
