@@ -9,35 +9,11 @@ import torch
 
 from implicit_em import data
 from implicit_em.objectives import decorrelation_penalty, mixture_nll, variance_penalty
+from implicit_em.report import select
 from implicit_em.report.experiments import e6_volume_collapse as e6
-from implicit_em.report.registry import REGISTRY, VERDICTS
 from implicit_em.report.runner import run_experiments
 
-E6 = REGISTRY["E6"]
-PASSING = {
-    "dead_fraction_lse": 0.9,
-    "dead_fraction_lse_var_decor": 0.05,
-    "probe_gain_var_decor": 0.2,
-    "alarm_seed_share_lse": 1.0,
-    "alarm_seed_share_lse_var_decor": 0.0,
-}
-FAILING = {
-    "dead_fraction_lse": 0.89,
-    "dead_fraction_lse_var_decor": 0.06,
-    "probe_gain_var_decor": 0.19,
-    "alarm_seed_share_lse": 2 / 3,
-    "alarm_seed_share_lse_var_decor": 1 / 3,
-}
-
-
-def test_rule_on_both_sides_of_each_threshold():
-    assert set(PASSING) == {c.number for c in E6.rule.criteria}
-    assert E6.rule.judge(PASSING).verdict == "holds"
-    assert E6.rule.judge(FAILING).verdict == "fails"
-    for name in PASSING:
-        assert E6.rule.judge({**PASSING, name: FAILING[name]}).verdict == "partly"
-        assert E6.rule.judge({**FAILING, name: PASSING[name]}).verdict == "partly"
-    assert E6.rule.judge({**PASSING, "dead_fraction_lse": math.nan}).verdict == "not run"
+(E6,) = select(["E6"])
 
 
 def test_lse_alone_is_minimized_by_switching_every_unit_off():
@@ -84,7 +60,9 @@ def test_smoke_run(tmp_path):
     assert n["trace_residual_max_lse_var_decor"] < 1e-5
     assert all((tmp_path / f.path).is_file() for f in outcome.figures)
     assert len(outcome.tables[0].rows) == len(e6.VARIANTS)
-    assert E6.judge(outcome).verdict in VERDICTS[:3]
+    assert E6.judge(outcome).verdict not in ("not run", "invalid")
+    for criterion in E6.rule.criteria:
+        assert len(outcome.samples[criterion.number]) >= len(E6.configs["smoke"]["seeds"])
 
 
 def test_missing_fashion_mnist_is_not_run_with_instructions(tmp_path, monkeypatch):

@@ -8,21 +8,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from implicit_em.report import select
 from implicit_em.report.experiments import e8_open_set as e8
-from implicit_em.report.registry import REGISTRY, VERDICTS
 
-E8 = REGISTRY["E8"]
-PASSING = {"closed_world_share_softmax": 0.1, "null_rank_violations": 0, "null_auroc_gain": 0.02}
-FAILING = {"closed_world_share_softmax": 0.09, "null_rank_violations": 1, "null_auroc_gain": 0.019}
-
-
-def test_rule_on_both_sides_of_each_threshold():
-    assert set(PASSING) == {c.number for c in E8.rule.criteria}
-    assert E8.rule.judge(PASSING).verdict == "holds"
-    assert E8.rule.judge(FAILING).verdict == "fails"
-    for name in PASSING:
-        assert E8.rule.judge({**PASSING, name: FAILING[name]}).verdict == "partly"
-        assert E8.rule.judge({**FAILING, name: PASSING[name]}).verdict == "partly"
+(E8,) = select(["E8"])
 
 
 def direct_auroc(score, positive):
@@ -141,4 +130,6 @@ def test_smoke_run(tmp_path):
     assert n["null_rank_violations"] == 0 and n["null_energy_auroc_gap"] < 1e-12
     assert n["unknown_classes"] == ["6", "7", "8", "9"]
     assert all((tmp_path / f.path).is_file() for f in outcome.figures)
-    assert E8.judge(outcome).verdict in VERDICTS[:3]
+    assert E8.judge(outcome).verdict not in ("not run", "invalid")
+    for criterion in E8.rule.criteria:
+        assert len(outcome.samples[criterion.number]) >= len(E8.configs["smoke"]["seeds"])

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from implicit_em.report.runner import progress
+from implicit_em.report.progress import progress
 from implicit_em.windtunnel.grid import GridRun, run_grid
 from implicit_em.windtunnel.train import RunConfig, preset
 
@@ -60,14 +60,14 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "quick": {
         "scale": "reference-cpu",
         "overrides": _QUICK_OVERRIDES,
-        "seeds": [0],
+        "seeds": [0, 1, 2],
         "label": "report-quick",
         "runs_dir": RUNS_DIR,
     },
     "full": {
         "scale": "reference-cpu",
         "overrides": {},
-        "seeds": [0, 1, 2],
+        "seeds": [0, 1, 2, 3, 4],
         "label": "reference-cpu",
         "runs_dir": RUNS_DIR,
     },

@@ -45,16 +45,10 @@ from implicit_em.report.experiments._neural import (
     plus_minus,
 )
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.registry import (
-    Criterion,
-    Experiment,
-    Figure,
-    Outcome,
-    Rule,
-    Table,
-    register,
-)
-from implicit_em.report.runner import progress
+from implicit_em.report.judging import Criterion, Gate, Rule
+from implicit_em.report.progress import progress
+from implicit_em.report.registry import Experiment, Figure, Outcome, Table
+from implicit_em.report.units import unit
 
 MODELS = {
     "softmax": "linear softmax head",
@@ -254,21 +248,37 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
     kept: dict[str, dict[str, Any]] = {}
     jobs = [(m, s) for s in config["seeds"] for m in MODELS]
     for kind, seed in progress(jobs, desc="E8 open set"):
-        model = train_model(kind, x_train, y_train, classes, seed, config)
-        result = evaluate(model, x_train, y_train, images.x_test, config)
-        predicted = result["predicted"]
-        accuracy[kind].append(float((predicted[test_known] == y_test[test_known]).double().mean()))
-        confident = result["confidence"][~test_known] > CONFIDENT
-        closed_world[kind].append(float(confident.double().mean()))
+
+        def measure(kind: str = kind, seed: int = seed) -> dict[str, Any]:
+            model = train_model(kind, x_train, y_train, classes, seed, config)
+            result = evaluate(model, x_train, y_train, images.x_test, config)
+            predicted, scores = result["predicted"], result["scores"]
+            return {
+                "accuracy": float((predicted[test_known] == y_test[test_known]).double().mean()),
+                "closed_world": float(
+                    (result["confidence"][~test_known] > CONFIDENT).double().mean()
+                ),
+                "kway": float((-scores["msp"][unknown] > CONFIDENT).mean())
+                if kind == "null"
+                else None,
+                "metrics": {name: open_set_metrics(v, unknown) for name, v in scores.items()},
+                "null_check": result.get("null_check"),
+                "scores": {name: np.asarray(v).tolist() for name, v in scores.items()}
+                if seed == config["seeds"][0]
+                else None,
+            }
+
+        measured = unit(f"{kind}-seed{seed}", measure)
+        accuracy[kind].append(measured["accuracy"])
+        closed_world[kind].append(measured["closed_world"])
         if kind == "null":
-            kway = -result["scores"]["msp"][unknown]
-            closed_world_kway.append(float((kway > CONFIDENT).mean()))
-        for name, score in result["scores"].items():
-            metrics.setdefault((kind, name), []).append(open_set_metrics(score, unknown))
-        if "null_check" in result:
-            checks.append(result["null_check"])
-        if seed == config["seeds"][0]:
-            kept[kind] = result["scores"]
+            closed_world_kway.append(measured["kway"])
+        for name, values in measured["metrics"].items():
+            metrics.setdefault((kind, name), []).append(values)
+        if measured["null_check"] is not None:
+            checks.append(measured["null_check"])
+        if measured["scores"] is not None:
+            kept[kind] = {name: np.asarray(v) for name, v in measured["scores"].items()}
 
     numbers: dict[str, Any] = {
         "data": images.name,
@@ -319,6 +329,15 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
     numbers["best_baseline_auroc"] = numbers[f"auroc_{best[0]}_{best[1]}"]
     return Outcome(
         numbers=numbers,
+        samples={
+            "closed_world_share_softmax": closed_world["softmax"],
+            "null_auroc_gain": [
+                a["auroc"] - b["auroc"]
+                for a, b in zip(
+                    metrics[("null", "null")], metrics[("distance", "energy")], strict=True
+                )
+            ],
+        },
         tables=[
             Table(
                 f"Detecting unknown classes on {images.name} (unknown = positive; "
@@ -409,100 +428,108 @@ def _figure(kept: dict[str, dict[str, Any]], unknown: np.ndarray, out: Path) -> 
 
 _CONFIG = {"lr": 1e-3, "null_target": 0.05, "d0_init": 0.0, "known": [0, 1, 2, 3, 4, 5]}
 
-register(
-    Experiment(
-        id="E8",
-        title="Open set: softmax is closed-world; a null component",
-        claims=("C10", "C14"),
-        hypothesis=(
-            "A softmax head gives a sizeable share of inputs from unseen classes to a known class "
-            "with high confidence; a trained null component (learnable d₀) detects them better "
-            "than the energy score of the same head without it, although with a constant d₀ its "
-            "responsibility ranks inputs exactly as the energy does."
+EXPERIMENT = Experiment(
+    id="E8",
+    title="Open set: softmax is closed-world; a null component",
+    claims=("C10", "C14"),
+    hypothesis=(
+        "A softmax head gives a sizeable share of inputs from unseen classes to a known class "
+        "with high confidence; a trained null component (learnable d₀) detects them better "
+        "than the energy score of the same head without it, although with a constant d₀ its "
+        "responsibility ranks inputs exactly as the energy does."
+    ),
+    setup=(
+        "Classes 0-5 known, 6-9 unknown (Fashion-MNIST: T-shirt/top, Trouser, Pullover, Dress, "
+        "Coat, Sandal known; Shirt, Sneaker, Bag, Ankle boot unknown; digits: 0-5 known). "
+        "An MLP encoder (one hidden ReLU layer) with a linear softmax head, a prototype "
+        "(distance) head, or the prototype head plus a null component trained with a 5% soft "
+        "target on 'none of the above'; Adam, lr 1e-3. Unknown = positive; metrics from "
+        "scikit-learn (roc_auc_score, average_precision_score, roc_curve)."
+    ),
+    rule=Rule(
+        criteria=(
+            Criterion(
+                "closed_world_share_softmax",
+                ">=",
+                0.1,
+                "the softmax head gives ≥ 10% of unknown inputs to a known class with "
+                "confidence > 0.9",
+                claim="C10",
+                direction="supports",
+                how_it_could_fail="unseen classes could land between the known ones, where the "
+                "softmax is flat and no known class gets confidence above 0.9",
+            ),
+            Criterion(
+                "null_auroc_gain",
+                ">=",
+                0.02,
+                "training with the null component raises AUROC by ≥ 0.02 over the distance "
+                "head's energy score",
+                claim="C14",
+                direction="supports",
+                how_it_could_fail="with a constant d₀ the null score is the energy's ranking; "
+                "training with the 5% null target may leave the features as they were",
+            ),
         ),
-        setup=(
-            "Classes 0-5 known, 6-9 unknown (Fashion-MNIST: T-shirt/top, Trouser, Pullover, Dress, "
-            "Coat, Sandal known; Shirt, Sneaker, Bag, Ankle boot unknown; digits: 0-5 known). "
-            "An MLP encoder (one hidden ReLU layer) with a linear softmax head, a prototype "
-            "(distance) head, or the prototype head plus a null component trained with a 5% soft "
-            "target on 'none of the above'; Adam, lr 1e-3. Unknown = positive; metrics from "
-            "scikit-learn (roc_auc_score, average_precision_score, roc_curve)."
+        gates=(
+            Gate(
+                "null_rank_violations",
+                "<=",
+                0,
+                "r₀ = σ(−d₀ − L) ranks inputs exactly as the energy score (algebra)",
+            ),
         ),
-        rule=Rule(
-            (
-                Criterion(
-                    "closed_world_share_softmax",
-                    ">=",
-                    0.1,
-                    "the softmax head gives ≥ 10% of unknown inputs to a known class with "
-                    "confidence > 0.9",
-                ),
-                Criterion(
-                    "null_rank_violations",
-                    "<=",
-                    0,
-                    "with a constant d₀, r₀ ranks inputs exactly as the energy score",
-                ),
-                Criterion(
-                    "null_auroc_gain",
-                    ">=",
-                    0.02,
-                    "training with the null component raises AUROC by ≥ 0.02 over the distance "
-                    "head's energy score",
-                ),
-            )
-        ),
-        run=run,
-        configs={
-            "smoke": {
-                **_CONFIG,
-                "data": "digits",
-                "hidden": 32,
-                "features": 8,
-                "batch": 128,
-                "steps": 30,
-                "seeds": [0],
-                "knn_bank": 2000,
-            },
-            "quick": {
-                **_CONFIG,
-                "data": "digits",
-                "hidden": 64,
-                "features": 16,
-                "batch": 64,
-                "steps": 400,
-                "seeds": [0, 1, 2],
-                "knn_bank": 5000,
-            },
-            "full": {
-                **_CONFIG,
-                "data": "fashion-mnist",
-                "hidden": 128,
-                "features": 32,
-                "batch": 256,
-                "steps": 1000,
-                "seeds": [0, 1, 2],
-                "knn_bank": 10000,
-            },
+    ),
+    run=run,
+    configs={
+        "smoke": {
+            **_CONFIG,
+            "data": "digits",
+            "hidden": 32,
+            "features": 8,
+            "batch": 128,
+            "steps": 30,
+            "seeds": [0],
+            "knn_bank": 2000,
         },
-        headline=("closed_world_share_softmax", "auroc_null_null", "null_auroc_gain"),
-        meaning={
-            "holds": (
-                "C10 holds: softmax assigns unseen classes to known ones, often confidently. The "
-                "null component (C14) is, with a constant d₀, a re-parametrized energy threshold "
-                "(same ranking, checked numerically); what it adds comes from training with it, "
-                "and here that training improved detection."
-            ),
-            "partly": (
-                "Part holds; the criteria not met say which: the closed-world behaviour, the "
-                "identity between r₀ and the energy ranking, or a gain from training with the "
-                "null component (a constant d₀ adds no ranking of its own)."
-            ),
-            "fails": (
-                "Softmax was not confidently closed-world here, r₀ did not rank as the energy, "
-                "and the null component added nothing."
-            ),
+        "quick": {
+            **_CONFIG,
+            "data": "digits",
+            "hidden": 64,
+            "features": 16,
+            "batch": 64,
+            "steps": 400,
+            "seeds": [0, 1, 2, 3, 4],
+            "knn_bank": 5000,
         },
-        minutes={"smoke": 0.1, "quick": 0.8, "full": 6.0},
-    )
+        "full": {
+            **_CONFIG,
+            "data": "fashion-mnist",
+            "hidden": 128,
+            "features": 32,
+            "batch": 256,
+            "steps": 1000,
+            "seeds": list(range(10)),
+            "knn_bank": 10000,
+        },
+    },
+    headline=("closed_world_share_softmax", "auroc_null_null", "null_auroc_gain"),
+    meaning={
+        "holds": (
+            "C10 holds: softmax assigns unseen classes to known ones, often confidently. The "
+            "null component (C14) is, with a constant d₀, a re-parametrized energy threshold "
+            "(same ranking, checked numerically); what it adds comes from training with it, "
+            "and here that training improved detection."
+        ),
+        "partly": (
+            "Part holds; the criterion not met says which: the closed-world behaviour, or a "
+            "gain from training with the null component (a constant d₀ adds no ranking of its "
+            "own: the gate)."
+        ),
+        "fails": (
+            "Softmax was not confidently closed-world here, and the null component added "
+            "nothing over the energy score."
+        ),
+    },
+    minutes={"smoke": 0.1, "quick": 1.3, "full": 20.0},
 )
