@@ -10,6 +10,7 @@ import torch
 from implicit_em import data
 from implicit_em.objectives import decorrelation_penalty, mixture_nll, variance_penalty
 from implicit_em.report import select
+from implicit_em.report.experiments import _encoders
 from implicit_em.report.experiments import e6_volume_collapse as e6
 from implicit_em.report.runner import run_experiments
 
@@ -27,20 +28,22 @@ def test_encoder_losses():
     d = torch.rand(32, 6, requires_grad=True)
     config = {"variance_weight": 2.0, "decorrelation_weight": 0.5}
     volume = 2.0 * variance_penalty(d) + 0.5 * decorrelation_penalty(d)
-    assert torch.allclose(e6.encoder_loss(d, "lse", config), mixture_nll(d))
+    assert torch.allclose(_encoders.encoder_loss(d, "lse", config), mixture_nll(d))
     assert torch.allclose(
-        e6.encoder_loss(d, "lse_var", config), mixture_nll(d) + 2.0 * variance_penalty(d)
+        _encoders.encoder_loss(d, "lse_var", config), mixture_nll(d) + 2.0 * variance_penalty(d)
     )
-    assert torch.allclose(e6.encoder_loss(d, "lse_var_decor", config), mixture_nll(d) + volume)
-    assert torch.allclose(e6.encoder_loss(d, "var_decor", config), volume)
+    assert torch.allclose(
+        _encoders.encoder_loss(d, "lse_var_decor", config), mixture_nll(d) + volume
+    )
+    assert torch.allclose(_encoders.encoder_loss(d, "var_decor", config), volume)
     with pytest.raises(ValueError, match="variant"):
-        e6.encoder_loss(d, "lse_only", config)
+        _encoders.encoder_loss(d, "lse_only", config)
 
 
 def test_feature_statistics_on_a_hand_made_matrix():
     column = torch.tensor([0.0, 1.0, 0.0, 2.0])
     f = torch.stack([column, column, torch.zeros(4), torch.full((4,), 3.0)], dim=1)
-    stats = e6.feature_statistics(f)
+    stats = _encoders.feature_statistics(f)
     assert stats["dead"] == 2  # a zero unit and a constant unit
     assert stats["redundancy"] == pytest.approx(2.0)  # two identical live units: corr 1 twice
     assert stats["mean_sq_corr"] == pytest.approx(1.0)

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from implicit_em.report import select
+from implicit_em.report.experiments import _open_set
 from implicit_em.report.experiments import e8_open_set as e8
 
 (E8,) = select(["E8"])
@@ -90,7 +91,7 @@ def test_open_set_metrics_reject_bad_input():
 
 def test_null_responsibility_ranks_as_the_energy_with_a_constant_d0():
     torch.manual_seed(0)
-    model = e8.OpenSetClassifier("null", 5, 8, 3, 4, d0=1.5)
+    model = _open_set.OpenSetClassifier("null", 5, 8, 3, 4, d0=1.5)
     x = torch.randn(200, 5)
     result = e8.evaluate(
         model, x, torch.randint(0, 4, (200,)), torch.randn(300, 5) * 3, {"knn_bank": 100}
@@ -106,18 +107,18 @@ def test_null_responsibility_ranks_as_the_energy_with_a_constant_d0():
 
 def test_null_loss_gradient_on_d0_is_target_minus_responsibility():
     torch.manual_seed(0)
-    model = e8.OpenSetClassifier("null", 5, 8, 3, 4, d0=0.5).double()
+    model = _open_set.OpenSetClassifier("null", 5, 8, 3, 4, d0=0.5).double()
     x, y = torch.randn(16, 5, dtype=torch.float64), torch.randint(0, 4, (16,))
     model.loss(x, y, null_target=0.05).backward()
     _, z = model(x)
-    r0 = e8.null_responsibility(-z, model.null.d0).detach()
+    r0 = _open_set.null_responsibility(-z, model.null.d0).detach()
     # ∂ℓ/∂d₀ = t₀ − r₀ per sample, averaged over the batch.
     assert float(model.null.d0.grad) == pytest.approx(float((0.05 - r0).mean()), abs=1e-12)
 
 
 def test_unknown_head_kind():
     with pytest.raises(ValueError, match="kind"):
-        e8.OpenSetClassifier("cosine", 5, 8, 3, 4, d0=0.0)
+        _open_set.OpenSetClassifier("cosine", 5, 8, 3, 4, d0=0.0)
 
 
 def test_smoke_run(tmp_path):

@@ -26,15 +26,15 @@ MODEL_NAMES = {
 }
 
 _QUICK_OVERRIDES: dict[str, Any] = {
-    "task_params": {"n_symbols": 8, "n_pairs": 7, "replacement": False},
+    "task_params": {"n_symbols": 6, "n_pairs": 5, "replacement": False},
     "n_layer": 2,
     "n_head": 2,
     "n_embd": 32,
-    "steps": 1500,
+    "steps": 600,
     "warmup": 100,
-    "eval_every": 250,
-    "ckpt_every": 500,
-    "n_test": 512,
+    "eval_every": 200,
+    "ckpt_every": 600,
+    "n_test": 256,
 }
 _SMOKE_OVERRIDES: dict[str, Any] = {
     "task_params": {"n_symbols": 4, "n_pairs": 3, "replacement": False},

@@ -141,8 +141,8 @@ EXPERIMENT = Experiment(
         "concatenated prefix) and a position-wise MLP (embeddings and residual MLP blocks, "
         "no mixing across positions), both matched to the transformer's parameter count. "
         "Errors in bits on held-out sequences against the exact posterior. Quick size: "
-        "V = 8, 2 layers × 32, 1,500 steps; full: the reference-cpu preset (V = 20, "
-        "L = 19), three seeds."
+        "V = 6, 2 layers × 32, 600 steps, three seeds; full: the reference-cpu preset "
+        "(V = 20, L = 19), five seeds."
     ),
     rule=Rule(
         criteria=(

@@ -235,8 +235,8 @@ EXPERIMENT = Experiment(
         },
         "quick": {
             "seeds": [0, 1, 2, 3, 4],
-            "n_synthetic": 600,
-            "passes": 40,
+            "n_synthetic": 400,
+            "passes": 30,
             "gd_learning_rates": [0.1, 0.5],
             "adam_learning_rates": [0.05],
         },

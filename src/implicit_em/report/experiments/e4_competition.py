@@ -354,8 +354,8 @@ EXPERIMENT = Experiment(
         },
         "quick": {
             "seeds": [0, 1, 2, 3, 4],
-            "n_blobs": 800,
-            "steps": 300,
+            "n_blobs": 500,
+            "steps": 200,
             "lr": 0.05,
             "bandwidth": 1.0,
             "outlier_share": 0.05,

@@ -360,8 +360,8 @@ EXPERIMENT = Experiment(
         },
         "quick": {
             "seeds": [0, 1, 2, 3, 4],
-            "n_synthetic": 600,
-            "steps": 400,
+            "n_synthetic": 400,
+            "steps": 300,
             "lr": 0.05,
             "surrogate_weight": 0.1,
             "trace_every": 10,

@@ -371,7 +371,7 @@ EXPERIMENT = Experiment(
             **_CONFIG,
             "n_train": 4096,
             "n_test": 4096,
-            "steps": 600,
+            "steps": 400,
             "seeds": [0, 1, 2, 3, 4],
             "trace_every": 10,
         },
