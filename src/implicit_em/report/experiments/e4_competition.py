@@ -136,7 +136,7 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
     }
     results: dict[tuple[str, str, str], list[dict[str, float]]] = {}
     last: dict[tuple[str, str], Tensor] = {}
-    per_unit: dict[str, list[float]] = {"covered": [], "ratio": []}
+    per_unit: dict[str, list[float]] = {"pulled": []}
     per_unit.update({f"covered|{name}": [] for name in OBJECTIVES})
     jobs = [(d, s) for d in data_sets for s in config["seeds"]]
     for data_name, seed in progress(jobs, desc="E4"):
@@ -157,7 +157,8 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
             - measured[name]["clean"]["measures"]["centre_error"]
             for name in OBJECTIVES
         }
-        per_unit["ratio"].append(shifts["mixture NLL"] / max(shifts["correntropy"], 1e-3))
+        pulled = shifts["mixture NLL"] >= 2.0 * max(shifts["correntropy"], 1e-3)
+        per_unit["pulled"].append(float(pulled))
     table_rows = []
     summary: dict[str, dict[str, float]] = {}
     for (data_name, name, condition), runs in results.items():
@@ -214,7 +215,7 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
             "lse_covered_share": per_unit["covered|mixture NLL"],
             "correntropy_covered_share": per_unit["covered|correntropy"],
             "sigmoid_covered_share": per_unit["covered|sigmoids"],
-            "outlier_shift_ratio": per_unit["ratio"],
+            "outlier_pull_share": per_unit["pulled"],
         },
         tables=[
             Table(
@@ -329,13 +330,13 @@ EXPERIMENT = Experiment(
                 "cluster when their starts happen to be spread out",
             ),
             Criterion(
-                "outlier_shift_ratio",
+                "outlier_pull_share",
                 ">=",
-                2.0,
-                "outliers pull the mixture NLL at least twice as far as correntropy",
+                0.5,
+                "in most runs outliers pull the mixture NLL at least twice as far as correntropy",
                 claim="C7",
                 direction="supports",
-                method="bootstrap",
+                method="wilson",
                 how_it_could_fail="far outliers could get their own prototype or negligible "
                 "weight under the NLL, moving its centres no more than correntropy's",
             ),
