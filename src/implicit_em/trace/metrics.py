@@ -39,6 +39,7 @@ __all__ = [
     "finish_responsibility",
     "per_step",
     "read_responsibilities",
+    "residual_tolerance",
     "responsibility_stats_steps",
 ]
 
@@ -51,6 +52,16 @@ def entropy(p: Tensor, dim: int = -1) -> Tensor:
     Entries $p_j \le 0$ (round-off in responsibilities read from gradients) contribute 0.
     """
     return -_p_log_p(p.clamp_min(0)).sum(dim=dim)
+
+
+def residual_tolerance(dtype: torch.dtype, steps: int, device: torch.device) -> Tensor:
+    r"""The tolerance of an identity residual read from tensors of `dtype`,
+    $\max(10^{-4}, 4\epsilon_{\text{dtype}})$ (float32 and float64 $10^{-4}$, float16
+    $3.9\cdot10^{-3}$, bfloat16 $3.1\cdot10^{-2}$), as a maximum statistic `tolerance_max`
+    `[steps]`. Round-off stays orders of magnitude below it; a gradient shared with
+    another loss does not."""
+    value = max(1e-4, 4 * torch.finfo(dtype).eps) if dtype.is_floating_point else 1e-4
+    return torch.full((steps,), value, dtype=torch.float64, device=device)
 
 
 def _p_log_p(p: Tensor) -> Tensor:
@@ -235,7 +246,7 @@ def finish_responsibility(stats: Stats, dead_fraction: float) -> dict[str, Tenso
         nw = stats["n_wrong"].clamp_min(1)
         out["wrong_entropy"] = stats["wrong_entropy"] / nw
         out["wrong_top"] = stats["wrong_top"] / nw
-    for key in ("residual_max", "nonfinite", "n_grad"):
+    for key in ("residual_max", "tolerance_max", "nonfinite", "n_grad"):
         if key in stats:
             out[key.removesuffix("_max")] = stats[key]
     return out
@@ -364,6 +375,8 @@ def finish_attention(stats: Stats) -> dict[str, Tensor]:
         out["value_residual"] = stats["value_residual_max"] / stats["grad_v_max"].clamp_min(1e-300)
     if "alpha_residual_max" in stats:
         out["alpha_residual"] = stats["alpha_residual_max"] / stats["output_max"].clamp_min(1e-300)
+    if "tolerance_max" in stats:
+        out["tolerance"] = stats["tolerance_max"]
     return out
 
 

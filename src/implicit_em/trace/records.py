@@ -15,6 +15,8 @@ how to read each metric.
 | `type` | str | `"classification"`, `"mixture"` or `"attention"` |
 | `missing` | list of str | the metrics that are `None` on this step: gradient metrics when no backward pass reached the site, probe metrics on the first measurement or when the probe did not reach the site |
 | `reason` | str | only for a site present in the step that its kind cannot measure (e.g. an `nn.MultiheadAttention` with `bias_k`): why; every metric is then `None` |
+| `tolerance` | float or None | the tolerance of the site's identity residual, $\max(10^{-4}, 4\epsilon)$ of its dtype |
+| `exact` | bool or None | the identity residual (`residual`; `value_residual` for attention) is within `tolerance`; `None` without one. Alarms are never raised from a record with `exact` False |
 
 Probe metrics (`churn`, `attention_drift`, `value_drift`) are fields only when the tracer has
 a `probe`; gradient metrics are `None` when no backward pass reached the site.
@@ -129,7 +131,7 @@ def site_record(
     if values is None:
         record.update(dict.fromkeys(kind.metrics + (kind.probe_metrics if probe else ())))
         record["missing"] = sorted(record.keys() - {"kind", "step", "site", "type"})
-        record["reason"] = site.reason
+        record.update(exact=None, tolerance=None, reason=site.reason)
         return record
     has_gradient = kind.has_gradient(values)
     for m in kind.metrics + (kind.probe_metrics if probe else ()):
@@ -138,6 +140,9 @@ def site_record(
     if not has_gradient:
         record.update(dict.fromkeys(kind.gradient_metrics))
     record["missing"] = sorted(m for m in optional if record[m] is None)
+    residual, tolerance = record[kind.residual_metric], values.get("tolerance")
+    record["tolerance"] = tolerance
+    record["exact"] = None if residual is None or tolerance is None else residual <= tolerance
     return record
 
 
@@ -150,6 +155,10 @@ class Alarms:
         self._warned: set[tuple[str, str]] = set()
 
     def __call__(self, record: Record) -> list[Record]:
+        """The alarms of `record`; none from a record that is not exact (`exact` False:
+        its metrics were read from a gradient that is not its loss's alone)."""
+        if record.get("exact") is False:
+            return []
         site, t = record["site"], self.thresholds
         checks: list[tuple[str, float, float, bool, str]] = []
         if record.get("nonfinite"):

@@ -104,6 +104,7 @@ class AttentionKind(SiteKind):
         "value_residual",
         "nonfinite",
     )
+    residual_metric = "value_residual"
     probe_metrics = ("attention_drift", "value_drift")
 
     def weights_and_values(self, kept: Kept) -> tuple[Tensor, Tensor | None]:

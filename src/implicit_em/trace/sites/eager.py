@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from implicit_em.trace.metrics import Stats, attention_stats_steps
+from implicit_em.trace.metrics import Stats, attention_stats_steps, residual_tolerance
 from implicit_em.trace.sites.attention import AttentionKind, heads
 from implicit_em.trace.sites.base import Context, Kept
 
@@ -117,6 +117,7 @@ class EagerAttention(AttentionKind):
         g = None if k.g is None or v is None else k.g.float()
         grad_v = k.grad_v
         grad_v = None if grad_v is None or v is None or grad_v.shape != v.shape else grad_v.float()
+        tolerance = residual_tolerance(k.alpha.dtype, k.alpha.shape[0], k.alpha.device)
         return attention_stats_steps(
             alpha,
             v,
@@ -124,4 +125,4 @@ class EagerAttention(AttentionKind):
             None if k.grad_alpha is None else k.grad_alpha.float(),
             None if k.used is None else k.used.float(),
             grad_v,
-        )
+        ) | {"tolerance_max": tolerance}

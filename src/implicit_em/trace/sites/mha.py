@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from implicit_em.trace.metrics import Stats, attention_stats_steps
+from implicit_em.trace.metrics import Stats, attention_stats_steps, residual_tolerance
 from implicit_em.trace.sites.attention import (
     AttentionKind,
     along,
@@ -113,7 +113,12 @@ class MultiheadAttention(AttentionKind):
         rebuilt = (alpha * (v * w).sum(-1).unsqueeze(-2)).sum(-1).sum(2)
         if k.out_bias is not None:
             rebuilt = rebuilt + along(k.out_bias).reshape(s, 1, 1)
-        return stats | forward_residual(rebuilt, along(k.output.transpose(1, 2)))
+        tolerance = residual_tolerance(k.output.dtype, s, k.output.device)
+        return (
+            stats
+            | forward_residual(rebuilt, along(k.output.transpose(1, 2)))
+            | {"tolerance_max": tolerance}
+        )
 
 
 def _unsupported(p: dict) -> str | None:

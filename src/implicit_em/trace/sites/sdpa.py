@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch.nn.functional as F
 from torch import Tensor
 
-from implicit_em.trace.metrics import Stats, attention_stats_steps
+from implicit_em.trace.metrics import Stats, attention_stats_steps, residual_tolerance
 from implicit_em.trace.sites.attention import (
     AttentionKind,
     along,
@@ -50,6 +50,9 @@ class SDPAKept(Kept):
 class SDPA(AttentionKind):
     searched = "torch.nn.functional.scaled_dot_product_attention"
     functions = (F.scaled_dot_product_attention,)
+    aliased: ClassVar[dict[Callable, tuple[int, str]]] = {
+        F.scaled_dot_product_attention: (2, "value")
+    }
 
     def observe(self, ctx: Context, func: Callable, args: Sequence, kwargs: dict, out: Any) -> None:
         p = dict(zip(_PARAMS, args, strict=False)) | kwargs
@@ -98,4 +101,5 @@ class SDPA(AttentionKind):
         g = None if k.g is None else k.g.float()
         stats = attention_stats_steps(alpha, v, g, grad_v=grad_v)
         rebuilt = (alpha * along(v).unsqueeze(-2)).sum(-1)
-        return stats | forward_residual(rebuilt, along(k.output))
+        tolerance = residual_tolerance(k.q.dtype, k.q.shape[0], k.q.device)
+        return stats | forward_residual(rebuilt, along(k.output)) | {"tolerance_max": tolerance}
