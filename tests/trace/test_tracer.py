@@ -64,7 +64,7 @@ def test_probe_churn_is_measured_and_training_unchanged():
     churn = [r["churn"] for r in tracer.history if r["kind"] == "site"]
     assert churn[0] is None
     assert all(0.0 <= c <= 1.0 for c in churn[1:])
-    assert tracer.history[0]["missing"] == ["churn"]
+    assert site_records(tracer)[0]["missing"] == ["churn"]
 
 
 def test_every_measures_only_those_steps():

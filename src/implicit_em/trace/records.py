@@ -1,4 +1,4 @@
-r"""Records of measured sites, and the collapse alarms raised from them.
+r"""Records of measured sites (the alarms raised from them: `implicit_em.trace.alarms`).
 
 A record is a flat dict, one row of `History.to_pandas`: a *site record* per traced site and
 measured step, and an *alarm record* per collapse alarm. A metric that could not be measured
@@ -69,56 +69,20 @@ where the weights are a tensor of the model):
 | `kind` | str | `"alarm"` |
 | `step` | int | the step of the site record that raised it |
 | `site` | str | the site's name |
-| `alarm` | str | `"dominance"`, `"effective_k"`, `"dead_components"`, `"shrinking_scale"` (responsibility sites with $K > 1$) or `"nonfinite_gradient"` (any site) |
-| `value` | float | the measured value: `dominance`, `effective_k`, `dead`, `scale` or `nonfinite` |
-| `threshold` | float | the threshold crossed (`Thresholds`; 0 for dead components and non-finite gradients; `scale_ratio` times the site's first scale for a shrinking scale) |
-| `message` | str | a sentence naming the site, the alarm, value, threshold and step; logged and issued as a `CollapseWarning` the first time per site and alarm |
+| `alarm` | str | the rule that fired (`implicit_em.trace.alarms`): `"dominance"`, `"effective_k"`, `"dead_components"`, `"shrinking_scale"` (responsibility sites with $K > 1$), `"attention_entropy_collapse"` (attention) or `"nonfinite_gradient"` (any site) |
+| `value` | float | the measured value (for a per-head rule, the worst head's, named in the message) |
+| `threshold` | float | the threshold crossed (`Thresholds`; 0 for dead components and non-finite gradients; a ratio times the site's first value for a relative rule) |
+| `message` | str | a sentence naming the site, the alarm, value, threshold, where the default comes from, the step and the usual fix; logged and issued as a `CollapseWarning` the first time per site and alarm |
 """
 
 from __future__ import annotations
 
-import logging
-import math
-import warnings
-from dataclasses import dataclass
 from typing import Any
 
 from implicit_em.trace.capture import Site
 from implicit_em.trace.sinks import Record
 
-__all__ = ["DEFAULT_THRESHOLDS", "Alarms", "CollapseWarning", "Thresholds", "site_record"]
-
-logger = logging.getLogger("implicit_em.trace")
-
-
-class CollapseWarning(UserWarning):
-    """A collapse alarm (issued once per site and alarm; every alarm is also a record)."""
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """Collapse alarms of responsibility sites with K > 1.
-
-    Parameters
-    ----------
-    dominance : float, default=0.9
-        Alarm when one component holds more than this share of the mass (`dominance`).
-    effective_k : float, default=1.5
-        Alarm when $\\exp H(\\bar r)$ (`effective_k`) falls below this.
-    dead_fraction : float, default=0.01
-        A component is dead when its mass is below `dead_fraction / K`; any dead component
-        raises an alarm.
-    scale_ratio : float, default=0.1
-        Alarm when the distance scale falls below this fraction of its first value.
-    """
-
-    dominance: float = 0.9
-    effective_k: float = 1.5
-    dead_fraction: float = 0.01
-    scale_ratio: float = 0.1
-
-
-DEFAULT_THRESHOLDS = Thresholds()
+__all__ = ["site_record"]
 
 
 def site_record(
@@ -144,78 +108,3 @@ def site_record(
     record["tolerance"] = tolerance
     record["exact"] = None if residual is None or tolerance is None else residual <= tolerance
     return record
-
-
-class Alarms:
-    """Raises the collapse alarms of each record (a warning the first time per site and alarm)."""
-
-    def __init__(self, thresholds: Thresholds) -> None:
-        self.thresholds = thresholds
-        self._first_scale: dict[str, float] = {}
-        self._warned: set[tuple[str, str]] = set()
-
-    def __call__(self, record: Record) -> list[Record]:
-        """The alarms of `record`; none from a record that is not exact (`exact` False:
-        its metrics were read from a gradient that is not its loss's alone)."""
-        if record.get("exact") is False:
-            return []
-        site, t = record["site"], self.thresholds
-        checks: list[tuple[str, float, float, bool, str]] = []
-        if record.get("nonfinite"):
-            text = "non-finite gradient entries excluded from the metrics"
-            checks.append(("nonfinite_gradient", record["nonfinite"], 0.0, True, text))
-        if record["type"] != "attention" and record.get("K", 0) > 1 and record["rows"]:
-            dominance, effective_k = record["dominance"], record["effective_k"]
-            checks += [
-                (
-                    "dominance",
-                    dominance,
-                    t.dominance,
-                    dominance > t.dominance,
-                    "one component holds most of the mass",
-                ),
-                (
-                    "effective_k",
-                    effective_k,
-                    t.effective_k,
-                    effective_k < t.effective_k,
-                    "effective number of components collapsed",
-                ),
-                (
-                    "dead_components",
-                    record["dead"],
-                    0.0,
-                    record["dead"] > 0,
-                    "components with (almost) no responsibility",
-                ),
-            ]
-            scale = record["scale"]
-            first = self._first_scale.setdefault(site, scale)
-            if math.isfinite(scale) and first > 0:
-                low = t.scale_ratio * first
-                text = "the distance scale is shrinking"
-                checks.append(("shrinking_scale", scale, low, scale < low, text))
-        alarms = []
-        for name, value, threshold, fired, text in checks:
-            if not fired:
-                continue
-            message = (
-                f"{site}: {text} ({name}={value:.4g}, threshold {threshold:.4g}) "
-                f"at step {record['step']}"
-            )
-            alarms.append(
-                {
-                    "kind": "alarm",
-                    "step": record["step"],
-                    "site": site,
-                    "alarm": name,
-                    "value": value,
-                    "threshold": threshold,
-                    "message": message,
-                }
-            )
-            if (site, name) not in self._warned:
-                self._warned.add((site, name))
-                logger.warning(message)
-                warnings.warn(message, CollapseWarning, stacklevel=5)
-        return alarms

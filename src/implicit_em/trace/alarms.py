@@ -1,0 +1,192 @@
+r"""Alarm rules, evaluated at `Tracer.step` on the measured step's own site records.
+
+Each rule reads one site record and names what it watches, the threshold, where the default
+comes from and the usual fix. A rule whose source gives no number is relative to the site's
+own first measured value (kept per site). No rule reads a record whose identity residual is
+out of tolerance (`exact` False): its metrics were read from a gradient that is not its
+loss's alone.
+
+| alarm | site | fires when | default from |
+|---|---|---|---|
+| `dominance` | classification, mixture ($K > 1$) | `dominance` > 0.9 | the collapse test of the mixture objective |
+| `effective_k` | classification, mixture | `effective_k` < 1.5 | idem |
+| `dead_components` | classification, mixture | a component has $p_j$ < 0.01 / K | idem |
+| `shrinking_scale` | classification, mixture | `scale` < 0.1 × the site's first `scale` | idem |
+| `nonfinite_gradient` | any | non-finite gradient entries | |
+| `attention_entropy_collapse` | attention | a head's entropy < 0.1 × its first value | Zhai et al. 2023 give no number: relative |
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from implicit_em.trace.sinks import Record
+
+__all__ = ["DEFAULT_THRESHOLDS", "Alarms", "CollapseWarning", "Thresholds"]
+
+logger = logging.getLogger("implicit_em.trace")
+
+
+class CollapseWarning(UserWarning):
+    """A training-health alarm (issued once per site and alarm; every alarm is also a record)."""
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The thresholds of the alarm rules.
+
+    Parameters
+    ----------
+    dominance : float, default=0.9
+        Alarm when one component holds more than this share of the mass (`dominance`).
+    effective_k : float, default=1.5
+        Alarm when $\\exp H(\\bar r)$ (`effective_k`) falls below this.
+    dead_fraction : float, default=0.01
+        A component is dead when its mass is below `dead_fraction / K`; any dead component
+        raises an alarm.
+    scale_ratio : float, default=0.1
+        Alarm when the distance scale falls below this fraction of its first value.
+    entropy_ratio : float, default=0.1
+        Alarm when an attention head's entropy falls below this fraction of its first value
+        (attention entropy collapse; its source gives no absolute number).
+    """
+
+    dominance: float = 0.9
+    effective_k: float = 1.5
+    dead_fraction: float = 0.01
+    scale_ratio: float = 0.1
+    entropy_ratio: float = 0.1
+
+
+DEFAULT_THRESHOLDS = Thresholds()
+
+
+@dataclass(frozen=True)
+class _Fired:
+    """One rule that fired: its alarm name, the value, the threshold, what it means, where
+    the default comes from and the usual fix."""
+
+    alarm: str
+    value: float
+    threshold: float
+    text: str
+    source: str
+    fix: str
+
+
+_COLLAPSE_FIX = "a volume term (log|det W|) or a balance prior on the components"
+_COLLAPSE_SOURCE = "the collapse test of the mixture objective"
+
+
+class Alarms:
+    """The alarm rules (see the module docstring), with each site's first measured values;
+    a warning and a log line the first time per site and alarm."""
+
+    def __init__(self, thresholds: Thresholds) -> None:
+        self.thresholds = thresholds
+        self._first: dict[tuple[str, str], Any] = {}
+        self._warned: set[tuple[str, str]] = set()
+        self._rules: dict[str, tuple[Callable[[Record], list[_Fired]], ...]] = {
+            "classification": (self._collapse,),
+            "mixture": (self._collapse,),
+            "attention": (self._attention,),
+        }
+
+    def __call__(self, record: Record) -> list[Record]:
+        """The alarm records of one site record (none when it is not `exact`)."""
+        if record.get("exact") is False or record.get("reason") is not None:
+            return []
+        fired = self._nonfinite(record)
+        for rule in self._rules.get(record["type"], ()):
+            fired += rule(record)
+        return [self._alarm(record, f) for f in fired]
+
+    def _first_value(self, site: str, metric: str, value: Any) -> Any:
+        """The site's first measured value of `metric` (kept from this call on)."""
+        return self._first.setdefault((site, metric), value)
+
+    def _alarm(self, record: Record, f: _Fired) -> Record:
+        site = record["site"]
+        message = (
+            f"{site}: {f.text} ({f.alarm}={f.value:.4g}, threshold {f.threshold:.4g}; "
+            f"default from {f.source}) at step {record['step']}; usual fix: {f.fix}"
+        )
+        if (site, f.alarm) not in self._warned:
+            self._warned.add((site, f.alarm))
+            logger.warning(message)
+            warnings.warn(message, CollapseWarning, stacklevel=5)
+        return {
+            "kind": "alarm",
+            "step": record["step"],
+            "site": site,
+            "alarm": f.alarm,
+            "value": f.value,
+            "threshold": f.threshold,
+            "message": message,
+        }
+
+    # -- rules -------------------------------------------------------------------------------
+
+    def _nonfinite(self, record: Record) -> list[_Fired]:
+        if not record.get("nonfinite"):
+            return []
+        return [
+            _Fired(
+                "nonfinite_gradient",
+                record["nonfinite"],
+                0.0,
+                "non-finite gradient entries excluded from the metrics",
+                "any non-finite gradient",
+                "a lower learning rate, gradient clipping or loss scaling",
+            )
+        ]
+
+    def _collapse(self, record: Record) -> list[_Fired]:
+        """Collapse of a responsibility site with K > 1: one component takes the mass."""
+        t, site = self.thresholds, record["site"]
+        if record.get("K", 0) <= 1 or not record["rows"]:
+            return []
+        out = []
+        if record["dominance"] > t.dominance:
+            text = "one component holds most of the mass"
+            out.append(("dominance", record["dominance"], t.dominance, text))
+        if record["effective_k"] < t.effective_k:
+            text = "effective number of components collapsed"
+            out.append(("effective_k", record["effective_k"], t.effective_k, text))
+        if record["dead"] > 0:
+            text = "components with (almost) no responsibility"
+            out.append(("dead_components", record["dead"], 0.0, text))
+        scale = record["scale"]
+        first = self._first_value(site, "scale", scale)
+        if math.isfinite(scale) and first > 0 and scale < t.scale_ratio * first:
+            text = f"the distance scale is shrinking (first {first:.4g})"
+            out.append(("shrinking_scale", scale, t.scale_ratio * first, text))
+        return [_Fired(*o, _COLLAPSE_SOURCE, _COLLAPSE_FIX) for o in out]
+
+    def _attention(self, record: Record) -> list[_Fired]:
+        """Attention entropy collapse (per head, relative to the head's first entropy)."""
+        t, site = self.thresholds, record["site"]
+        out = []
+        entropy = record.get("head_entropy")
+        if entropy:
+            first = self._first_value(site, "head_entropy", entropy)
+            ratios = [e / f if f > 0 else math.inf for e, f in zip(entropy, first, strict=True)]
+            head = min(range(len(ratios)), key=ratios.__getitem__)
+            if ratios[head] < t.entropy_ratio:
+                out.append(
+                    _Fired(
+                        "attention_entropy_collapse",
+                        entropy[head],
+                        t.entropy_ratio * first[head],
+                        f"head {head}'s attention entropy collapsed (first {first[head]:.4g})",
+                        f"Zhai et al. 2023, who give no number: {t.entropy_ratio:g} × the "
+                        "head's first entropy",
+                        "σReparam or qk-layernorm, or a lower learning rate / longer warm-up",
+                    )
+                )
+        return out
