@@ -14,6 +14,8 @@ loss's alone.
 | `shrinking_scale` | classification, mixture | `scale` < 0.1 × the site's first `scale` | idem |
 | `nonfinite_gradient` | any | non-finite gradient entries | |
 | `attention_entropy_collapse` | attention | a head's entropy < 0.1 × its first value | Zhai et al. 2023 give no number: relative |
+| `expert_overload` | router | `max_load_ratio` > 2 | GShard's expert capacity factor 2.0: tokens beyond it are dropped |
+| `dead_experts` | router | an expert receives no token in the step | Switch Transformer, ST-MoE (router collapse) |
 """
 
 from __future__ import annotations
@@ -54,6 +56,9 @@ class Thresholds:
     entropy_ratio : float, default=0.1
         Alarm when an attention head's entropy falls below this fraction of its first value
         (attention entropy collapse; its source gives no absolute number).
+    load_ratio : float, default=2.0
+        Alarm when a router's busiest expert receives more than this multiple of the mean
+        load (`max_load_ratio`; GShard's capacity factor).
     """
 
     dominance: float = 0.9
@@ -61,6 +66,7 @@ class Thresholds:
     dead_fraction: float = 0.01
     scale_ratio: float = 0.1
     entropy_ratio: float = 0.1
+    load_ratio: float = 2.0
 
 
 DEFAULT_THRESHOLDS = Thresholds()
@@ -81,6 +87,10 @@ class _Fired:
 
 _COLLAPSE_FIX = "a volume term (log|det W|) or a balance prior on the components"
 _COLLAPSE_SOURCE = "the collapse test of the mixture objective"
+_BALANCE_FIX = (
+    "an auxiliary balance loss (Switch: 0.01 · N·Σ f_i P_i) or bias balancing "
+    "(auxiliary-loss-free, DeepSeek-V3), a router z-loss"
+)
 
 
 class Alarms:
@@ -95,6 +105,7 @@ class Alarms:
             "classification": (self._collapse,),
             "mixture": (self._collapse,),
             "attention": (self._attention,),
+            "router": (self._router,),
         }
 
     def __call__(self, record: Record) -> list[Record]:
@@ -189,4 +200,32 @@ class Alarms:
                         "σReparam or qk-layernorm, or a lower learning rate / longer warm-up",
                     )
                 )
+        return out
+
+    def _router(self, record: Record) -> list[_Fired]:
+        """Router imbalance and collapse: an overloaded expert, experts without tokens."""
+        t = self.thresholds
+        out = []
+        if record["max_load_ratio"] > t.load_ratio:
+            out.append(
+                _Fired(
+                    "expert_overload",
+                    record["max_load_ratio"],
+                    t.load_ratio,
+                    "the busiest expert receives far more than the mean load",
+                    "GShard's capacity factor 2.0 (tokens beyond capacity are dropped)",
+                    _BALANCE_FIX,
+                )
+            )
+        if record["dead_experts"] > 0:
+            out.append(
+                _Fired(
+                    "dead_experts",
+                    record["dead_experts"],
+                    0.0,
+                    "experts received no token in this step",
+                    "Switch Transformer and ST-MoE (router collapse)",
+                    _BALANCE_FIX,
+                )
+            )
         return out

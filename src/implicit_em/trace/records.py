@@ -12,7 +12,7 @@ how to read each metric.
 | `kind` | str | `"site"` |
 | `step` | int | the training step of the measurement (`Tracer.step_index`, counted from 0) |
 | `site` | str | the site's name, by module path: `lm_head.ce`, `head.mixture`, `transformer.h.3.attn` (`#2`, `#3` for a name seen again in one step) |
-| `type` | str | `"classification"`, `"mixture"` or `"attention"` |
+| `type` | str | `"classification"`, `"mixture"`, `"attention"` or `"router"` |
 | `missing` | list of str | the metrics that are `None` on this step: gradient metrics when no backward pass reached the site, probe metrics on the first measurement or when the probe did not reach the site |
 | `reason` | str | only for a site present in the step that its kind cannot measure (e.g. an `nn.MultiheadAttention` with `bias_k`): why; every metric is then `None` |
 | `tolerance` | float or None | the tolerance of the site's identity residual, $\max(10^{-4}, 4\epsilon)$ of its dtype |
@@ -62,6 +62,28 @@ where the weights are a tensor of the model):
 | `attention_drift` | float | probe: mean total variation $\frac12\sum_j\lvert\alpha_{ij}-\alpha'_{ij}\rvert$ per query since the previous measurement |
 | `value_drift` | float | probe: $\lVert v - v'\rVert_F / \lVert v'\rVert_F$ since the previous measurement |
 
+**Router sites** (`type` `"router"`). Over the sampled token rows with router logits $z_t$ and
+probabilities $p_t = \operatorname{softmax}(z_t)$ over $E$ experts, and over all rows the
+assignments ($k$ per token with a following `topk`, else the $\arg\max$); $f_i$ the share of
+the assignments routed to expert $i$, $P_i = \frac1N\sum_t p_{ti}$. Also the responsibility
+metrics of $p$ (`mass` $= P$, `entropy`, `effective_k`, `dead`, `dominance`, `scale`, `rows`,
+`nonfinite`, `churn`), and `K` $= E$:
+
+| field | type | meaning |
+|---|---|---|
+| `expert_load` | list of float | $f_i$, summing to 1 (also for top-$k$) |
+| `expert_prob` | list of float | $P_i$, the mean router probability of each expert |
+| `aux_balance` | float | $E\sum_i f_i P_i$: 1 when balanced, up to $E$ when collapsed (the Switch auxiliary loss without its coefficient) |
+| `load_cv` | float | $\operatorname{std}_i f_i / \operatorname{mean}_i f_i$ |
+| `max_load_ratio` | float | $\max_i f_i / \operatorname{mean}_i f_i$ |
+| `dead_experts` | float | experts with no assignment in the step |
+| `router_entropy_ratio` | float | $\exp(\bar H)/E$, $\bar H$ the mean per-token entropy of $p_t$: 1 uniform, $1/E$ one-hot |
+| `router_z` | float | $\frac1N\sum_t \operatorname{LSE}(z_t)^2$ (the ST-MoE router z-loss without its coefficient) |
+| `log_z` | float | $\frac1N\sum_t \operatorname{LSE}(z_t)$ |
+| `log_z_max` | float | $\max_t \operatorname{LSE}(z_t)$ |
+| `residual` | float | gradient: $\max\lvert\nabla_z - p\odot(\nabla_p - \langle p,\nabla_p\rangle)\rvert / \max\lvert\nabla_z\rvert$, the softmax Jacobian identity between the gradients of the logits and of the probabilities |
+| `top_k` | int | assignments per token ($k$ of the following `topk`, else 1) |
+
 **Alarm records**
 
 | field | type | meaning |
@@ -69,7 +91,7 @@ where the weights are a tensor of the model):
 | `kind` | str | `"alarm"` |
 | `step` | int | the step of the site record that raised it |
 | `site` | str | the site's name |
-| `alarm` | str | the rule that fired (`implicit_em.trace.alarms`): `"dominance"`, `"effective_k"`, `"dead_components"`, `"shrinking_scale"` (responsibility sites with $K > 1$), `"attention_entropy_collapse"` (attention) or `"nonfinite_gradient"` (any site) |
+| `alarm` | str | the rule that fired (`implicit_em.trace.alarms`): `"dominance"`, `"effective_k"`, `"dead_components"`, `"shrinking_scale"` (responsibility sites with $K > 1$), `"attention_entropy_collapse"` (attention), `"expert_overload"`, `"dead_experts"` (router) or `"nonfinite_gradient"` (any site) |
 | `value` | float | the measured value (for a per-head rule, the worst head's, named in the message) |
 | `threshold` | float | the threshold crossed (`Thresholds`; 0 for dead components and non-finite gradients; a ratio times the site's first value for a relative rule) |
 | `message` | str | a sentence naming the site, the alarm, value, threshold, where the default comes from, the step and the usual fix; logged and issued as a `CollapseWarning` the first time per site and alarm |
