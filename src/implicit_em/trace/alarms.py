@@ -14,6 +14,9 @@ loss's alone.
 | `shrinking_scale` | classification, mixture | `scale` < 0.1 × the site's first `scale` | idem |
 | `nonfinite_gradient` | any | non-finite gradient entries | |
 | `attention_entropy_collapse` | attention | a head's entropy < 0.1 × its first value | Zhai et al. 2023 give no number: relative |
+| `attention_logit_growth` | attention | a head's `max_logit` > 100 | Kimi K2's QK-Clip cap τ = 100 (Dehghani et al. 2023, Wortsman et al. 2023) |
+| `attention_sink` | attention | a head's `sink_share` > 0.3 and > 2 × its first value | Gu et al. 2025's ε = 0.3 (StreamingLLM); relative as well, since short causal rows exceed 0.3 when uniform |
+| `log_z_drift` | classification, router | `log_z` moved > 5 nats from the site's first value | PaLM's z-loss gives no number: relative |
 | `expert_overload` | router | `max_load_ratio` > 2 | GShard's expert capacity factor 2.0: tokens beyond it are dropped |
 | `dead_experts` | router | an expert receives no token in the step | Switch Transformer, ST-MoE (router collapse) |
 """
@@ -40,14 +43,14 @@ class CollapseWarning(UserWarning):
 
 @dataclass(frozen=True)
 class Thresholds:
-    """The thresholds of the alarm rules.
+    r"""The thresholds of the alarm rules.
 
     Parameters
     ----------
     dominance : float, default=0.9
         Alarm when one component holds more than this share of the mass (`dominance`).
     effective_k : float, default=1.5
-        Alarm when $\\exp H(\\bar r)$ (`effective_k`) falls below this.
+        Alarm when $\exp H(\bar r)$ (`effective_k`) falls below this.
     dead_fraction : float, default=0.01
         A component is dead when its mass is below `dead_fraction / K`; any dead component
         raises an alarm.
@@ -56,6 +59,15 @@ class Thresholds:
     entropy_ratio : float, default=0.1
         Alarm when an attention head's entropy falls below this fraction of its first value
         (attention entropy collapse; its source gives no absolute number).
+    max_logit : float, default=100.0
+        Alarm when an attention head's largest scaled score $q\cdot k/\sqrt{d}$ exceeds
+        this (Kimi K2's QK-Clip threshold).
+    sink_share : float, default=0.3
+        Alarm when an attention head puts more than this mean weight on key position 0
+        (Gu et al.'s attention-sink threshold), and more than twice its first value.
+    log_z_drift : float, default=5.0
+        Alarm when the mean $\log Z$ of a classification head or router moves this many nats
+        away from the site's first value (its source gives no absolute number).
     load_ratio : float, default=2.0
         Alarm when a router's busiest expert receives more than this multiple of the mean
         load (`max_load_ratio`; GShard's capacity factor).
@@ -66,6 +78,9 @@ class Thresholds:
     dead_fraction: float = 0.01
     scale_ratio: float = 0.1
     entropy_ratio: float = 0.1
+    max_logit: float = 100.0
+    sink_share: float = 0.3
+    log_z_drift: float = 5.0
     load_ratio: float = 2.0
 
 
@@ -102,10 +117,10 @@ class Alarms:
         self._first: dict[tuple[str, str], Any] = {}
         self._warned: set[tuple[str, str]] = set()
         self._rules: dict[str, tuple[Callable[[Record], list[_Fired]], ...]] = {
-            "classification": (self._collapse,),
+            "classification": (self._collapse, self._log_z),
             "mixture": (self._collapse,),
             "attention": (self._attention,),
-            "router": (self._router,),
+            "router": (self._router, self._log_z),
         }
 
     def __call__(self, record: Record) -> list[Record]:
@@ -200,7 +215,60 @@ class Alarms:
                         "σReparam or qk-layernorm, or a lower learning rate / longer warm-up",
                     )
                 )
+        logits = record.get("max_logit")
+        if logits and max(logits) > t.max_logit:
+            head = max(range(len(logits)), key=logits.__getitem__)
+            out.append(
+                _Fired(
+                    "attention_logit_growth",
+                    logits[head],
+                    t.max_logit,
+                    f"head {head}'s largest scaled q·k is growing",
+                    "Kimi K2's QK-Clip cap τ = 100 (Dehghani et al. 2023; Wortsman et al. 2023)",
+                    "qk-layernorm or QK-Clip, or a lower learning rate",
+                )
+            )
+        sink = record.get("sink_share")
+        first = self._first_value(site, "sink_share", sink)
+        over = [h for h in range(len(sink or ())) if sink[h] > max(t.sink_share, 2 * first[h])]
+        if over:
+            head = max(over, key=sink.__getitem__)
+            out.append(
+                _Fired(
+                    "attention_sink",
+                    sink[head],
+                    t.sink_share,
+                    f"head {head} puts most of its attention on position 0 (first "
+                    f"{first[head]:.4g})",
+                    "Gu et al. 2025's ε = 0.3 (StreamingLLM), once the share has also doubled "
+                    "from the head's first value (short causal rows put 0.3 on position 0 "
+                    "even when uniform); common in trained models",
+                    "often benign; where it hurts, gated attention or a softmax with an "
+                    "escape (a learnable sink or +1 in the denominator)",
+                )
+            )
         return out
+
+    def _log_z(self, record: Record) -> list[_Fired]:
+        """Logit drift at a classification head or router: mean log Z far from its first value."""
+        log_z = record.get("log_z")
+        if log_z is None or not math.isfinite(log_z):
+            return []
+        first = self._first_value(record["site"], "log_z", log_z)
+        drift = self.thresholds.log_z_drift
+        if abs(log_z - first) <= drift:
+            return []
+        return [
+            _Fired(
+                "log_z_drift",
+                log_z,
+                first + math.copysign(drift, log_z - first),
+                f"the mean log Z of the logits drifted from its first value {first:.4g}",
+                f"PaLM's z-loss, which gives no number: {drift:g} nats from the first value",
+                "a z-loss (PaLM: 1e-4 · log²Z; ST-MoE's router z-loss 1e-3), or a lower "
+                "learning rate",
+            )
+        ]
 
     def _router(self, record: Record) -> list[_Fired]:
         """Router imbalance and collapse: an overloaded expert, experts without tokens."""

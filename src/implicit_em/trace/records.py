@@ -34,6 +34,8 @@ distances) and $p_j = \frac1N\sum_i r_{ij}$:
 | `dead` | float | $\#\{j : p_j < \text{dead\_fraction}/K\}$, components that (almost) never win |
 | `dominance` | float | $\max_j p_j$, the share of the busiest component |
 | `scale` | float | $\frac1N\sum_i \operatorname{std}_j z_{ij}$ over finite logits, the distance scale |
+| `log_z` | float | the mean of $\log Z_i = \operatorname{LSE}_j z_{ij}$ over the rows of positive weight (the logits' log-partition; the per-sample log-likelihood of a mixture) |
+| `log_z_max` | float | the largest $\log Z_i$ |
 | `rows` | float | $N$ (of the sampled rows when the site has more than `max_responsibility_rows`) |
 | `residual` | float | gradient: $\max_i \max_j \lvert r_{ij} - \operatorname{softmax}(z_i)_j\rvert$, the identity C1/R4 on this step |
 | `nonfinite` | float | rows with a non-finite gradient (among all rows), excluded from every average |
@@ -52,6 +54,8 @@ where the weights are a tensor of the model):
 |---|---|---|
 | `entropy` | float | mean over heads and queries of $H(\alpha_i)$ (nats) |
 | `head_entropy` | list of float | the same per head |
+| `max_logit` | list of float | per head, the largest scaled score $s_{ij} = q_i\cdot k_j/\sqrt{E_h}$ (plus any additive mask; masked entries left out) over the traced rows and queries; eager attention: the largest finite input of its softmax |
+| `sink_share` | list of float | per head, the mean over traced rows and queries of $\alpha_{i0}$, the weight on key position 0 |
 | `rows` | float | traced rows × heads × queries |
 | `routing_norm` | float | gradient: $\lVert \alpha \odot (a - \bar a)\rVert_F$, $\bar a_i = \sum_j \alpha_{ij} a_{ij}$, the E-step-like update of the scores |
 | `value_norm` | float | gradient: $\lVert \alpha^\top g\rVert_F$, the M-step-like update of the values |
@@ -91,7 +95,7 @@ metrics of $p$ (`mass` $= P$, `entropy`, `effective_k`, `dead`, `dominance`, `sc
 | `kind` | str | `"alarm"` |
 | `step` | int | the step of the site record that raised it |
 | `site` | str | the site's name |
-| `alarm` | str | the rule that fired (`implicit_em.trace.alarms`): `"dominance"`, `"effective_k"`, `"dead_components"`, `"shrinking_scale"` (responsibility sites with $K > 1$), `"attention_entropy_collapse"` (attention), `"expert_overload"`, `"dead_experts"` (router) or `"nonfinite_gradient"` (any site) |
+| `alarm` | str | the rule that fired (`implicit_em.trace.alarms`): `"dominance"`, `"effective_k"`, `"dead_components"`, `"shrinking_scale"` (responsibility sites with $K > 1$), `"attention_entropy_collapse"`, `"attention_logit_growth"`, `"attention_sink"` (attention), `"log_z_drift"` (classification, router), `"expert_overload"`, `"dead_experts"` (router) or `"nonfinite_gradient"` (any site) |
 | `value` | float | the measured value (for a per-head rule, the worst head's, named in the message) |
 | `threshold` | float | the threshold crossed (`Thresholds`; 0 for dead components and non-finite gradients; a ratio times the site's first value for a relative rule) |
 | `message` | str | a sentence naming the site, the alarm, value, threshold, where the default comes from, the step and the usual fix; logged and issued as a `CollapseWarning` the first time per site and alarm |

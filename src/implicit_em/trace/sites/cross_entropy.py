@@ -76,6 +76,8 @@ class CrossEntropy(ResponsibilityKind):
         "dead",
         "dominance",
         "scale",
+        "log_z",
+        "log_z_max",
         "rows",
         "wrong_entropy",
         "wrong_top",

@@ -30,6 +30,7 @@ from implicit_em.trace.sites.attention import (
     along,
     attention_weights,
     forward_residual,
+    weights_and_logit_max,
 )
 from implicit_em.trace.sites.base import Context, Kept, binder
 
@@ -100,7 +101,8 @@ class MultiheadAttention(AttentionKind):
         return attention_weights(q, k, kept.mask, False, None), v
 
     def statistics(self, k: Kept) -> Stats:
-        alpha, v = self.weights_and_values(k)
+        q, kk, v = (_split(t, k.heads) for t in (k.q, k.k, k.v))
+        alpha, logit_max = weights_and_logit_max(q, kk, k.mask, False, None)
         alpha, v = alpha.float(), v.float()
         s, _, h, _, ev = v.shape
         g = None
@@ -117,7 +119,7 @@ class MultiheadAttention(AttentionKind):
         return (
             stats
             | forward_residual(rebuilt, along(k.output.transpose(1, 2)))
-            | {"tolerance_max": tolerance}
+            | {"tolerance_max": tolerance, "max_logit_max": logit_max}
         )
 
 

@@ -37,6 +37,7 @@ from torch import Tensor
 from implicit_em.trace.metrics import (
     Stats,
     finish_responsibility,
+    log_z_stats,
     residual_tolerance,
     responsibility_stats_steps,
 )
@@ -146,12 +147,11 @@ class Router(ResponsibilityKind):
         lse = torch.logsumexp(logits, -1)
         valid = torch.ones(lse.shape, dtype=torch.bool, device=lse.device)
         stats = responsibility_stats_steps(probs.clone(), valid, None, logits)
+        stats |= log_z_stats(logits, valid)
         zero = torch.zeros(steps, dtype=torch.float64, device=lse.device)
         stats.update(
             counts=k.counts.double(),
-            log_z=lse.sum(-1).double(),
             router_z=lse.square().sum(-1).double(),
-            log_z_max=lse.amax(-1).double(),
             top_k_max=torch.full((steps,), float(k.top_k), dtype=torch.float64),
             tolerance_max=residual_tolerance(k.logits.dtype, steps, lse.device),
             residual_max=zero,
@@ -187,8 +187,6 @@ class Router(ResponsibilityKind):
             dead_experts=(counts == 0).sum(-1).to(load.dtype),
             router_entropy_ratio=out["entropy"].exp() / experts,
             router_z=stats["router_z"] / n,
-            log_z=stats["log_z"] / n,
-            log_z_max=stats["log_z_max"],
             residual=stats["residual_max"] / stats["grad_max"].clamp_min(1e-300),
             top_k=stats["top_k_max"],
         )

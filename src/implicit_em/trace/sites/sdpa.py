@@ -23,6 +23,7 @@ from implicit_em.trace.sites.attention import (
     attention_weights,
     forward_residual,
     heads,
+    weights_and_logit_max,
 )
 from implicit_em.trace.sites.base import Context, Kept
 
@@ -95,11 +96,13 @@ class SDPA(AttentionKind):
         return attention_weights(kept.q, kept.k, kept.mask, kept.is_causal, kept.scale), kept.v
 
     def statistics(self, k: Kept) -> Stats:
-        alpha = attention_weights(k.q, k.k, k.mask, k.is_causal, k.scale).float()
+        alpha, logit_max = weights_and_logit_max(k.q, k.k, k.mask, k.is_causal, k.scale)
+        alpha = alpha.float()
         v = k.v.float()
         grad_v = None if k.grad_v is None else k.grad_v.float()
         g = None if k.g is None else k.g.float()
         stats = attention_stats_steps(alpha, v, g, grad_v=grad_v)
         rebuilt = (alpha * along(v).unsqueeze(-2)).sum(-1)
         tolerance = residual_tolerance(k.q.dtype, k.q.shape[0], k.q.device)
-        return stats | forward_residual(rebuilt, along(k.output)) | {"tolerance_max": tolerance}
+        extra = {"tolerance_max": tolerance, "max_logit_max": logit_max}
+        return stats | forward_residual(rebuilt, along(k.output)) | extra
