@@ -128,7 +128,7 @@ def test_attention_alarms_logit_growth_entropy_collapse_and_sink():
 def test_log_z_drift_is_relative_to_the_first_value():
     z = torch.randn(16, 5)
     y = torch.randint(0, 5, (16,))
-    shifts = [0.0, 3.0, 8.0]
+    shifts = [0.0, 6.0, 12.0]
 
     def step(shift):
         logits = (z + shift).requires_grad_()
@@ -137,7 +137,7 @@ def test_log_z_drift_is_relative_to_the_first_value():
     alarms = _alarms(None, [step(s) for s in shifts])
     assert [(a["step"], a["alarm"]) for a in alarms] == [(2, "log_z_drift")]
     assert "z-loss" in alarms[0]["message"]
-    assert alarms[0]["threshold"] == pytest.approx(alarms[0]["value"] - 8.0 + 5.0, abs=1e-5)
+    assert alarms[0]["threshold"] == pytest.approx(alarms[0]["value"] - 12.0 + 10.0, abs=1e-5)
     assert (
-        _alarms(None, [step(s) for s in shifts], {"thresholds": Thresholds(log_z_drift=10)}) == []
+        _alarms(None, [step(s) for s in shifts], {"thresholds": Thresholds(log_z_drift=20)}) == []
     )

@@ -16,7 +16,7 @@ loss's alone.
 | `attention_entropy_collapse` | attention | a head's entropy < 0.1 × its first value | Zhai et al. 2023 give no number: relative |
 | `attention_logit_growth` | attention | a head's `max_logit` > 100 | Kimi K2's QK-Clip cap τ = 100 (Dehghani et al. 2023, Wortsman et al. 2023) |
 | `attention_sink` | attention | a head's `sink_share` > 0.3 and > 2 × its first value | Gu et al. 2025's ε = 0.3 (StreamingLLM); relative as well, since short causal rows exceed 0.3 when uniform |
-| `log_z_drift` | classification, router | `log_z` moved > 5 nats from the site's first value | PaLM's z-loss gives no number: relative |
+| `log_z_drift` | classification, router | `log_z` moved > 10 nats from the site's first value | PaLM's z-loss gives no number: relative |
 | `expert_overload` | router | `max_load_ratio` > 2 | GShard's expert capacity factor 2.0: tokens beyond it are dropped |
 | `dead_experts` | router | an expert receives no token in the step | Switch Transformer, ST-MoE (router collapse) |
 """
@@ -65,7 +65,7 @@ class Thresholds:
     sink_share : float, default=0.3
         Alarm when an attention head puts more than this mean weight on key position 0
         (Gu et al.'s attention-sink threshold), and more than twice its first value.
-    log_z_drift : float, default=5.0
+    log_z_drift : float, default=10.0
         Alarm when the mean $\log Z$ of a classification head or router moves this many nats
         away from the site's first value (its source gives no absolute number).
     load_ratio : float, default=2.0
@@ -80,7 +80,7 @@ class Thresholds:
     entropy_ratio: float = 0.1
     max_logit: float = 100.0
     sink_share: float = 0.3
-    log_z_drift: float = 5.0
+    log_z_drift: float = 10.0
     load_ratio: float = 2.0
 
 
