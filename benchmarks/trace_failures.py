@@ -328,10 +328,13 @@ def loss_shows(induced: list[float], control: list[float]) -> int | None:
 
 
 def _names(alarms: list[dict]) -> str:
+    """Each rule that fired: how many times, from which step."""
     counts: dict[str, int] = {}
+    first: dict[str, int] = {}
     for a in alarms:
         counts[a["alarm"]] = counts.get(a["alarm"], 0) + 1
-    return ", ".join(f"{k} ×{v}" for k, v in sorted(counts.items())) or "none"
+        first.setdefault(a["alarm"], a["step"])
+    return ", ".join(f"{k} ×{v} from {first[k]}" for k, v in sorted(counts.items())) or "none"
 
 
 def main() -> None:
