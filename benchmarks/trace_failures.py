@@ -18,8 +18,8 @@ differs only in the cause (same seed, data, initialization and length):
 
 For each seed: the step of the first alarm of the induced run (and its rule), the step at
 which its loss first shows the failure (the smoothed loss more than 10% and 0.05 nats above
-the control's at the same step, for 5 consecutive steps, or a non-finite loss), the lead time (loss step
-minus alarm step; positive: the alarm came first) and the alarms of the control (false
+the control's at the same step, for 5 consecutive steps, or a non-finite loss), the lead time
+(loss step minus alarm step; positive: the alarm came first) and the alarms of the control (false
 alarms). A failure the alarms miss, or that the loss never shows, is printed as such.
 
     PYTHONPATH=src python benchmarks/trace_failures.py [--scenario attention router logits dead]
@@ -363,8 +363,9 @@ def main() -> None:
             alarm_step = "missed" if first is None else str(first["step"])
             rule = "—" if first is None else f"{first['alarm']}"
             final = f"{bad.losses[-1]:.3g} / {good.losses[-1]:.3g}"
+            seen = "never" if shows is None else shows
             print(
-                f"{seed:>4} {alarm_step:>11} {rule:<28} {('never' if shows is None else shows):>10} "
+                f"{seed:>4} {alarm_step:>11} {rule:<28} {seen:>10} "
                 f"{lead:>5} {final:>21} {_names(good.alarms):<30} "
                 f"{(bad.seconds + good.seconds) / 2:>5.1f}"
             )

@@ -52,11 +52,13 @@ class Tracer:
 
     Inside the `with` block, call `step` once per training step, after the backward pass. On
     every `every`-th step (starting with the first) the tracer finds each site of the forward
-    and backward pass (a softmax cross-entropy, a mixture NLL, an attention layer), reads its
-    responsibilities back from the gradient and reduces them to the metrics of one record per
-    site. The alarm rules (`implicit_em.trace.alarms`) read each step's records at that
-    step's `step` call: its alarms reach every sink at once and `alarms` at once; site records
-    go to the `sinks` (and, with the `"memory"` sink, to `history`) in batches. The fields of every record type are listed in `implicit_em.trace.records`.
+    and backward pass (a softmax cross-entropy, a mixture NLL, an attention layer, a
+    mixture-of-experts router), reads its responsibilities back from the gradient and reduces
+    them to the metrics of one record per site. The alarm rules (`implicit_em.trace.alarms`)
+    read each step's records at that step's `step` call: its alarms reach every sink, and
+    `alarms`, at once; site records go to the `sinks` (and, with the `"memory"` sink, to
+    `history`) in batches. The fields of every record type are listed in
+    `implicit_em.trace.records`.
 
     Parameters
     ----------

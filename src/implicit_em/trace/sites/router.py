@@ -16,8 +16,8 @@ Metrics, with $f_i$ the share of the assignments routed to expert $i$ (summing t
 experts, also for top-$k$) and $P_i$ the mean router probability of expert $i$:
 `expert_load` $f$, `expert_prob` $P$, `aux_balance` $E\sum_i f_i P_i$ (1 when balanced, the
 Switch Transformer's auxiliary loss without its coefficient), `load_cv`
-$\operatorname{std}(f)/\operatorname{mean}(f)$, `max_load_ratio` $\max_i f_i / \operatorname{mean}(f)$,
-`dead_experts` (no assignment in the step), `router_entropy_ratio` $\exp(\bar H)/E$ with
+$\operatorname{std}(f)/\operatorname{mean}(f)$, `max_load_ratio`
+$\max_i f_i / \operatorname{mean}(f)$, `dead_experts` (no assignment in the step), `router_entropy_ratio` $\exp(\bar H)/E$ with
 $\bar H$ the mean per-token entropy (1 uniform, $1/E$ one-hot), `router_z` the mean of
 $\operatorname{LSE}(z_t)^2$ (ST-MoE's router z-loss without its coefficient), `log_z` and
 `log_z_max` (mean and max of $\operatorname{LSE}(z_t)$), and the responsibility metrics of $p$.
