@@ -228,9 +228,9 @@ class Alarms:
                     "qk-layernorm or QK-Clip, or a lower learning rate",
                 )
             )
-        sink = record.get("sink_share")
-        first = self._first_value(site, "sink_share", sink)
-        over = [h for h in range(len(sink or ())) if sink[h] > max(t.sink_share, 2 * first[h])]
+        sink = record.get("sink_share") or []
+        first = self._first_value(site, "sink_share", sink) if sink else []
+        over = [h for h in range(len(sink)) if sink[h] > max(t.sink_share, 2 * first[h])]
         if over:
             head = max(over, key=sink.__getitem__)
             out.append(
