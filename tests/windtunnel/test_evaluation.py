@@ -1,0 +1,65 @@
+"""The plateau rule and the held-out evaluation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from implicit_em.windtunnel.config import RunConfig, build_model
+from implicit_em.windtunnel.evaluation import evaluate, held_out, plateau
+
+
+def test_plateau_compares_the_start_of_the_last_window_with_now() -> None:
+    steps = [0, 100, 200, 300, 400, 500]
+    # Window: the last 20% of 500 steps starts at 400.
+    assert plateau(steps, [2.0, 1.0, 0.5, 0.3, 0.200, 0.197], 0.2, 0.02).converged
+    rule = plateau(steps, [2.0, 1.0, 0.5, 0.3, 0.200, 0.190], 0.2, 0.02)
+    assert not rule.converged and rule.since == 400
+    assert rule.relative_improvement == pytest.approx(0.05)
+    # A larger window reaches back to step 200.
+    assert plateau(steps, [2.0, 1.0, 0.5, 0.3, 0.2, 0.19], 0.5, 0.02).since == 200
+    # Before min_steps, or without an evaluation in the window's past, it is not converged.
+    assert not plateau(steps, [1.0] * 6, 0.2, 0.02, min_steps=600).converged
+    assert plateau([0], [1.0], 0.2, 0.02).since is None
+    assert not plateau([0, 100], [1.0, math.nan], 0.2, 0.02).converged
+
+
+@given(st.lists(st.floats(1e-6, 10.0), min_size=2, max_size=30), st.floats(0.05, 0.95))
+def test_plateau_agrees_with_its_definition(kl: list[float], window: float) -> None:
+    steps = [10 * i for i in range(len(kl))]
+    rule = plateau(steps, kl, window, 0.02)
+    start = (
+        max(i for i, s in enumerate(steps[:-1]) if s <= (1 - window) * steps[-1])
+        if any(s <= (1 - window) * steps[-1] for s in steps[:-1])
+        else None
+    )
+    if start is None:
+        assert rule.since is None and not rule.converged
+    else:
+        improvement = (kl[start] - kl[-1]) / kl[start]
+        assert rule.since == steps[start]
+        assert rule.converged == (improvement < 0.02)
+
+
+def test_evaluation_reports_kl_entropy_error_and_the_sigmoid_sum() -> None:
+    config = RunConfig(
+        task="dice",
+        task_params={"n_faces": 3, "length": 5},
+        n_layer=1,
+        n_head=2,
+        n_embd=8,
+        n_test=16,
+    )
+    test = held_out(config)
+    assert torch.equal(test.tokens, held_out(config).tokens)  # fixed
+    model = build_model(config, config.make_task())
+    with torch.no_grad():
+        for p in model.head.parameters():
+            p.zero_()  # every logit 0: q uniform; sigma(0) = 1/2 per answer
+    ce, sig = evaluate(model, test, "ce"), evaluate(model, test, "sigmoid")
+    assert ce["sigma_sum_gap"] is None and sig["sigma_sum_gap"] == pytest.approx(0.5)
+    assert ce["kl_bits"] == pytest.approx(sig["kl_bits"]) and ce["kl_bits"] > 0
