@@ -21,7 +21,7 @@ from implicit_em.windtunnel.config import RunConfig, build_model, preset
 from implicit_em.windtunnel.losses import loss_fn
 from implicit_em.windtunnel.models import count_parameters
 from implicit_em.windtunnel.tasks import Bijection
-from implicit_em.windtunnel.train import CHECKPOINT, run
+from implicit_em.windtunnel.train import CHECKPOINT, run, state_path
 
 TINY = RunConfig(
     task="dice",
@@ -408,3 +408,31 @@ def test_a_frozen_part_stops_moving_at_its_step(tmp_path: Path) -> None:
             routing = ".attn.query." in name or ".attn.key." in name
             frozen = routing == (freeze == "routing")
             assert torch.equal(at4[name], end[name]) == frozen, (freeze, name)
+
+
+def test_an_intervention_branched_from_a_kept_state_equals_one_run_from_scratch(
+    tmp_path: Path,
+) -> None:
+    base = replace(TINY, task="bijection", task_params={"n_symbols": 4}, split_qkv=True, steps=12)
+    run(base, tmp_path / "base", progress=False, states_at=[4, 8])
+    assert state_path(tmp_path / "base", 4).exists() and state_path(tmp_path / "base", 8).exists()
+    frozen = replace(base, freeze="rest", freeze_at=8)
+    scratch = run(frozen, tmp_path / "scratch", progress=False)
+    branched = run(
+        frozen, tmp_path / "branch", progress=False, branch_from=state_path(tmp_path / "base", 4)
+    )
+    assert _comparable(branched) == _comparable(scratch)
+    with pytest.raises(ValueError, match="past freeze_at"):
+        run(
+            replace(frozen, freeze_at=2),
+            tmp_path / "late",
+            progress=False,
+            branch_from=state_path(tmp_path / "base", 4),
+        )
+    with pytest.raises(ValueError, match="not a branch point"):
+        run(
+            replace(frozen, lr=0.1),
+            tmp_path / "other",
+            progress=False,
+            branch_from=state_path(tmp_path / "base", 4),
+        )

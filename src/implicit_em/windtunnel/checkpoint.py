@@ -27,6 +27,7 @@ __all__ = [
     "StopRequest",
     "config_differences",
     "graceful_stop",
+    "load_branch",
     "load_checkpoint",
     "refuse_other",
     "save_atomic",
@@ -142,6 +143,39 @@ def load_checkpoint(
         step=state["step"],
         elapsed=state["elapsed"],
         sessions=state["sessions"],
+        running=tuple(state["running"]),
+        trace=state["trace"],
+        snapshots=state["snapshots"],
+    )
+
+
+def load_branch(
+    path: Path,
+    config: dict[str, Any],
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    data: torch.Generator,
+) -> Progress:
+    """Start an intervention from the state of its unfrozen run saved at `path`.
+
+    The saved run's configuration may differ from `config` in `freeze` and `freeze_at`
+    only, and its step must not pass `config["freeze_at"]`: up to that step the two runs are
+    the same run, so the branch continues exactly as a run of `config` from scratch would.
+    """
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    other = set(config_differences(state["config"], config)) - {"freeze", "freeze_at"}
+    if other:
+        raise ValueError(f"{path} is not a branch point of this run (differs in: {sorted(other)})")
+    if state["step"] > config["freeze_at"]:
+        raise ValueError(f"{path} is at step {state['step']}, past freeze_at={config['freeze_at']}")
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    data.set_state(state["data_rng"])
+    return Progress(
+        history=state["history"],
+        step=state["step"],
+        elapsed=state["elapsed"],
+        sessions=0,
         running=tuple(state["running"]),
         trace=state["trace"],
         snapshots=state["snapshots"],

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
@@ -37,6 +38,7 @@ from tqdm.auto import tqdm
 from implicit_em.windtunnel.checkpoint import (
     Progress,
     graceful_stop,
+    load_branch,
     load_checkpoint,
     refuse_other,
     save_atomic,
@@ -62,6 +64,7 @@ __all__ = [
     "held_out",
     "preset",
     "run",
+    "state_path",
 ]
 
 CHECKPOINT = "checkpoint.pt"
@@ -69,6 +72,11 @@ RESULT = "result.json"
 TRACE = "trace.jsonl"
 SNAPSHOTS = "snapshots.pt"
 _PROBE_SIZE = 64
+
+
+def state_path(out_dir: str | Path, step: int) -> Path:
+    """Where `run(..., states_at=[step])` keeps the training state after `step` steps."""
+    return Path(out_dir) / f"state-{step}.pt"
 
 
 def _train_step(
@@ -183,6 +191,8 @@ def run(
     time_budget_s: float | None = None,
     trace_every: int | None = None,
     snapshot_every: int | None = None,
+    states_at: Sequence[int] = (),
+    branch_from: str | Path | None = None,
 ) -> dict[str, Any]:
     """Train (or resume, or reload) `config` in `out_dir` and return its result.
 
@@ -201,6 +211,11 @@ def run(
     end) in `out_dir/snapshots.pt` (`{"steps": [...], "states": [...]}`), for measuring how
     far each part is from its final value (`timescales`).
 
+    `states_at` keeps the whole training state after those many steps in
+    `out_dir/state-<step>.pt` (see `state_path`); `branch_from`, such a file of the same
+    configuration without its intervention (`freeze`, `freeze_at`), starts a fresh run of
+    `config` from it instead of from step 0, with the same result as from step 0.
+
     A directory that holds a checkpoint or a result of another configuration is refused with
     the differing keys named; checkpoints are never mixed.
     """
@@ -217,7 +232,10 @@ def run(
     optimizer = make_optimizer(model, config)
     data = torch.Generator().manual_seed(config.seed)
     test = held_out(config).to(device)
-    state = load_checkpoint(out / CHECKPOINT, cfg, model, optimizer, data)
+    if branch_from is not None and not (out / CHECKPOINT).exists():
+        state = load_branch(Path(branch_from), cfg, model, optimizer, data)
+    else:
+        state = load_checkpoint(out / CHECKPOINT, cfg, model, optimizer, data)
     state.sessions += 1
     model.train()
     bar = tqdm(
@@ -258,6 +276,8 @@ def run(
                 state.elapsed += time.perf_counter() - start
                 start = time.perf_counter()
                 save_checkpoint(out / CHECKPOINT, cfg, model, optimizer, data, state)
+            if state.step in states_at:
+                save_checkpoint(state_path(out, state.step), cfg, model, optimizer, data, state)
             if plateaued:
                 break
             if (stop.requested or out_of_time) and state.step < config.steps:
