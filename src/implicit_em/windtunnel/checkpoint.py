@@ -161,6 +161,7 @@ def load_branch(
     The saved run's configuration may differ from `config` in `freeze` and `freeze_at`
     only, and its step must not pass `config["freeze_at"]`: up to that step the two runs are
     the same run, so the branch continues exactly as a run of `config` from scratch would.
+    Its elapsed time starts at 0: a branch counts its own training time only.
     """
     state = torch.load(path, map_location="cpu", weights_only=False)
     other = set(config_differences(state["config"], config)) - {"freeze", "freeze_at"}
@@ -174,7 +175,7 @@ def load_branch(
     return Progress(
         history=state["history"],
         step=state["step"],
-        elapsed=state["elapsed"],
+        elapsed=0.0,
         sessions=0,
         running=tuple(state["running"]),
         trace=state["trace"],
