@@ -6,16 +6,18 @@ function of the weights.
 
 **Plateau rule.** At an evaluation at step $s$ (with $s \ge$ `min_steps`), let $s_0$ be the
 last evaluation step at or before $(1 - w)\,s$ (the start of the last fraction $w$ =
-`plateau_window` of the steps done). The run has converged when the held-out KL improved by
-less than a fraction $\tau$ = `plateau_tol` over that window:
+`plateau_window` of the steps done), and $m(s) = \min_{s' \le s} \mathrm{KL}(s')$ the best
+held-out KL so far. The run has converged when the best KL improved by less than a fraction
+$\tau$ = `plateau_tol` over that window:
 
 $$
-\frac{\mathrm{KL}(s_0) - \mathrm{KL}(s)}{\mathrm{KL}(s_0)} < \tau .
+\frac{m(s_0) - m(s)}{m(s_0)} < \tau .
 $$
 
-A long plateau followed by a sudden drop (as attention circuits sometimes form) would pass the
-rule early; a large `min_steps` and `plateau_window` guard against that, and a run that never
-meets the rule by its step cap reports `converged = False`.
+The best-so-far makes the rule blind to upward spikes of the KL (training on sampled answers
+is noisy), not to a slow, steady decline. A long plateau followed by a sudden drop (as
+attention circuits sometimes form) would pass the rule early; `min_steps` guards against that,
+and a run that never meets the rule by its step cap reports `converged = False`.
 """
 
 from __future__ import annotations
@@ -94,10 +96,8 @@ def plateau(
         return Plateau(False, None, None)
     start = (1.0 - window) * steps[-1]
     earlier = [i for i, s in enumerate(steps[:-1]) if s <= start]
-    if not earlier:
-        return Plateau(False, None, None)
-    first, last = kl[earlier[-1]], kl[-1]
-    if not (math.isfinite(first) and math.isfinite(last)):
-        return Plateau(False, steps[earlier[-1]], None)
+    if not earlier or not all(math.isfinite(k) for k in kl):
+        return Plateau(False, steps[earlier[-1]] if earlier else None, None)
+    first, last = min(kl[: earlier[-1] + 1]), min(kl)
     improvement = (first - last) / first if first > 0 else 0.0
     return Plateau(improvement < tol, steps[earlier[-1]], improvement)
