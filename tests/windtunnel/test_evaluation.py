@@ -26,6 +26,9 @@ def test_plateau_compares_the_start_of_the_last_window_with_now() -> None:
     assert not plateau(steps, [1.0] * 6, 0.2, 0.02, min_steps=600).converged
     assert plateau([0], [1.0], 0.2, 0.02).since is None
     assert not plateau([0, 100], [1.0, math.nan], 0.2, 0.02).converged
+    # Improvements below 1e-5 bits count as a plateau, whatever their relative size.
+    assert plateau(steps, [1.0, 0.1, 1e-3, 1e-5, 4e-6, 1e-6], 0.2, 0.02).converged
+    assert not plateau(steps, [1.0, 0.1, 1e-3, 1e-5, 4e-6, 1e-6], 0.2, 0.02, atol=0).converged
     # The best KL so far: a spike at the window's start does not make the run look converged.
     spiky = plateau(steps, [2.0, 1.0, 0.5, 0.3, 0.9, 0.29], 0.2, 0.02)
     assert not spiky.converged and spiky.relative_improvement == pytest.approx(0.01 / 0.3)
@@ -34,7 +37,7 @@ def test_plateau_compares_the_start_of_the_last_window_with_now() -> None:
 @given(st.lists(st.floats(1e-6, 10.0), min_size=2, max_size=30), st.floats(0.05, 0.95))
 def test_plateau_agrees_with_its_definition(kl: list[float], window: float) -> None:
     steps = [10 * i for i in range(len(kl))]
-    rule = plateau(steps, kl, window, 0.02)
+    rule = plateau(steps, kl, window, 0.02, atol=0.0)
     window_start = (1 - window) * steps[-1]
     before = [i for i, s in enumerate(steps[:-1]) if s <= window_start]
     if not before:

@@ -11,7 +11,8 @@ Beside the architecture and the optimizer, a configuration states:
   `"constant"`: warmup, then `lr`; see `optim`);
 * the plateau rule (`evaluation.plateau`): `steps` is a cap, and with `stop_at_plateau`
   the run ends at the first evaluation where the held-out KL improved by less than `plateau_tol`
-  (relative) over the last `plateau_window` of the steps done, once `min_steps` are done;
+  (relative; or by less than `plateau_atol` bits) over the last `plateau_window` of the
+  steps done, once `min_steps` are done;
 * an intervention (`freeze`, `freeze_at`): from step `freeze_at` on, the `"routing"`
   parameters (the attention's query and key projections) or the `"rest"` (every other
   parameter: values, output projections, MLPs, embeddings, norms, head) stop training.
@@ -81,6 +82,7 @@ class RunConfig:
     n_test: int = 2048
     ckpt_every: int = 500
     plateau_tol: float = 0.02
+    plateau_atol: float = 1e-5
     plateau_window: float = 0.2
     min_steps: int = 0
     stop_at_plateau: bool = False

@@ -8,12 +8,14 @@ function of the weights.
 last evaluation step at or before $(1 - w)\,s$ (the start of the last fraction $w$ =
 `plateau_window` of the steps done), and $m(s) = \min_{s' \le s} \mathrm{KL}(s')$ the best
 held-out KL so far. The run has converged when the best KL improved by less than a fraction
-$\tau$ = `plateau_tol` over that window:
+$\tau$ = `plateau_tol` over that window (or by less than $\epsilon$ in absolute terms):
 
 $$
 \frac{m(s_0) - m(s)}{m(s_0)} < \tau .
 $$
 
+Near an exact fit the KL shrinks by orders of magnitude while nothing measurable changes, so an
+absolute improvement below $\epsilon$ = `atol` bits (1e-5 by default) also counts as a plateau.
 The best-so-far makes the rule blind to upward spikes of the KL (training on sampled answers
 is noisy), not to a slow, steady decline. A long plateau followed by a sudden drop (as
 attention circuits sometimes form) would pass the rule early; `min_steps` guards against that,
@@ -87,7 +89,12 @@ class Plateau:
 
 
 def plateau(
-    steps: Sequence[int], kl: Sequence[float], window: float, tol: float, min_steps: int = 0
+    steps: Sequence[int],
+    kl: Sequence[float],
+    window: float,
+    tol: float,
+    min_steps: int = 0,
+    atol: float = 1e-5,
 ) -> Plateau:
     """Apply the plateau rule (see the module) to the evaluation `steps` and their `kl`."""
     if len(steps) != len(kl):
@@ -100,4 +107,4 @@ def plateau(
         return Plateau(False, steps[earlier[-1]] if earlier else None, None)
     first, last = min(kl[: earlier[-1] + 1]), min(kl)
     improvement = (first - last) / first if first > 0 else 0.0
-    return Plateau(improvement < tol, steps[earlier[-1]], improvement)
+    return Plateau(improvement < tol or first - last < atol, steps[earlier[-1]], improvement)

@@ -46,7 +46,7 @@ from implicit_em.windtunnel.checkpoint import (
     write_json,
 )
 from implicit_em.windtunnel.config import MODELS, SCALES, RunConfig, build_model, preset
-from implicit_em.windtunnel.evaluation import evaluate, held_out, plateau
+from implicit_em.windtunnel.evaluation import Plateau, evaluate, held_out, plateau
 from implicit_em.windtunnel.losses import loss_fn
 from implicit_em.windtunnel.models import count_parameters
 from implicit_em.windtunnel.optim import make_optimizer, set_learning_rates
@@ -113,12 +113,17 @@ def _record_evaluation(
     return ev
 
 
-def _plateau_now(progress: Progress, config: RunConfig) -> bool:
+def _plateau(progress: Progress, config: RunConfig) -> Plateau:
+    """The plateau rule on the evaluations so far."""
     h = progress.history
-    rule = plateau(
-        h["eval_step"], h["eval_kl"], config.plateau_window, config.plateau_tol, config.min_steps
+    return plateau(
+        h["eval_step"],
+        h["eval_kl"],
+        config.plateau_window,
+        config.plateau_tol,
+        config.min_steps,
+        config.plateau_atol,
     )
-    return rule.converged
 
 
 def _snapshot(progress: Progress, model: nn.Module) -> None:
@@ -150,10 +155,7 @@ def _result(
     final: dict[str, Any],
     device: str,
 ) -> dict[str, Any]:
-    h = progress.history
-    rule = plateau(
-        h["eval_step"], h["eval_kl"], config.plateau_window, config.plateau_tol, config.min_steps
-    )
+    rule = _plateau(progress, config)
     return {
         "status": "complete",
         "config": asdict(config),
@@ -169,6 +171,7 @@ def _result(
         "converged": rule.converged,
         "plateau": {
             "tol": config.plateau_tol,
+            "atol": config.plateau_atol,
             "window": config.plateau_window,
             "since": rule.since,
             "relative_improvement": rule.relative_improvement,
@@ -179,7 +182,7 @@ def _result(
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         **final,
-        "history": h,
+        "history": progress.history,
     }
 
 
@@ -270,7 +273,7 @@ def run(
                 with quiet():
                     ev = _record_evaluation(state, model, test, config)
                 bar.set_postfix(kl=f"{ev['kl_bits']:.4f}", bits_mae=f"{ev['bits_mae']:.4f}")
-                plateaued = config.stop_at_plateau and _plateau_now(state, config)
+                plateaued = config.stop_at_plateau and _plateau(state, config).converged
             out_of_time = time_budget_s is not None and time.perf_counter() - start >= time_budget_s
             if state.step % config.ckpt_every == 0 or stop.requested or out_of_time:
                 state.elapsed += time.perf_counter() - start
