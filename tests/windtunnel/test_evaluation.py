@@ -66,3 +66,7 @@ def test_evaluation_reports_kl_entropy_error_and_the_sigmoid_sum() -> None:
     ce, sig = evaluate(model, test, "ce"), evaluate(model, test, "sigmoid")
     assert ce["sigma_sum_gap"] is None and sig["sigma_sum_gap"] == pytest.approx(0.5)
     assert ce["kl_bits"] == pytest.approx(sig["kl_bits"]) and ce["kl_bits"] > 0
+    # Uniform predictions: their KL is the uniform floor, log2 K - H(p) averaged.
+    assert ce["kl_bits"] == pytest.approx(ce["uniform_kl_bits"])
+    h = -(test.posterior * test.posterior.log2()).nan_to_num().sum(-1)[test.mask]
+    assert ce["uniform_kl_bits"] == pytest.approx(float((math.log2(3) - h).mean()))

@@ -52,8 +52,10 @@ def evaluate(model: nn.Module, test: Batch, objective: str, chunk: int = 1024) -
     """Errors in bits of `model` on the held-out batch `test` (see `metrics`).
 
     Returns `kl_bits` (mean KL per supervised position, the judged metric), `bits_mae` (mean
-    entropy error), `per_position` curves, and `sigma_sum_gap` (mean $|\\sum_k\\sigma(z_k) - 1|$)
-    for the unnormalized objectives (None for CE).
+    entropy error), `per_position` curves, `sigma_sum_gap` (mean $|\\sum_k\\sigma(z_k) - 1|$)
+    for the unnormalized objectives (None for CE), and `uniform_kl_bits`, the KL of the uniform
+    prediction, $\\log_2 K - H(p)$ averaged: the floor of a model that ignores the context
+    wherever, as in the bijection and the dice, the uniform is the best context-free prediction.
     """
     was_training = model.training
     model.eval()
@@ -70,12 +72,18 @@ def evaluate(model: nn.Module, test: Batch, objective: str, chunk: int = 1024) -
         "bits_mae": errors.bits_mae,
         "kl_bits": errors.kl_mean,
         "sigma_sum_gap": None if objective == "ce" else sigma_sum_gap(logits, test.mask),
+        "uniform_kl_bits": _uniform_kl(test),
         "per_position": {
             "entropy_mae": curve(errors.entropy_mae),
             "kl": curve(errors.kl),
             "entropy": curve(errors.entropy),
         },
     }
+
+
+def _uniform_kl(test: Batch) -> float:
+    uniform = torch.full_like(test.posterior, -math.log(test.posterior.shape[-1]))
+    return position_errors(test.posterior, uniform, test.mask).kl_mean
 
 
 @dataclass(frozen=True)
