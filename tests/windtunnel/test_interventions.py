@@ -6,8 +6,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 
 from implicit_em.windtunnel.config import RunConfig
+from implicit_em.windtunnel.grid import worker_pool
 from implicit_em.windtunnel.interventions import (
     kl_fraction,
     run_interventions,
@@ -71,3 +73,19 @@ def test_interventions_refuse_what_they_cannot_compare(tmp_path: Path) -> None:
         run_interventions(BASE, [40], tmp_path, "x")
     with pytest.raises(ValueError, match="stop_at_plateau"):
         run_interventions(replace(BASE, stop_at_plateau=True), [10], tmp_path, "x")
+
+
+@pytest.mark.slow
+def test_branches_in_worker_processes_give_the_same_numbers(tmp_path: Path) -> None:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in the workers: sums in another order differ in the last bits
+    try:
+        one = run_interventions(BASE, [20], tmp_path / "one", "t")
+        with worker_pool(2) as pool:
+            two = run_interventions(BASE, [20], tmp_path / "two", "t", pool=pool)
+    finally:
+        torch.set_num_threads(threads)
+    drop = ("wall_time_s",)
+    assert {k: v for k, v in one.items() if k not in drop} == {
+        k: v for k, v in two.items() if k not in drop
+    }

@@ -10,7 +10,8 @@ free cores, the wall time divides by about that much; results are the same as on
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
 from multiprocessing import get_context
@@ -23,7 +24,7 @@ from implicit_em.windtunnel.cli import run_dir
 from implicit_em.windtunnel.config import MODELS, RunConfig
 from implicit_em.windtunnel.train import run
 
-__all__ = ["GridRun", "run_configs", "run_grid"]
+__all__ = ["GridRun", "run_configs", "run_grid", "worker_pool"]
 
 T = TypeVar("T")
 GridRun = tuple[str, str, int]
@@ -52,6 +53,19 @@ def _single_thread() -> None:
     torch.set_num_threads(1)
 
 
+@contextmanager
+def worker_pool(workers: int) -> Iterator[Executor | None]:
+    """`workers` processes of one torch thread each for `run_configs(pool=...)`; None for 1."""
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    if workers == 1:
+        yield None
+        return
+    context = get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_single_thread) as pool:
+        yield pool
+
+
 def run_configs(
     configs: Sequence[RunConfig],
     label: str,
@@ -60,6 +74,7 @@ def run_configs(
     progress: Callable[..., Iterator[Any]] = _plain,
     threads: int | None = 1,
     workers: int = 1,
+    pool: Executor | None = None,
     **run_options: Any,
 ) -> list[dict[str, Any]]:
     """Train (or reload) every configuration; their results in the same order.
@@ -68,18 +83,18 @@ def run_configs(
     `run_options` go to `implicit_em.windtunnel.train.run`. `threads`: torch CPU threads while
     the configurations run one at a time (restored after; None leaves them): one, as the CLI,
     since these models are too small to gain from more. `workers`: configurations trained at
-    once, each in its own process on one thread.
+    once, each in its own process on one thread; or `pool`, an open `worker_pool` to use
+    (started once for many calls).
     """
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
     job = partial(
         _one, label=label, runs_dir=Path(runs_dir), device=device, run_options=run_options
     )
     desc = f"wind tunnel {label}"
-    if workers > 1:
-        context = get_context("spawn")
-        with ProcessPoolExecutor(workers, mp_context=context, initializer=_single_thread) as pool:
-            return list(progress(pool.map(job, configs), desc=desc, total=len(configs)))
+    if pool is None and workers > 1:
+        with worker_pool(workers) as own:
+            return run_configs(configs, label, runs_dir, device, progress, pool=own, **run_options)
+    if pool is not None:
+        return list(progress(pool.map(job, configs), desc=desc, total=len(configs)))
     previous = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)

@@ -22,6 +22,7 @@ improvement: the time to 90% of the KL improvement attributable to that part, in
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import Executor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,12 @@ def sufficient_freeze_step(
     return found
 
 
+def _branch(config: RunConfig, directory: Path, start: Path, device: str) -> tuple[float, float]:
+    """Train one intervention from its branch point; its final held-out KL and training time."""
+    result = run(config, directory, device=device, progress=False, branch_from=start)
+    return result["kl_bits"], result["wall_time_s"]
+
+
 def run_interventions(
     base: RunConfig,
     freeze_at: Sequence[int],
@@ -71,14 +78,16 @@ def run_interventions(
     device: str = "cpu",
     snapshot_every: int | None = None,
     level: float = 0.9,
+    pool: Executor | None = None,
 ) -> dict[str, Any]:
     """The full run and its two interventions at every step of `freeze_at`, as plain JSON.
 
     Returns `kl_initial`, `kl_full`, `converged` (the full run's plateau rule), for each
     frozen part `kl_<part>_frozen` and `fraction_<part>_frozen` (one per freeze step) and
-    `t_<part>` (`sufficient_freeze_step` at `level`), `wall_time_s` summed over the runs,
-    and, with `snapshot_every`, the full run's `remaining` distances
-    (`timescales.remaining_distance`) with their settling steps `t90`.
+    `t_<part>` (`sufficient_freeze_step` at `level`), `wall_time_s` (the full run and
+    its branches), and, with `snapshot_every`, the full run's `remaining` distances
+    (`timescales.remaining_distance`) with their settling steps `t90`. With `pool`
+    (`grid.worker_pool`) the branches train in its processes.
     """
     if base.model != "transformer" or not base.split_qkv or base.freeze:
         raise ValueError("run_interventions needs an unfrozen transformer with split_qkv=True")
@@ -104,26 +113,23 @@ def run_interventions(
         "converged": full["converged"],
         "steps": full["steps"],
         "level": level,
+        "wall_time_s": full["wall_time_s"],
     }
-    wall = full["wall_time_s"]
-    for part in FROZEN_PARTS:
-        kls = []
-        for t in freeze_at:
-            config = replace(base, freeze=part, freeze_at=t)
-            branch = run(
-                config,
-                run_dir(runs_dir, config, label),
-                device=device,
-                progress=False,
-                branch_from=state_path(full_dir, t),
-            )
-            kls.append(branch["kl_bits"])
-            wall += branch["wall_time_s"]
-        fractions = [kl_fraction(kl_initial, kl_full, k) for k in kls]
-        out[f"kl_{part}_frozen"] = kls
+    branches = [replace(base, freeze=part, freeze_at=t) for part in FROZEN_PARTS for t in freeze_at]
+    jobs = (
+        [run_dir(runs_dir, c, label) for c in branches],
+        [state_path(full_dir, c.freeze_at) for c in branches],
+    )
+    mapper = pool.map if pool is not None else map
+    done = list(mapper(_branch, branches, *jobs, [device] * len(branches)))
+    kls = [kl for kl, _ in done]
+    out["wall_time_s"] += sum(wall for _, wall in done)
+    for i, part in enumerate(FROZEN_PARTS):
+        part_kls = kls[i * len(freeze_at) : (i + 1) * len(freeze_at)]
+        fractions = [kl_fraction(kl_initial, kl_full, k) for k in part_kls]
+        out[f"kl_{part}_frozen"] = part_kls
         out[f"fraction_{part}_frozen"] = fractions
         out[f"t_{part}"] = sufficient_freeze_step(freeze_at, fractions, level)
-    out["wall_time_s"] = wall
     if snapshot_every is not None:
         snapshots = torch.load(full_dir / SNAPSHOTS, weights_only=False)
         remaining = remaining_distance(snapshots)
