@@ -54,8 +54,9 @@ def evaluate(model: nn.Module, test: Batch, objective: str, chunk: int = 1024) -
     Returns `kl_bits` (mean KL per supervised position, the judged metric), `bits_mae` (mean
     entropy error), `per_position` curves, `sigma_sum_gap` (mean $|\\sum_k\\sigma(z_k) - 1|$)
     for the unnormalized objectives (None for CE), and `uniform_kl_bits`, the KL of the uniform
-    prediction, $\\log_2 K - H(p)$ averaged: the floor of a model that ignores the context
-    wherever, as in the bijection and the dice, the uniform is the best context-free prediction.
+    prediction, $\\log_2 K - H(p)$ averaged: the error of a model that reads nothing. On the
+    bijection it is the context-free floor (the current key says nothing of its value); on the
+    HMM and the dice the current token is informative, and a position-wise model can beat it.
     """
     was_training = model.training
     model.eval()
