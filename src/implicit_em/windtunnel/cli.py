@@ -22,7 +22,8 @@ import torch
 import typer
 
 from implicit_em.arguments import check_device, check_writable_folder, fail
-from implicit_em.windtunnel.train import MODELS, RESULT, RunConfig, preset, run
+from implicit_em.windtunnel.config import MODELS, RunConfig, preset
+from implicit_em.windtunnel.train import RESULT, run
 
 __all__ = ["COMPARE_MODELS", "compare_table", "run_dir", "windtunnel"]
 
@@ -47,6 +48,7 @@ class ModelName(StrEnum):
 class Objective(StrEnum):
     ce = "ce"
     sigmoid = "sigmoid"
+    brier = "brier"
 
 
 class Scale(StrEnum):
@@ -133,9 +135,12 @@ def _summary(result: dict[str, Any], path: Path) -> str:
     line = (
         f"{c['task']} {c['model']}/{c['objective']} ({c['targets']} targets): "
         f"bits MAE {result['bits_mae']:.5f}, KL {result['kl_bits']:.5f} bits, "
-        f"{result['n_parameters']:,} parameters, {result['steps']} steps, "
+        f"{result['n_parameters']:,} parameters, {result['steps']} steps "
+        f"({'converged' if result['converged'] else 'not converged'}), "
         f"{result['wall_time_s']:.0f} s -> {path}"
     )
+    if result.get("sigma_sum_gap") is not None:
+        line += f"\n  mean |sum of sigmoids - 1| {result['sigma_sum_gap']:.4f}"
     if result.get("context_free_bits") is not None:
         line += "\n  " + _floor_line(result["context_free_bits"])
     return line + (_trace_lines(result["trace"]["summary"]) if "trace" in result else "")
@@ -182,7 +187,9 @@ def windtunnel(
         "position-wise MLP, no mixing across positions. MLPs match the transformer's parameters.",
     ),
     objective: Objective = typer.Option(
-        Objective.ce, help="ce: softmax cross-entropy; sigmoid: independent BCE."
+        Objective.ce,
+        help="ce: softmax cross-entropy; sigmoid: independent BCE; brier: independent squared "
+        "errors of the sigmoids.",
     ),
     targets: Targets = typer.Option(
         None, help="Train on the exact posterior (soft) or on sampled answers (hard)."
