@@ -29,6 +29,7 @@ from torch import Tensor
 __all__ = [
     "BASELINES",
     "best_baseline_gaps",
+    "class_mahalanobis",
     "energy",
     "knn",
     "logit_scores",
@@ -62,12 +63,13 @@ def logit_scores(z: Tensor) -> dict[str, Tensor]:
     return {"msp": msp(z), "energy": energy(z), "max_logit": max_logit(z)}
 
 
-def mahalanobis(h_train: Tensor, y_train: Tensor, h: Tensor, classes: int) -> Tensor:
-    r"""Squared Mahalanobis distance of each row of `h` to the nearest class mean.
+def class_mahalanobis(h_train: Tensor, y_train: Tensor, h: Tensor, classes: int) -> Tensor:
+    r"""Squared Mahalanobis distance of each row of `h` to every class mean, `[N, classes]`.
 
-    $\min_c (h-m_c)^\top\Sigma^{-1}(h-m_c)$ with the class means $m_c$ of `h_train` and the
-    tied covariance $\Sigma = \frac1N\sum_i (h_i - m_{y_i})(h_i - m_{y_i})^\top$ plus a ridge of
-    $10^{-6}$ times its mean variance (Lee et al., 2018, without input preprocessing). Float64.
+    $(h-m_c)^\top\Sigma^{-1}(h-m_c)$ with the class means $m_c$ of `h_train` and the tied
+    covariance $\Sigma = \frac1N\sum_i (h_i - m_{y_i})(h_i - m_{y_i})^\top$ plus a ridge of
+    $10^{-6}$ times its mean variance: the distances of a fitted Gaussian classifier with one
+    shared covariance (linear discriminant analysis). Float64.
 
     Raises
     ------
@@ -86,7 +88,13 @@ def mahalanobis(h_train: Tensor, y_train: Tensor, h: Tensor, classes: int) -> Te
     chol = torch.linalg.cholesky(cov + 1e-6 * cov.diagonal().mean() * eye)
     diff = (h[:, None, :] - means[None]).reshape(-1, h.shape[1])
     white = torch.linalg.solve_triangular(chol, diff.T, upper=False)
-    return (white**2).sum(0).reshape(len(h), classes).amin(1)
+    return (white**2).sum(0).reshape(len(h), classes)
+
+
+def mahalanobis(h_train: Tensor, y_train: Tensor, h: Tensor, classes: int) -> Tensor:
+    """The Mahalanobis score (Lee et al., 2018, without input preprocessing): the smallest of
+    [class_mahalanobis][] over the classes, per row of `h`."""
+    return class_mahalanobis(h_train, y_train, h, classes).amin(1)
 
 
 def knn(bank: Tensor, h: Tensor, k: int = 1, chunk: int = 2048) -> Tensor:
