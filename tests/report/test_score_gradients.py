@@ -71,3 +71,28 @@ def test_char_corpus_and_a_short_training_run() -> None:
     assert after < before - 0.5
     with pytest.raises(ValueError, match="shorter than one window"):
         cg.windows(corpus.held_out[:5], 1, 16, generator)
+
+
+def test_windtunnel_shares_read_a_trained_run(tmp_path) -> None:
+    from implicit_em.windtunnel.train import preset, run
+
+    config = preset(
+        "bijection",
+        "reference-cpu",
+        task_params={"n_symbols": 4, "n_pairs": 3, "replacement": False},
+        n_layer=1,
+        n_head=2,
+        n_embd=16,
+        steps=10,
+        warmup=2,
+        eval_every=10,
+        ckpt_every=10,
+        n_test=16,
+        batch_size=8,
+    )
+    run(config, tmp_path, progress=False)
+    layers = sg.windtunnel_shares(config, tmp_path)
+    assert len(layers) == 1 and len(layers[0]["minus_r"]) == 2
+    assert min(layers[0]["advantage"]) > 0.999
+    with pytest.raises(FileNotFoundError, match="no wind-tunnel checkpoint"):
+        sg.windtunnel_shares(config, tmp_path / "missing")

@@ -36,18 +36,22 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
 from implicit_em.attention import attention_gradients, attention_scores
 from implicit_em.core import responsibilities
+from implicit_em.windtunnel.train import CHECKPOINT, RunConfig, build_model, held_out, loss_fn
 
 __all__ = [
     "HeadCapture",
     "capture_heads",
     "explained_share",
     "head_shares",
+    "model_shares",
+    "windtunnel_shares",
 ]
 
 
@@ -173,3 +177,32 @@ def head_shares(capture: HeadCapture) -> dict[str, Tensor]:
         "advantage": explained_share(autograd, parts.scores * rows),
         "forward_residual": residual,
     }
+
+
+def model_shares(model: nn.Module, loss: Callable[[], Tensor]) -> list[dict[str, list[float]]]:
+    """[head_shares][] of every attention layer of `model` under `loss()`, as plain lists
+    (one dict per layer, one value per head)."""
+    return [
+        {key: [float(v) for v in value] for key, value in head_shares(capture).items()}
+        for capture in capture_heads(model, loss)
+    ]
+
+
+def windtunnel_shares(config: RunConfig, directory: Path) -> list[dict[str, list[float]]]:
+    """[model_shares][] of the wind-tunnel transformer trained in `directory` (its
+    `checkpoint.pt`), on the run's own held-out batch and training objective.
+
+    Raises
+    ------
+    FileNotFoundError
+        If `directory` holds no checkpoint.
+    """
+    path = Path(directory) / CHECKPOINT
+    if not path.exists():
+        raise FileNotFoundError(f"no wind-tunnel checkpoint at {path}")
+    model = build_model(config, config.make_task())
+    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=False)["model"])
+    batch = held_out(config)
+    return model_shares(
+        model, lambda: loss_fn(model(batch.tokens), batch, config.objective, config.targets)
+    )
