@@ -25,15 +25,8 @@ from implicit_em.report.experiments import _char_gpt as cg
 from implicit_em.report.experiments import _score_gradients as sg
 from implicit_em.report.experiments import _windtunnel as wt
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.registry import (
-    Criterion,
-    Experiment,
-    Figure,
-    Gate,
-    Outcome,
-    Rule,
-    Table,
-)
+from implicit_em.report.judging import Criterion, Gate, Rule
+from implicit_em.report.registry import Experiment, Figure, Outcome, Table
 from implicit_em.report.units import unit
 from implicit_em.windtunnel.cli import run_dir
 
