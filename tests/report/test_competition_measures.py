@@ -58,3 +58,10 @@ def test_class_coupling_separates_normalized_from_independent_gradients() -> Non
     assert cp.class_coupling(ce, d, y) > 0.3
     assert abs(cp.class_coupling(independent, d, y)) < 0.1
     assert np.isnan(cp.class_coupling(torch.zeros_like(d), d, y))
+
+
+def test_blobs_are_four_labelled_clusters() -> None:
+    x, labels, centres = cp.blobs(400, 0)
+    assert x.shape == (400, 2) and centres.shape == (4, 2) and set(labels) == {0, 1, 2, 3}
+    for c in range(4):
+        assert torch.dist(x[torch.as_tensor(labels == c)].mean(0), centres[c]) < 0.2

@@ -33,6 +33,7 @@ from implicit_em.objectives import cross_entropy, sigmoid_bce
 __all__ = [
     "HEAD_LOSSES",
     "START_KINDS",
+    "blobs",
     "class_coupling",
     "controlled_start",
     "coverage",
@@ -42,6 +43,16 @@ __all__ = [
 
 START_KINDS = ("one_cluster", "overcomplete")
 HEAD_LOSSES = ("ce", "ovr_sigmoid", "mse")
+
+
+def blobs(n: int, seed: int) -> tuple[Tensor, np.ndarray, Tensor]:
+    """Four 2-D clusters (std 0.6) at the corners of a square of side 5: rows `[n, 2]`
+    (float32), labels and centres."""
+    rng = np.random.default_rng(seed)
+    centres = np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0], [5.0, 5.0]])
+    labels = rng.integers(0, 4, size=n)
+    x = centres[labels] + 0.6 * rng.standard_normal((n, 2))
+    return torch.tensor(x, dtype=torch.float32), labels, torch.tensor(centres, dtype=torch.float32)
 
 
 def controlled_start(
