@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from implicit_em.report.experiments import _open_set as os_
+from implicit_em.report.experiments import _open_set_scores as os_
 
 
 def test_logit_scores_match_their_formulas() -> None:

@@ -16,7 +16,7 @@ trained linear head $z = W h(x) + b$ over a ReLU encoder $h$, stated here before
 2. **Class order.** Distance reading: the logits order the classes as a fitted distance
    model does. Fit class-conditional Gaussians with one shared covariance to the training
    features (squared Mahalanobis distances $d^{\mathrm{fit}}_j$, see
-   `_open_set.class_mahalanobis`); on held-out inputs the Spearman rank correlation of
+   `_open_set_scores.class_mahalanobis`); on held-out inputs the Spearman rank correlation of
    $z$ with $-d^{\mathrm{fit}}$ over the classes should be high (`rank_agreement`). Scores
    reading: no such constraint.
 
@@ -35,7 +35,7 @@ from torch import Tensor, nn
 
 from implicit_em.distances import SquaredEuclidean
 from implicit_em.report.experiments._neural import MLPEncoder, minibatches, spearman_rows
-from implicit_em.report.experiments._open_set import class_mahalanobis
+from implicit_em.report.experiments._open_set_scores import class_mahalanobis
 
 __all__ = ["HeadClassifier", "far_from_data", "rank_agreement", "train_head"]
 
