@@ -40,8 +40,8 @@ def test_head_gradients_are_responsibilities_only_for_cross_entropy() -> None:
     torch.testing.assert_close(
         g, torch.nn.functional.one_hot(y, 4).double() - torch.sigmoid(1.0 - d.detach())
     )
-    (g,) = torch.autograd.grad(cp.head_loss("mse", d, y) * 6, d)
-    torch.testing.assert_close(g, 2 * (d.detach() + torch.nn.functional.one_hot(y, 4)))
+    (g,) = torch.autograd.grad(cp.head_loss("mse", d, y, bias=0.5) * 6, d)
+    torch.testing.assert_close(g, 2 * (d.detach() - 0.5 + torch.nn.functional.one_hot(y, 4)))
     with pytest.raises(ValueError, match="smoothing"):
         cp.head_loss("mse", d, y, smoothing=0.1)
     predicted, confidence = cp.head_confidence("ce", d.detach())
@@ -65,3 +65,12 @@ def test_blobs_are_four_labelled_clusters() -> None:
     assert x.shape == (400, 2) and centres.shape == (4, 2) and set(labels) == {0, 1, 2, 3}
     for c in range(4):
         assert torch.dist(x[torch.as_tensor(labels == c)].mean(0), centres[c]) < 0.2
+
+
+def test_held_out_measures_of_a_perfect_confident_head() -> None:
+    y = torch.arange(40) % 4
+    d = 10.0 * (1 - torch.nn.functional.one_hot(y, 4).double())
+    m = cp.held_out_measures("ce", d, y)
+    assert m["accuracy"] == 1.0 and m["ece"] < 1e-3
+    m = cp.held_out_measures("mse", d, y, bias=1.0)
+    assert m["accuracy"] == 1.0 and m["ece"] == 0.0

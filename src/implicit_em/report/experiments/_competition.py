@@ -7,9 +7,9 @@ Shared by E4 (prototypes) and E7 (classification heads):
   centres with a prototype nearby, so that coverage *gained* (end minus start) is what an
   objective did, not what its initialization landed on.
 * **Supervised heads over distances.** `head_loss` gives the normalized cross-entropy and
-  two unnormalized comparators with proper negatives: one-vs-rest sigmoids
-  $\sum_j \mathrm{BCE}(\sigma(b - d_j), 1[j = y])$ and the squared error of the logits
-  $z = -d$ against the one-hot target, $\sum_j (z_j - 1[j=y])^2$.
+  two unnormalized comparators with proper negatives, both on the logits $z = b - d$ with a
+  shared bias $b$: one-vs-rest sigmoids $\sum_j \mathrm{BCE}(\sigma(z_j), 1[j = y])$ and
+  the squared error against the one-hot target, $\sum_j (z_j - 1[j=y])^2$.
 * **Coupling between classes.** Under a normalized objective the update a wrong class $j$
   receives from input $i$ depends on the other classes' distances: for cross-entropy
   $\partial\ell_i/\partial d_{ij} = -r_{ij} = -e^{-d_{ij}}/\sum_k e^{-d_{ik}}$, which grows
@@ -39,6 +39,7 @@ __all__ = [
     "coverage",
     "head_confidence",
     "head_loss",
+    "held_out_measures",
 ]
 
 START_KINDS = ("one_cluster", "overcomplete")
@@ -90,12 +91,14 @@ def coverage(prototypes: Tensor, centres: Tensor, radius: float) -> int:
     return int((torch.cdist(centres, prototypes).amin(1) < radius).sum())
 
 
-def head_loss(name: str, d: Tensor, y: Tensor, smoothing: float = 0.0, bias: float = 0.0) -> Tensor:
+def head_loss(
+    name: str, d: Tensor, y: Tensor, smoothing: float = 0.0, bias: Tensor | float = 0.0
+) -> Tensor:
     """The mean supervised loss `name` over distances `d[N, K]` and labels `y[N]`.
 
     `ce`: cross-entropy over distances (label smoothing `smoothing`); `ovr_sigmoid`: one
-    sigmoid per class with shared bias `bias`, the other classes as negatives; `mse`: squared
-    error of $z = -d$ against the one-hot target. Only `ce` takes a `smoothing` (the
+    sigmoid per class on $z = b - d$ with the shared bias $b$ = `bias`, the other classes as
+    negatives; `mse`: squared error of $z = b - d$ against the one-hot target. Only `ce` takes a `smoothing` (the
     comparators have no normalized target to smooth).
 
     Raises
@@ -111,26 +114,44 @@ def head_loss(name: str, d: Tensor, y: Tensor, smoothing: float = 0.0, bias: flo
         return sigmoid_bce(d, y, bias=bias)
     if name == "mse":
         target = torch.nn.functional.one_hot(y, d.shape[-1]).to(d.dtype)
-        return ((-d - target) ** 2).sum(-1).mean()
+        return ((bias - d - target) ** 2).sum(-1).mean()
     raise ValueError(f"name must be one of {HEAD_LOSSES}, got {name!r}")
 
 
-def head_confidence(name: str, d: Tensor, bias: float = 0.0) -> tuple[Tensor, Tensor]:
+def head_confidence(name: str, d: Tensor, bias: Tensor | float = 0.0) -> tuple[Tensor, Tensor]:
     """The predicted class and the head's own confidence in it, in [0, 1].
 
     `ce`: softmax of $-d$; `ovr_sigmoid`: the largest $\\sigma(b - d_j)$; `mse`: the
-    largest $z_j = -d_j$ clipped to [0, 1].
+    largest $z_j = b - d_j$ clipped to [0, 1].
     """
     if name == "ce":
         p = torch.softmax(-d, dim=-1)
     elif name == "ovr_sigmoid":
         p = torch.sigmoid(bias - d)
     elif name == "mse":
-        p = (-d).clamp(0.0, 1.0)
+        p = (bias - d).clamp(0.0, 1.0)
     else:
         raise ValueError(f"name must be one of {HEAD_LOSSES}, got {name!r}")
     confidence, predicted = p.max(-1)
     return predicted, confidence
+
+
+def held_out_measures(name: str, d: Tensor, y: Tensor, bias: Tensor | float = 0.0) -> dict:
+    """Accuracy, expected calibration error (15 bins) and [class_coupling][] of a trained head
+    on held-out distances `d[N, K]` and labels `y[N]`, with the per-sample gradients of the
+    loss `name` (no smoothing) in `d`."""
+    from implicit_em.report.experiments._neural import expected_calibration_error
+
+    d = d.detach().double().requires_grad_(True)
+    bias = torch.as_tensor(bias, dtype=d.dtype).detach()
+    (grad,) = torch.autograd.grad(head_loss(name, d, y, bias=bias) * len(d), d)
+    predicted, confidence = head_confidence(name, d.detach(), bias)
+    correct = predicted == y
+    return {
+        "accuracy": float(correct.double().mean()),
+        "ece": expected_calibration_error(confidence, correct, bins=15),
+        "coupling": class_coupling(grad, d.detach(), y),
+    }
 
 
 def class_coupling(grad: Tensor, d: Tensor, labels: Tensor, bins: int = 20) -> float:
