@@ -190,7 +190,7 @@ EXPERIMENT = Experiment(
             "hidden": 32,
             "features": 8,
             "batch": 128,
-            "steps": 60,
+            "steps": 120,
             "seeds": [0, 1],
         },
         "quick": {
