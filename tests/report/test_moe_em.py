@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from torch import nn
 
@@ -65,3 +66,29 @@ def test_constant_gate_ignores_the_input() -> None:
         gate.logits.copy_(torch.tensor([0.0, 1.0, 2.0]))
     out = gate(torch.randn(4, 1))
     assert out.shape == (4, 3) and torch.equal(out[0], out[3])
+
+
+SMALL = {
+    "slopes": [2.0, -4.0],
+    "intercepts": [4.0, -2.0],
+    "noise": 0.1,
+    "experts": 2,
+    "gate_hidden": 8,
+    "lr": 1e-2,
+    "batch": 128,
+    "n_train": 256,
+    "n_test": 128,
+    "steps": 10,
+    "em_iterations": 5,
+    "em_gate_steps": 2,
+}
+
+
+def test_baselines_measure_purity_and_learned_noise() -> None:
+    for kind in me.BASELINES:
+        m = me.baseline(kind, 0, SMALL)
+        assert 0.5 <= m["purity"] <= 1 and 0.5 <= m["owner_purity"] <= 1
+        assert m["kl"] >= 0 and m["sigma"] > 0
+    assert me.baseline("gate_free", 0, SMALL)["sigma"] == 1.0
+    with pytest.raises(ValueError, match="kind must be"):
+        me.baseline("blend", 0, SMALL)

@@ -19,10 +19,23 @@ and the paper's patches (C9: "normalization layers and weight decay only patch t
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
-__all__ = ["ENCODERS", "build_encoder", "encoder_optimizer", "pca_features", "random_features"]
+from implicit_em.report.experiments._neural import Images, linear_probe_accuracy
+from implicit_em.report.units import unit
+
+__all__ = [
+    "COMPARATORS",
+    "ENCODERS",
+    "build_encoder",
+    "comparator_probes",
+    "encoder_optimizer",
+    "pca_features",
+    "random_features",
+]
 
 ENCODERS = ("plain", "layernorm")
 
@@ -96,3 +109,31 @@ def encoder_optimizer(
     if weight_decay:
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     return torch.optim.Adam(params, lr=lr)
+
+
+COMPARATORS = {
+    "pca": "PCA, first K components (no training objective)",
+    "random": "random features: the untrained encoder",
+}
+"""Features at the same width K that no LSE term shaped."""
+
+
+def comparator_probes(images: Images, config: dict[str, Any]) -> dict[str, list[float]]:
+    """Linear-probe accuracy per seed of PCA (one fit, the same for every seed) and of random
+    features, at the width `config["units"]`, each a report unit."""
+    n_probe, k = config["probe_train"], config["units"]
+
+    def probe(f_train: Tensor, f_test: Tensor) -> float:
+        return linear_probe_accuracy(
+            f_train[:n_probe], images.y_train[:n_probe], f_test, images.y_test
+        )
+
+    pca = unit("pca", lambda: probe(*pca_features(images.x_train, images.x_test, k)))
+    random = [
+        unit(
+            f"random-seed{s}",
+            lambda s=s: probe(*random_features(images.x_train, images.x_test, k, s)),
+        )
+        for s in config["seeds"]
+    ]
+    return {"pca": [pca] * len(config["seeds"]), "random": random}

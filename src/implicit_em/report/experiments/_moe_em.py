@@ -24,14 +24,29 @@ mixture loss in $d_i$ is $h_i$), which is what C13 says makes an explicit gate u
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from implicit_em.core import responsibilities
 from implicit_em.objectives import mixture_nll
+from implicit_em.report.experiments._experts import (
+    MixtureOfExperts,
+    gate_kl,
+    matched_purity,
+    piecewise_task,
+)
+from implicit_em.report.experiments._neural import minibatches
 
-__all__ = ["ConstantGate", "EMFit", "em_fit", "gaussian_expert_nll"]
+__all__ = [
+    "BASELINES",
+    "ConstantGate",
+    "EMFit",
+    "baseline",
+    "em_fit",
+    "gaussian_expert_nll",
+]
 
 
 class ConstantGate(nn.Module):
@@ -120,3 +135,70 @@ def em_fit(
             loss.backward()
             optimizer.step()
     return EMFit(w, c, ls, curve, h)
+
+
+BASELINES = {
+    "em": "Jordan-Jacobs EM (learnable σ), same start",
+    "sigma": "mixture loss, learnable σ",
+    "gate_free": "mixture loss, no gate (constant weights)",
+}
+"""E9's baselines, by key."""
+
+
+def baseline(kind: str, seed: int, config: dict[str, Any]) -> dict[str, float]:
+    """Fit one baseline `kind` on E9's task from the start of seed `seed` and measure it on
+    fresh test points, as E9 measures its two objectives.
+
+    `em`: [em_fit][] from the model E9's `mixture` run starts from; `sigma`: the mixture loss
+    with a learnable noise scale per expert ([gaussian_expert_nll][]), Adam; `gate_free`: the
+    mixture loss (σ = 1) with a [ConstantGate][], Adam. Returns the gate's and the
+    responsibilities' matched purity, KL(h ‖ g), the routed MSE and the mean learned σ.
+    """
+    if kind not in BASELINES:
+        raise ValueError(f"kind must be one of {sorted(BASELINES)}, got {kind!r}")
+    generator = torch.Generator().manual_seed(seed)
+    x, y, _ = piecewise_task(config["n_train"], config, generator)
+    x_test, y_test, seg_test = piecewise_task(config["n_test"], config, generator)
+    torch.manual_seed(seed)
+    experts = config["experts"]
+    gate = ConstantGate(experts) if kind == "gate_free" else None
+    model = MixtureOfExperts(experts, config["gate_hidden"], gate)
+    log_sigma = torch.zeros(experts, requires_grad=kind == "sigma")
+    if kind == "em":
+        fit = em_fit(
+            x,
+            y,
+            model.experts.weight[:, 0],
+            model.experts.bias,
+            log_sigma,
+            model.gate,
+            config["em_iterations"],
+            config["em_gate_steps"],
+            config["lr"],
+        )
+        with torch.no_grad():
+            model.experts.weight[:, 0] = fit.slopes.float()
+            model.experts.bias.copy_(fit.intercepts.float())
+        log_sigma = fit.log_sigma.float()
+    else:
+        params = [*model.parameters(), *([log_sigma] if kind == "sigma" else [])]
+        optimizer = torch.optim.Adam(params, lr=config["lr"])
+        for index in minibatches(len(x), config["batch"], config["steps"], generator):
+            o, log_g = model(x[index])
+            loss = gaussian_expert_nll(y[index], o, log_sigma, log_g)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+    with torch.no_grad():
+        o, log_g = model(x_test)
+        d = _distances(y_test, o, log_sigma.detach()) + log_sigma.detach()
+        h = responsibilities(d, log_prior=log_g)
+        route = log_g.argmax(-1)
+        segments = len(config["slopes"])
+        return {
+            "purity": matched_purity(route, seg_test, experts, segments),
+            "owner_purity": matched_purity(h.argmax(-1), seg_test, experts, segments),
+            "kl": float(gate_kl(h, log_g).mean()),
+            "mse_routed": float(((y_test[:, 0] - o.gather(1, route[:, None])[:, 0]) ** 2).mean()),
+            "sigma": float(log_sigma.detach().exp().mean()),
+        }
