@@ -320,7 +320,7 @@ EXPERIMENT = Experiment(
             "lse_n": 200,
             "lse_bandwidth": 0.6,
             "lse_tolerance": 1e-8,
-            "lse_max_passes": 3000,
+            "lse_max_passes": 800,
             "lse_same_means": 1e-4,
         },
         "quick": {

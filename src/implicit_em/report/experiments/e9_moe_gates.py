@@ -401,6 +401,8 @@ EXPERIMENT = Experiment(
             "n_test": 512,
             "steps": 30,
             "seeds": [0],
+            "em_iterations": 5,
+            "em_gate_steps": 2,
             "trace_every": 5,
         },
         "quick": {
