@@ -7,9 +7,9 @@ Shared by E4 (prototypes) and E7 (classification heads):
   centres with a prototype nearby, so that coverage *gained* (end minus start) is what an
   objective did, not what its initialization landed on.
 * **Supervised heads over distances.** `head_loss` gives the normalized cross-entropy and
-  two unnormalized comparators with proper negatives, both on the logits $z = b - d$ with a
-  shared bias $b$: one-vs-rest sigmoids $\sum_j \mathrm{BCE}(\sigma(z_j), 1[j = y])$ and
-  the squared error against the one-hot target, $\sum_j (z_j - 1[j=y])^2$.
+  two unnormalized comparators with proper negatives and a shared bias $b$: one-vs-rest
+  sigmoids $\sum_j \mathrm{BCE}(\sigma(b - d_j), 1[j = y])$ and the squared error of the
+  radial-basis outputs $e^{b - d_j}$ against the one-hot target (an RBF network's loss).
 * **Coupling between classes.** Under a normalized objective the update a wrong class $j$
   receives from input $i$ depends on the other classes' distances: for cross-entropy
   $\partial\ell_i/\partial d_{ij} = -r_{ij} = -e^{-d_{ij}}/\sum_k e^{-d_{ik}}$, which grows
@@ -97,8 +97,8 @@ def head_loss(
     """The mean supervised loss `name` over distances `d[N, K]` and labels `y[N]`.
 
     `ce`: cross-entropy over distances (label smoothing `smoothing`); `ovr_sigmoid`: one
-    sigmoid per class on $z = b - d$ with the shared bias $b$ = `bias`, the other classes as
-    negatives; `mse`: squared error of $z = b - d$ against the one-hot target. Only `ce` takes a `smoothing` (the
+    sigmoid per class on $b - d$ with the shared bias $b$ = `bias`, the other classes as
+    negatives; `mse`: squared error of $e^{b - d}$ against the one-hot target. Only `ce` takes a `smoothing` (the
     comparators have no normalized target to smooth).
 
     Raises
@@ -114,7 +114,7 @@ def head_loss(
         return sigmoid_bce(d, y, bias=bias)
     if name == "mse":
         target = torch.nn.functional.one_hot(y, d.shape[-1]).to(d.dtype)
-        return ((bias - d - target) ** 2).sum(-1).mean()
+        return ((torch.exp(bias - d) - target) ** 2).sum(-1).mean()
     raise ValueError(f"name must be one of {HEAD_LOSSES}, got {name!r}")
 
 
@@ -122,14 +122,14 @@ def head_confidence(name: str, d: Tensor, bias: Tensor | float = 0.0) -> tuple[T
     """The predicted class and the head's own confidence in it, in [0, 1].
 
     `ce`: softmax of $-d$; `ovr_sigmoid`: the largest $\\sigma(b - d_j)$; `mse`: the
-    largest $z_j = b - d_j$ clipped to [0, 1].
+    largest $e^{b - d_j}$ clipped to 1.
     """
     if name == "ce":
         p = torch.softmax(-d, dim=-1)
     elif name == "ovr_sigmoid":
         p = torch.sigmoid(bias - d)
     elif name == "mse":
-        p = (bias - d).clamp(0.0, 1.0)
+        p = torch.exp(bias - d).clamp(max=1.0)
     else:
         raise ValueError(f"name must be one of {HEAD_LOSSES}, got {name!r}")
     confidence, predicted = p.max(-1)

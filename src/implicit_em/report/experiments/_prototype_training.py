@@ -91,7 +91,10 @@ def train_classifier(
 
 def train_comparator(images: Images, name: str, seed: int, config: dict[str, Any]) -> dict:
     """Train the same prototype classifier with the unnormalized loss `name` (`ovr_sigmoid` or
-    `mse`, on $z = b - d$ with a learnable shared bias $b$) and measure it on the test set."""
+    `mse`, with a learnable shared bias $b$; Adam at `config["comparator_lr"]`) and measure it
+    on the test set. Its class coupling is NaN (the criterion then undecided) when it did not
+    learn the task (test accuracy below `config["comparator_min_accuracy"]`): a head that
+    learned nothing says nothing about coupling."""
     device = device_of(config)
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
@@ -99,7 +102,7 @@ def train_comparator(images: Images, name: str, seed: int, config: dict[str, Any
     model = PrototypeClassifier(images.n_features, config["hidden"], config["features"], classes)
     model = model.to(device)
     bias = torch.nn.Parameter(torch.tensor(1.0, device=device))
-    optimizer = torch.optim.Adam([*model.parameters(), bias], lr=config["lr"])
+    optimizer = torch.optim.Adam([*model.parameters(), bias], lr=config["comparator_lr"])
     for index in minibatches(len(images.y_train), config["batch"], config["steps"], generator):
         index = index.to(device)
         loss = head_loss(name, model(images.x_train[index]), images.y_train[index], bias=bias)
@@ -108,4 +111,7 @@ def train_comparator(images: Images, name: str, seed: int, config: dict[str, Any
         optimizer.step()
     with torch.no_grad():
         d_test = model(images.x_test)
-    return held_out_measures(name, d_test, images.y_test, bias=bias)
+    measured = held_out_measures(name, d_test, images.y_test, bias=bias)
+    if measured["accuracy"] < config["comparator_min_accuracy"]:
+        measured["coupling"] = float("nan")
+    return measured

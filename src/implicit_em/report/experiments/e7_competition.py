@@ -193,7 +193,7 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
 
 COMPARATORS = {
     "ovr_sigmoid": "one-vs-rest sigmoids (proper negatives)",
-    "mse": "MSE on one-hot targets",
+    "mse": "MSE on one-hot targets (RBF outputs e^(b − d))",
 }
 """The unnormalized comparators: each class's loss depends on its own distance alone."""
 
@@ -266,7 +266,12 @@ def _figure(runs: dict[float, list[dict[str, Any]]], levels: list[float], out: P
     )
 
 
-_CONFIG = {"lr": 1e-3, "smoothing": [0.0, 0.1, 0.3]}
+_CONFIG = {
+    "lr": 1e-3,
+    "comparator_lr": 1e-2,
+    "comparator_min_accuracy": 0.3,
+    "smoothing": [0.0, 0.1, 0.3],
+}
 
 EXPERIMENT = Experiment(
     id="E7",
