@@ -11,6 +11,7 @@ import torch
 from implicit_em.windtunnel.timescales import (
     attention_maps,
     drift_to_final,
+    remaining_distance,
     settling_step,
     value_weights,
 )
@@ -73,3 +74,27 @@ def test_drift_needs_a_transformer_and_two_snapshots() -> None:
         drift_to_final(replace(TINY, model="mlp-pos"), {"steps": [0, 1], "states": [{}, {}]}, None)
     with pytest.raises(ValueError, match="two snapshots"):
         drift_to_final(TINY, {"steps": [0], "states": [{}]}, None)
+
+
+def test_remaining_distance_runs_from_one_to_zero_for_every_part(tmp_path: Path) -> None:
+    config = replace(TINY, split_qkv=True)
+    run(config, tmp_path, progress=False, snapshot_every=4)
+    snaps = torch.load(tmp_path / SNAPSHOTS, weights_only=False)
+    remaining = remaining_distance(snaps)
+    assert set(remaining) == {"routing", "values", "rest"}
+    for series in remaining.values():
+        assert series[0] == pytest.approx(1.0) and series[-1] == 0.0 and len(series) == 4
+    # By hand for the routing: the query and key weights and biases of every layer.
+    names = [n for n in snaps["states"][0] if ".attn.query." in n or ".attn.key." in n]
+    mid, first, last = (
+        torch.cat([snaps["states"][i][n].double().flatten() for n in sorted(names)])
+        for i in (1, 0, -1)
+    )
+    expected = float((mid - last).norm() / (first - last).norm())
+    assert remaining["routing"][1] == pytest.approx(expected)
+
+
+def test_remaining_distance_needs_split_attention(tmp_path: Path) -> None:
+    run(TINY, tmp_path, progress=False, snapshot_every=6)
+    with pytest.raises(ValueError, match="split"):
+        remaining_distance(torch.load(tmp_path / SNAPSHOTS, weights_only=False))

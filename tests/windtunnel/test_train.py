@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import signal
@@ -18,17 +17,11 @@ from typer.testing import CliRunner
 
 from implicit_em.cli import app
 from implicit_em.windtunnel.cli import compare_table
+from implicit_em.windtunnel.config import RunConfig, build_model, preset
+from implicit_em.windtunnel.losses import loss_fn
 from implicit_em.windtunnel.models import count_parameters
 from implicit_em.windtunnel.tasks import Bijection
-from implicit_em.windtunnel.train import (
-    CHECKPOINT,
-    RunConfig,
-    build_model,
-    learning_rate,
-    loss_fn,
-    preset,
-    run,
-)
+from implicit_em.windtunnel.train import CHECKPOINT, run, state_path
 
 TINY = RunConfig(
     task="dice",
@@ -50,14 +43,6 @@ def _comparable(result: dict) -> dict:
     return {k: v for k, v in result.items() if k not in _TIMING}
 
 
-def test_learning_rate_warms_up_then_decays_to_the_floor() -> None:
-    c = replace(TINY, steps=100, warmup=10, lr=1e-2, min_lr_ratio=0.1)
-    lrs = [learning_rate(c, s) for s in range(100)]
-    assert lrs[0] == pytest.approx(1e-3) and lrs[9] == pytest.approx(1e-2)
-    assert all(a >= b for a, b in itertools.pairwise(lrs[9:]))
-    assert learning_rate(c, 100) == pytest.approx(1e-3)
-
-
 def test_loss_fn_matches_the_core_objectives_by_hand() -> None:
     task = Bijection(4)
     batch = task.sample(3, torch.Generator().manual_seed(0))
@@ -70,6 +55,10 @@ def test_loss_fn_matches_the_core_objectives_by_hand() -> None:
     torch.testing.assert_close(loss_fn(logits, batch, "ce", "sample"), ce_hard)
     torch.testing.assert_close(loss_fn(logits, batch, "ce", "posterior"), ce_soft)
     torch.testing.assert_close(loss_fn(logits, batch, "sigmoid", "sample"), bce)
+    brier = ((torch.sigmoid(z) - onehot) ** 2).sum(-1).mean()
+    brier_soft = ((torch.sigmoid(z) - p) ** 2).sum(-1).mean()
+    torch.testing.assert_close(loss_fn(logits, batch, "brier", "sample"), brier)
+    torch.testing.assert_close(loss_fn(logits, batch, "brier", "posterior"), brier_soft)
 
 
 def test_presets_and_validation() -> None:
@@ -83,6 +72,12 @@ def test_presets_and_validation() -> None:
         preset("bijection", "huge")
     with pytest.raises(ValueError, match="objective"):
         RunConfig(objective="mse")
+    with pytest.raises(ValueError, match="schedule"):
+        RunConfig(schedule="linear")
+    with pytest.raises(ValueError, match="freeze needs"):
+        RunConfig(freeze="routing")
+    with pytest.raises(ValueError, match="plateau_window"):
+        RunConfig(plateau_window=1.0)
     with pytest.raises(ValueError, match="model must be one of"):
         RunConfig(model="lstm")
     with pytest.raises(ValueError, match="norm"):
@@ -142,8 +137,11 @@ def test_values_train_at_their_own_learning_rate(tmp_path: Path) -> None:
     sb = torch.load(tmp_path / "two" / CHECKPOINT, weights_only=False)
     lrs_a = [g["lr"] for g in sa["optimizer"]["param_groups"]]
     lrs_b = [g["lr"] for g in sb["optimizer"]["param_groups"]]
-    assert len(lrs_a) == 1 and len(lrs_b) == 2
+    parts = [g["part"] for g in sb["optimizer"]["param_groups"]]
+    assert parts == [g["part"] for g in sa["optimizer"]["param_groups"]]
+    assert parts == ["routing", "values", "rest"]
     assert lrs_b[1] == pytest.approx(10 * lrs_b[0]) and lrs_b[0] == pytest.approx(lrs_a[0])
+    assert lrs_a[1] == pytest.approx(lrs_a[0])
     assert count_parameters(a) == count_parameters(b)
 
 
@@ -158,7 +156,7 @@ def test_mlp_is_capacity_matched_in_every_preset() -> None:
                 assert abs(n_mlp - n_tf) <= 0.1 * n_tf
 
 
-@pytest.mark.parametrize("objective", ["ce", "sigmoid"])
+@pytest.mark.parametrize("objective", ["ce", "sigmoid", "brier"])
 def test_result_contents(tmp_path: Path, objective: str) -> None:
     config = replace(TINY, objective=objective, model="mlp")
     result = run(config, tmp_path, progress=False)
@@ -168,7 +166,13 @@ def test_result_contents(tmp_path: Path, objective: str) -> None:
     assert result["n_parameters"] > 0 and result["wall_time_s"] > 0
     assert result["bits_mae"] >= 0 and result["kl_bits"] >= 0
     assert len(result["per_position"]["entropy_mae"]) == TINY.task_params["length"]
-    assert result["history"]["eval_step"] == [6, 12, 18, 24]
+    assert result["history"]["eval_step"] == [0, 6, 12, 18, 24]
+    assert isinstance(result["converged"], bool)
+    assert result["plateau"]["since"] == 18  # the last evaluation at or before 0.8 x 24 steps
+    if objective == "ce":
+        assert result["sigma_sum_gap"] is None
+    else:
+        assert 0 <= result["sigma_sum_gap"] < TINY.task_params["n_faces"]
     # A finished run is returned as it is, without training again.
     assert run(config, tmp_path, progress=False) == on_disk
 
@@ -377,3 +381,58 @@ def test_snapshots_record_the_weights_at_their_steps(tmp_path: Path) -> None:
     final = torch.load(tmp_path / CHECKPOINT, weights_only=False)["model"]
     assert all(torch.equal(snaps["states"][-1][k], final[k]) for k in final)
     assert not torch.equal(snaps["states"][0]["head.weight"], final["head.weight"])
+
+
+def test_a_run_stops_at_its_plateau_and_says_it_converged(tmp_path: Path) -> None:
+    config = replace(TINY, steps=600, eval_every=20, ckpt_every=20, stop_at_plateau=True)
+    config = replace(config, plateau_tol=0.5, min_steps=100)  # a loose rule, met early
+    result = run(config, tmp_path / "stopped", progress=False)
+    assert result["converged"] and 100 <= result["steps"] < 600
+    steps, kl = result["history"]["eval_step"], result["history"]["eval_kl"]
+    assert steps[-1] == result["steps"] and result["kl_bits"] == kl[-1]
+    # The same configuration without stopping trains to the cap, through the same first steps.
+    capped = run(replace(config, stop_at_plateau=False), tmp_path / "capped", progress=False)
+    assert capped["steps"] == 600
+    assert capped["history"]["eval_kl"][: len(kl)] == kl
+
+
+def test_a_frozen_part_stops_moving_at_its_step(tmp_path: Path) -> None:
+    base = replace(TINY, task="bijection", task_params={"n_symbols": 4}, split_qkv=True, steps=8)
+    for freeze in ("routing", "rest"):
+        config = replace(base, freeze=freeze, freeze_at=4)
+        result = run(config, tmp_path / freeze, progress=False, snapshot_every=4)
+        snaps = torch.load(tmp_path / freeze / result["snapshots"]["file"], weights_only=False)
+        at4, end = snaps["states"][1], snaps["states"][-1]
+        assert snaps["steps"] == [0, 4, 8]
+        for name in end:
+            routing = ".attn.query." in name or ".attn.key." in name
+            frozen = routing == (freeze == "routing")
+            assert torch.equal(at4[name], end[name]) == frozen, (freeze, name)
+
+
+def test_an_intervention_branched_from_a_kept_state_equals_one_run_from_scratch(
+    tmp_path: Path,
+) -> None:
+    base = replace(TINY, task="bijection", task_params={"n_symbols": 4}, split_qkv=True, steps=12)
+    run(base, tmp_path / "base", progress=False, states_at=[4, 8])
+    assert state_path(tmp_path / "base", 4).exists() and state_path(tmp_path / "base", 8).exists()
+    frozen = replace(base, freeze="rest", freeze_at=8)
+    scratch = run(frozen, tmp_path / "scratch", progress=False)
+    branched = run(
+        frozen, tmp_path / "branch", progress=False, branch_from=state_path(tmp_path / "base", 4)
+    )
+    assert _comparable(branched) == _comparable(scratch)
+    with pytest.raises(ValueError, match="past freeze_at"):
+        run(
+            replace(frozen, freeze_at=2),
+            tmp_path / "late",
+            progress=False,
+            branch_from=state_path(tmp_path / "base", 4),
+        )
+    with pytest.raises(ValueError, match="not a branch point"):
+        run(
+            replace(frozen, lr=0.1),
+            tmp_path / "other",
+            progress=False,
+            branch_from=state_path(tmp_path / "base", 4),
+        )

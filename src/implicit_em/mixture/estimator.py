@@ -18,13 +18,9 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from torch import Tensor
 
 from implicit_em.mixture.covariance import COVARIANCE_TYPES
-from implicit_em.mixture.data import (
-    check_rows,
-    is_batch_iterable,
-    iterate_batches,
-)
-from implicit_em.mixture.distributed import broadcast_mixture, is_distributed
-from implicit_em.mixture.fitting import CACHE_BYTES, Loop, StartSettings, initial_mixture
+from implicit_em.mixture.data import check_rows, first_batch, is_batch_iterable, iterate_batches
+from implicit_em.mixture.distributed import is_first_rank, resolve, uses_collectives
+from implicit_em.mixture.fitting import CACHE_BYTES, Callback, Loop, StartSettings, initial_mixture
 from implicit_em.mixture.inference import DTYPES, FittedMixture
 from implicit_em.mixture.initialization import INIT_PARAMS
 from implicit_em.mixture.parameters import Mixture
@@ -33,8 +29,6 @@ from implicit_em.mixture.step_rules import FITTERS
 
 __all__ = ["GaussianMixture"]
 
-Callback = Callable[[int, float], None]
-
 
 class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
     r"""Gaussian mixture $p(x) = \sum_j \pi_j\,\mathcal N(x\mid\mu_j,\Sigma_j)$.
@@ -42,9 +36,10 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
     Fitted by EM or by gradient descent (`fitter`), over one loop that streams the data in
     chunks. A drop-in for scikit-learn's `GaussianMixture`: the same parameters with the same
     meaning, validated by scikit-learn's parameter constraints, and the same fitted attributes.
-    The extensions are `fitter`, `batch_size`, `cache_bytes`, `learning_rate`, `device` and `dtype`, the `history_`
-    attribute, `partial_fit`, tensor input (methods then return tensors on the input's device)
-    and re-iterable batches such as a `DataLoader` (`fit`, `score`, `bic`, `aic`).
+    The extensions are `fitter`, `batch_size`, `cache_bytes`, `learning_rate`, `device`,
+    `dtype` and `distributed`, the `history_` attribute, `partial_fit`, tensor input (methods
+    then return tensors on the input's device) and re-iterable batches such as a `DataLoader`
+    (`fit`, `score`, `bic`, `aic`).
 
     **Data types.** With `dtype=None`, as in scikit-learn, float32 input is fitted in float32,
     and every fitted attribute and every floating output (`score_samples`, `predict_proba`,
@@ -112,6 +107,12 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
     dtype : {None, "float64", "float32"}
         The floating type of the fit and of every output (an extension). `None` follows the
         data, as scikit-learn does (see *Data types* above).
+    distributed : {"auto", True, False}, default="auto"
+        Whether `fit` and `partial_fit` take part in a `torch.distributed` process group (an
+        extension; see `implicit_em.mixture.distributed`): each rank passes its own shard and
+        the fit is that of the shards concatenated in rank order. `"auto"` does so when a
+        process group of more than one process is initialized; `True` requires an initialized
+        group; `False` fits this process's data alone, also inside a group.
     verbose : int, default=0
         Nonzero prints the log-likelihood, its change and the number of re-seeded components every
         `verbose_interval` passes.
@@ -188,6 +189,7 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
         "learning_rate": [Interval(Real, 0.0, None, closed="neither"), None],
         "device": [str, torch.device],
         "dtype": [StrOptions(set(DTYPES)), None],
+        "distributed": [StrOptions({"auto"}), "boolean"],
         "verbose": ["verbose"],
         "verbose_interval": [Interval(Integral, 1, None, closed="left")],
     }
@@ -213,6 +215,7 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
         learning_rate: float | None = None,
         device: str = "cpu",
         dtype: str | None = None,
+        distributed: str | bool = "auto",
         verbose: int = 0,
         verbose_interval: int = 10,
     ) -> None:
@@ -234,13 +237,14 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
         self.learning_rate = learning_rate
         self.device = device
         self.dtype = dtype
+        self.distributed = distributed
         self.verbose = verbose
         self.verbose_interval = verbose_interval
 
     def _start(self, x: Any, rng: np.random.RandomState, dtype: torch.dtype) -> Mixture:
-        """The starting mixture of one initialization, broadcast from rank 0."""
+        """The starting mixture of one initialization (see `fitting.initial_mixture`)."""
         settings = StartSettings.from_params(self.get_params())
-        return broadcast_mixture(initial_mixture(settings, x, rng, dtype, self._device))
+        return initial_mixture(settings, x, rng, dtype, self._device)
 
     def _fit_runs(
         self,
@@ -266,7 +270,7 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
                 "Best performing initialization did not converge. Try different init "
                 "parameters, or increase max_iter, tol, or check for degenerate data.",
                 ConvergenceWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
         self._publish(best.mixture)
         self._rule, self._worst = None, None
@@ -276,6 +280,7 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
         self.lower_bounds_ = list(best.history["log_likelihood"])
         self.history_ = best.history
 
+    @uses_collectives
     def fit(self, X: Any, y: Any = None, *, callback: Callback | None = None) -> GaussianMixture:
         """Fit the mixture to `X`: `n_init` initializations of up to `max_iter` passes each.
 
@@ -305,15 +310,8 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
         return self
 
     def _fit_iterable(self, batches: Iterable[Any], callback: Callback | None) -> GaussianMixture:
-        if iter(batches) is batches:
-            raise ValueError(
-                "fit needs a re-iterable collection of batches (e.g. a DataLoader), "
-                "not a one-shot iterator"
-            )
         name = type(self).__name__
-        first = next(iterate_batches(batches, None, name, None, torch.device("cpu")), None)
-        if first is None:
-            raise ValueError("fit received an empty collection of batches")
+        first = first_batch(batches, name)
         self.n_features_in_ = first.shape[1]
         check_rows(first.shape[0], self.n_components)
         dtype = self._fit_dtype(first.dtype)
@@ -322,9 +320,11 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
             for x in iterate_batches(batches, self.n_features_in_, name, dtype, self._device):
                 yield from self._chunks(x, dtype)
 
-        self._fit_runs(first, stream, None, callback, dtype)
+        # The concatenated data's first batch is rank 0's.
+        self._fit_runs(first if is_first_rank() else first[:0], stream, None, callback, dtype)
         return self
 
+    @uses_collectives
     def partial_fit(self, X: Any, y: Any = None, *, end_of_pass: bool = True) -> GaussianMixture:
         """Stream `X` into the current pass; with `end_of_pass` take the pass's step.
 
@@ -394,5 +394,5 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
         return self.fit(X).predict(X)
 
     def is_distributed(self) -> bool:
-        """Whether fits all-reduce over a `torch.distributed` process group."""
-        return is_distributed()
+        """Whether fits take part in a `torch.distributed` process group (`distributed`)."""
+        return resolve(self.distributed)

@@ -19,12 +19,13 @@ import torch
 from torch import Tensor
 
 from implicit_em.mixture.covariance import covariance_model
-from implicit_em.mixture.distributed import all_reduce_sums
+from implicit_em.mixture.distributed import all_reduce_sums, broadcast_mixture
 from implicit_em.mixture.initialization import (
     check_means,
     check_precisions,
     check_weights,
     initial_responsibilities,
+    initial_sample,
     responsibility_start,
 )
 from implicit_em.mixture.parameters import Mixture
@@ -33,6 +34,7 @@ from implicit_em.mixture.step_rules import StepRule, make_step_rule
 
 __all__ = [
     "CACHE_BYTES",
+    "Callback",
     "Loop",
     "PreparedChunks",
     "Run",
@@ -44,7 +46,8 @@ __all__ = [
 Callback = Callable[[int, float], None]
 
 INIT_SAMPLES = 100_000
-"""The most rows the initial responsibilities are computed on (a random subset)."""
+"""The most rows the initial responsibilities are computed on (a random subset of the
+concatenated data under a distributed fit, see `initialization.initial_sample`)."""
 
 CACHE_BYTES = 2**29
 """The default `cache_bytes`: 512 MiB of prepared chunks kept across passes."""
@@ -92,14 +95,6 @@ class StartSettings:
         return cls(**{f.name: params[f.name] for f in fields(cls)})
 
 
-def init_sample(x: object, rng: np.random.RandomState) -> np.ndarray:
-    """At most `INIT_SAMPLES` rows of `x` (a sorted random subset), as float64."""
-    x = x.detach().cpu().numpy() if isinstance(x, Tensor) else np.asarray(x)
-    if x.shape[0] > INIT_SAMPLES:
-        x = x[np.sort(rng.choice(x.shape[0], INIT_SAMPLES, replace=False))]
-    return np.array(x, dtype=np.float64)
-
-
 def initial_mixture(
     settings: StartSettings,
     x: object,
@@ -108,7 +103,8 @@ def initial_mixture(
     device: torch.device,
 ) -> Mixture:
     """The M-step of the initial responsibilities, then the user's overrides, as `dtype` on
-    `device` (see `initialization`)."""
+    `device` (see `initialization`); under a distributed fit, rank 0's, broadcast (every rank
+    computes it on the same gathered sample)."""
     model = covariance_model(settings.covariance_type)
     k, dim = settings.n_components, x.shape[1]
     weights = None if settings.weights_init is None else check_weights(settings.weights_init, k)
@@ -120,7 +116,7 @@ def initial_mixture(
     )
     start = None
     if weights is None or means is None or precisions is None:
-        sample = init_sample(x, rng)
+        sample = initial_sample(x, rng, INIT_SAMPLES)
         resp = initial_responsibilities(sample, k, settings.init_params, rng)
         start = responsibility_start(model, sample, resp, settings.init_params, settings.reg_covar)
 
@@ -138,7 +134,7 @@ def initial_mixture(
         tensor(means, None if start is None else start.means),
         covariances,
     )
-    return mixture.to(dtype, device)
+    return broadcast_mixture(mixture.to(dtype, device))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,14 +1,22 @@
 r"""The capture of one measured step: which sites ran, named by module path, and what each kept.
 
 While installed (the forward and backward pass of a measured step), a
-`TorchFunctionMode` runs every torch function call exactly as it would
-run untraced and hands the result of each call that a site kind recognizes
-(`KINDS`) to that kind. Global module forward hooks keep the
+`TorchFunctionMode` runs every torch function call as it would run untraced and hands the
+result of each call that a site kind recognizes (`KINDS`) to that kind. The input a kind
+reads a gradient from (`SiteKind.aliased`: the logits of a loss, the values of an attention)
+is first replaced by a private alias made in the mode, `t.view_as(t)`: the same values, so
+the call computes the same result, but the alias feeds this call alone, so the gradient
+that reaches it is this call's alone even where `t` also feeds other losses (a z-loss, a
+distillation term, a second head). Global module forward hooks keep the
 stack of running module paths and remember which module produced which tensor: a site is named
 by the module that produced its input (`lm_head.ce`), else by the innermost running module
 (`transformer.h.0.attn`), with `#2`, `#3` for repeats in one pass. The optimizer's step
 ends the capture of a training step. Between measured steps, and under
 `paused`, nothing is installed.
+
+A compiled graph (`torch.compile`) runs neither the mode nor the module hooks, so while the
+capture is installed the compiler's stance is `"force_eager"` (`torch.compiler.set_stance`):
+compiled models and functions run eagerly during a measured step and compiled between them.
 
 Only public torch APIs are used: `TorchFunctionMode`, `register_module_forward_pre_hook` /
 `register_module_forward_hook`, `register_optimizer_step_pre_hook` and
@@ -79,14 +87,26 @@ _PROVENANCE = (
 
 
 class _Mode(TorchFunctionMode):
-    def __init__(self, table: dict[Callable, tuple[Callable, ...]]) -> None:
+    def __init__(
+        self,
+        table: dict[Callable, tuple[Callable, ...]],
+        aliased: dict[Callable, tuple[tuple[int, str], ...]],
+        alias: Callable[[Tensor], Tensor],
+    ) -> None:
         super().__init__()
         self.table = table
+        self.aliased = aliased
+        self.alias = alias
 
     def __torch_function__(
         self, func: Any, types: Any, args: Sequence = (), kwargs: Any = None
     ) -> Any:
         kwargs = kwargs or {}
+        for position, keyword in self.aliased.get(func, ()):
+            if position < len(args):
+                args = (*args[:position], self.alias(args[position]), *args[position + 1 :])
+            elif keyword in kwargs:
+                kwargs = {**kwargs, keyword: self.alias(kwargs[keyword])}
         out = func(*args, **kwargs)
         for observe in self.table.get(func, ()):
             observe(func, args, kwargs, out)
@@ -130,16 +150,28 @@ class SiteCapture:
         self.seen: set[str] = set()
         self.current = Pass()
         table: dict[Callable, list[Callable]] = {}
+        aliased: dict[Callable, set[tuple[int, str]]] = {}
         for kind in self.kinds:
             for fn in kind.functions:
                 table.setdefault(fn, []).append(self._observer(kind))
+            for fn, where in kind.aliased.items():
+                aliased.setdefault(fn, set()).add(where)
         for fn in _PROVENANCE:
             table.setdefault(fn, []).append(self._provenance)
-        self._mode = _Mode({fn: tuple(obs) for fn, obs in table.items()})
+        self._mode = _Mode(
+            {fn: tuple(obs) for fn, obs in table.items()},
+            {fn: tuple(sorted(w)) for fn, w in aliased.items()},
+            self._alias,
+        )
         self._handles: list[Any] = []
         self._optimizer_handle: Any = None
+        self._stance: Any = None
         self.suspended = False
         """While True (`paused`) gradient hooks do nothing."""
+        self.through_optimizer_step = False
+        """While False the optimizer's step ends the capture of a training step; True keeps it
+        (an optimizer stepping with a closure, as Lightning's, runs the forward and backward
+        pass inside its step)."""
 
     @property
     def installed(self) -> bool:
@@ -149,6 +181,7 @@ class SiteCapture:
         """Install the mode and the hooks (from the next torch call on)."""
         if self._handles:
             return
+        self._stance = torch.compiler.set_stance("force_eager")
         self._mode.__enter__()
         self._handles = [
             nn.modules.module.register_module_forward_pre_hook(self._enter_module),
@@ -166,6 +199,8 @@ class SiteCapture:
             h.remove()
         self._handles = []
         self._mode.__exit__(None, None, None)
+        stance, self._stance = self._stance, None
+        stance.__exit__(None, None, None)
 
     def stop(self) -> None:
         """Remove everything the capture installed."""
@@ -176,7 +211,8 @@ class SiteCapture:
 
     def _optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """The step's forward and backward passes are over: the optimizer runs uncaptured."""
-        self._leave()
+        if not self.through_optimizer_step:
+            self._leave()
 
     def take(self) -> Pass:
         """Stop, and hand over the pass captured so far (its gradient hooks do nothing from
@@ -226,6 +262,17 @@ class SiteCapture:
 
     def scratch(self, kind: SiteKind) -> dict:
         return self.current.scratch.setdefault(id(kind), {})
+
+    def _alias(self, t: Any) -> Any:
+        """A private alias `t.view_as(t)` of a tensor that requires grad (named as `t`);
+        anything else unchanged."""
+        if not (isinstance(t, Tensor) and t.requires_grad and torch.is_grad_enabled()):
+            return t
+        alias = t.view_as(t)
+        origin = _lookup(self.current.origins, t)
+        if origin is not None:
+            self.current.origins[id(alias)] = (weakref.ref(alias), origin)
+        return alias
 
     # -- naming -------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Where measurements go: memory (`History`), JSON Lines, TensorBoard.
+"""Where measurements go: memory (`History`), JSON Lines, TensorBoard, W&B (`WandbSink`).
 
 A record is a flat dict. Site records have `kind="site"`, `step`, `site`, `type` and
 their metrics (`None` for a metric that is missing, listed in `missing`); alarm records have
@@ -18,7 +18,8 @@ Record = dict[str, Any]
 
 
 class Sink(Protocol):
-    """Receives records in step order, a batch of measured steps at a time (`flush_every`)."""
+    """Receives alarm records at their step, site records in step order a batch of measured
+    steps at a time (`flush_every`)."""
 
     def write(self, records: Sequence[Record]) -> None: ...
 
@@ -267,13 +268,14 @@ def make_sink(spec: str | Sink) -> Sink:
     Parameters
     ----------
     spec : str or Sink
-        `"memory"`, `"jsonl:PATH"`, `"tensorboard:LOGDIR"`, or a sink object (returned as
-        it is).
+        `"memory"`, `"jsonl:PATH"`, `"tensorboard:LOGDIR"`, `"wandb"` (the active W&B run,
+        else a new one) or `"wandb:PROJECT"` (a new run in that project when none is active),
+        or a sink object (returned as it is).
 
     Returns
     -------
     Sink
-        A `MemorySink`, `JSONLSink` or `TensorBoardSink`, or `spec` itself.
+        A `MemorySink`, `JSONLSink`, `TensorBoardSink` or `WandbSink`, or `spec` itself.
 
     Raises
     ------
@@ -289,6 +291,11 @@ def make_sink(spec: str | Sink) -> Sink:
         return JSONLSink(target)
     if kind == "tensorboard" and target:
         return TensorBoardSink(target)
+    if kind == "wandb":
+        from implicit_em.trace.integrations.wandb_sink import WandbSink
+
+        return WandbSink(**({"project": target} if target else {}))
     raise ValueError(
-        f"unknown sink {spec!r}; use 'memory', 'jsonl:PATH', 'tensorboard:LOGDIR' or a Sink object"
+        f"unknown sink {spec!r}; use 'memory', 'jsonl:PATH', 'tensorboard:LOGDIR', "
+        "'wandb[:PROJECT]' or a Sink object"
     )

@@ -2,9 +2,11 @@
 
 `tasks` samples fresh sequences with their exact posteriors (and the bijection's analytic
 context-free floor); `models` holds a small GPT and two capacity-matched MLP controls (prefix and
-position-wise); `metrics` measures entropy error and KL in bits; `train` runs (and resumes)
-one configuration; `grid` runs models x objectives x seeds in the CLI's directories;
-`timescales` measures how far attention and values are from their final state (C12);
-`tracing` wraps the tracer around training; `figures` draws the results; `cli` is
-`implicit-em windtunnel`.
+position-wise); `metrics` measures entropy error and KL in bits; `config` states a run
+(`RunConfig`, the presets); `losses` the objectives; `optim` the optimizer, its schedule and
+the frozen parts of an intervention; `evaluation` the held-out evaluation and the plateau rule;
+`checkpoint` the resumable state; `train` runs (and resumes) one configuration; `grid` runs
+many; `timescales` measures how far each part is from its final state and `interventions`
+freezes one part at step t (C12); `tracing` wraps the tracer around training; `figures` draws
+the results; `cli` is `implicit-em windtunnel`.
 """

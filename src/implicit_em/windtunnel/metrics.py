@@ -28,6 +28,7 @@ __all__ = [
     "kl_bits",
     "position_errors",
     "predictive_log_probs",
+    "sigma_sum_gap",
 ]
 
 _LOG2 = math.log(2.0)
@@ -54,16 +55,27 @@ def kl_bits(p: Tensor, log_q: Tensor) -> Tensor:
 def predictive_log_probs(logits: Tensor, objective: str) -> Tensor:
     r"""The model's normalized predictive $\log q$ from its logits (in float64).
 
-    `"ce"`: $q = \operatorname{softmax}(z)$. `"sigmoid"`: the independent per-answer
-    probabilities $\sigma(z_k)$ normalized at evaluation only,
+    `"ce"`: $q = \operatorname{softmax}(z)$. `"sigmoid"` and `"brier"`: the independent
+    per-answer probabilities $\sigma(z_k)$ normalized at evaluation only,
     $q_k = \sigma(z_k) / \sum_j \sigma(z_j)$, i.e. $\log q = \log\operatorname{softmax}(\log\sigma(z))$.
     """
     z = logits.double()
     if objective == "ce":
         return torch.log_softmax(z, dim=-1)
-    if objective == "sigmoid":
+    if objective in ("sigmoid", "brier"):
         return torch.log_softmax(torch.nn.functional.logsigmoid(z), dim=-1)
-    raise ValueError(f"objective must be 'ce' or 'sigmoid', got {objective!r}")
+    raise ValueError(f"objective must be 'ce', 'sigmoid' or 'brier', got {objective!r}")
+
+
+def sigma_sum_gap(logits: Tensor, mask: Tensor) -> float:
+    r"""How far the unnormalized outputs are from a distribution: mean $|\sum_k \sigma(z_k) - 1|$.
+
+    Averaged over the supervised positions (`mask[B, T]`) of `logits[B, T, K]`. Independent
+    sigmoids trained by a proper scoring rule reach $\sum_k \sigma(z_k) = 1$ only at their
+    optimum; the gap says how far from it the outputs are before evaluation normalizes them.
+    """
+    total = torch.sigmoid(logits.double()).sum(dim=-1)
+    return float((total - 1.0).abs()[mask].mean())
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,16 @@
 """E3: are gradient descent's fixed points EM's (T3)?
 
+Two objectives. (1) The Gaussian-mixture likelihood, with its log-det volume term:
+
 From common starts, EM runs to convergence and gradient descent (and Adam) until the gradient of
 the mean NLL falls below a stated tolerance (or a pass budget runs out). Their end points are
 compared after matching components; separately, gradient descent is started *at* EM's optimum,
-where a shared fixed point has zero gradient and gradient descent does not move.
+where a shared fixed point has zero gradient and gradient descent does not move. (2) The paper's
+own objective, log-sum-exp over distances without a volume term (fixed bandwidth, learnable
+means; `_lse_fixed_points`), on four clusters where it has local optima: from each of at least
+ten random-row starts, EM and gradient descent run to their tolerance, and where gradient
+descent lands is recorded: EM's fixed point from the same start, another stationary point, or
+none within the budget.
 """
 
 from __future__ import annotations
@@ -12,20 +19,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from implicit_em.mixture.step_rules import make_step_rule
+from implicit_em.report.experiments import _lse_fixed_points as lf
 from implicit_em.report.experiments import _mixtures as mx
+from implicit_em.report.experiments._competition import blobs
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.registry import (
-    Criterion,
-    Experiment,
-    Figure,
-    Outcome,
-    Rule,
-    Table,
-    register,
-)
-from implicit_em.report.runner import progress
+from implicit_em.report.judging import Criterion, Gate, Rule
+from implicit_em.report.progress import progress
+from implicit_em.report.registry import Experiment, Figure, Outcome, Table
+from implicit_em.report.units import unit
 
 
 def run_to_stationary(
@@ -50,54 +54,105 @@ def run_to_stationary(
     return mixture, max_passes, norms
 
 
+def _start(config: dict[str, Any], seed: int, data: mx.Dataset) -> dict[str, Any]:
+    """EM to convergence from one poor start, then gradient descent and Adam from the same start
+    and gradient descent from EM's optimum."""
+    tol = config["gradient_tolerance"]
+    start = mx.poor_start(data, seed)
+    em_path, em_ll, _ = mx.path("em", start, data.x, config["em_passes"])
+    em_end = em_path[-1]
+    moved, _, _ = mx.path("gd", em_end, data.x, config["drift_passes"], config["gd_learning_rate"])
+    measured: dict[str, Any] = {
+        "optimum_norm": mx.gradient_norm(em_end, data.x),
+        "drift": mx.max_abs(moved[-1], em_end),
+    }
+    for fitter, lr in (("gd", config["gd_learning_rate"]), ("adam", config["adam_learning_rate"])):
+        end, passes, norms = run_to_stationary(
+            fitter, start, data.x, lr, tol, config["max_passes"], config["check_every"]
+        )
+        reached = norms[-1][1] < tol
+        difference = mx.max_abs(mx.matched(end, em_end), em_end)
+        ll_gap = mx.mean_log_likelihood(end, data.x) - em_ll[-1]
+        measured[fitter] = {
+            "passes": passes,
+            "norms": norms,
+            "reached": reached,
+            "difference": difference,
+            "ll_gap": ll_gap,
+            "same": reached
+            and difference <= config["same_parameters"]
+            and abs(ll_gap) <= config["same_log_likelihood"],
+        }
+    return measured
+
+
+def _lse_start(config: dict[str, Any], seed: int) -> dict[str, Any]:
+    x = blobs(config["lse_n"], 0)[0].double()
+    generator = torch.Generator().manual_seed(seed)
+    start = x[torch.randperm(len(x), generator=generator)[:4]].clone()
+    return lf.compare_from_start(
+        x,
+        start,
+        config["lse_bandwidth"],
+        config["lse_tolerance"],
+        config["lse_max_passes"],
+        config["lse_same_means"],
+    )
+
+
+def _lse(config: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any], list[tuple]]:
+    """The LSE-without-volume runs: per start, the counts by landing, and table rows."""
+    runs = [
+        unit(f"lse-start{s}", lambda s=s: _lse_start(config, s))
+        for s in progress(range(config["lse_starts"]), desc="E3 LSE")
+    ]
+    landed = [r["landed"] for r in runs]
+    numbers = {
+        "lse_starts": len(runs),
+        "lse_gd_same_share": float(np.mean([r["same"] for r in runs])),
+        "lse_gd_other": landed.count("other"),
+        "lse_gd_not_stationary": landed.count("not stationary"),
+        "lse_gd_other_worse": sum(
+            r["landed"] == "other" and r["gd_objective"] > r["em_objective"] for r in runs
+        ),
+        "lse_em_converged_share": float(np.mean([r["em_converged"] for r in runs])),
+        "lse_distinct_em_optima": len({round(r["em_objective"], 6) for r in runs}),
+    }
+    rows = [
+        (s, r["landed"], r["difference"], r["em_objective"], r["gd_objective"], r["gd_passes"])
+        for s, r in enumerate(runs)
+    ]
+    return runs, numbers, rows
+
+
 def run(config: dict[str, Any], out: Path) -> Outcome:
     tol = config["gradient_tolerance"]
     rows, curves = [], {}
     same, stationary, optimum_norms, drifts = [], [], [], []
-    jobs = mx.starts(config["seeds"], config["n_synthetic"])
-    for seed, data in progress(jobs, desc="E3 starts"):
-        start = mx.poor_start(data, seed)
-        em_path, em_ll, _ = mx.path("em", start, data.x, config["em_passes"])
-        em_end = em_path[-1]
-        optimum_norm = mx.gradient_norm(em_end, data.x)
-        optimum_norms.append(optimum_norm)
-        moved, _, _ = mx.path(
-            "gd", em_end, data.x, config["drift_passes"], config["gd_learning_rate"]
-        )
-        drifts.append(mx.max_abs(moved[-1], em_end))
-        for fitter, lr in (
-            ("gd", config["gd_learning_rate"]),
-            ("adam", config["adam_learning_rate"]),
-        ):
-            end, passes, norms = run_to_stationary(
-                fitter, start, data.x, lr, tol, config["max_passes"], config["check_every"]
-            )
-            reached = norms[-1][1] < tol
-            difference = mx.max_abs(mx.matched(end, em_end), em_end)
-            ll_gap = mx.mean_log_likelihood(end, data.x) - em_ll[-1]
-            is_same = (
-                reached
-                and difference <= config["same_parameters"]
-                and abs(ll_gap) <= config["same_log_likelihood"]
-            )
+    for seed, data in progress(mx.starts(config["seeds"], config["n_synthetic"]), desc="E3"):
+        measured = unit(f"{data.name}-seed{seed}", lambda s=seed, d=data: _start(config, s, d))
+        optimum_norms.append(measured["optimum_norm"])
+        drifts.append(measured["drift"])
+        for fitter in ("gd", "adam"):
+            m = measured[fitter]
             if fitter == "gd":
-                stationary.append(reached)
-                same.append(is_same)
+                stationary.append(m["reached"])
+                same.append(m["same"])
             rows.append(
                 (
                     data.name,
                     seed,
                     fitter,
-                    passes,
-                    norms[-1][1],
-                    "yes" if reached else "no",
-                    difference,
-                    ll_gap,
-                    "yes" if is_same else "no",
+                    m["passes"],
+                    m["norms"][-1][1],
+                    "yes" if m["reached"] else "no",
+                    m["difference"],
+                    m["ll_gap"],
+                    "yes" if m["same"] else "no",
                 )
             )
             if seed == config["seeds"][0]:
-                curves[(data.name, fitter)] = norms
+                curves[(data.name, fitter)] = m["norms"]
     gd_runs = len(same)
     numbers = {
         "em_optimum_gradient_norm": max(optimum_norms),
@@ -108,6 +163,8 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
         "starts": gd_runs,
         "gradient_tolerance": tol,
     }
+    lse_runs, lse_numbers, lse_rows = _lse(config)
+    numbers.update(lse_numbers)
     fig, axes = new_figure(width=6.0, height=3.6)
     ax = axes[0, 0]
     for (name, fitter), norms in curves.items():
@@ -129,10 +186,21 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
         f"{numbers['gd_drift_from_em_optimum']:.2e}. Plain gradient descent reached the tolerance on "
         f"{numbers['gd_stationary_share']:.0%} of the starts and EM's fixed point on "
         f"{numbers['gd_same_fixed_point_share']:.0%}; Adam at a constant learning rate reached it on "
-        f"{numbers['adam_stationary_share']:.0%}."
+        f"{numbers['adam_stationary_share']:.0%}.",
+        f"LSE without volume (four clusters, bandwidth {config['lse_bandwidth']:g}): EM "
+        f"converged on {numbers['lse_em_converged_share']:.0%} of {numbers['lse_starts']} starts, "
+        f"at {numbers['lse_distinct_em_optima']} distinct objective values (local optima); "
+        f"gradient descent reached EM's fixed point from the same start on "
+        f"{numbers['lse_gd_same_share']:.0%}, another stationary point on "
+        f"{numbers['lse_gd_other']} ({numbers['lse_gd_other_worse']} of them worse than EM's) "
+        f"and none within the budget on {numbers['lse_gd_not_stationary']}.",
     ]
     return Outcome(
         numbers=numbers,
+        samples={
+            "gd_same_fixed_point_share": [float(v) for v in same],
+            "lse_gd_same_share": [r["same"] for r in lse_runs],
+        },
         tables=[
             Table(
                 "End points against EM's (matched components)",
@@ -148,7 +216,12 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
                     "EM's fixed point",
                 ),
                 tuple(rows),
-            )
+            ),
+            Table(
+                "LSE over distances without volume: where gradient descent lands, per start",
+                ("start", "GD landed", "max |μ − μ_EM|", "EM objective", "GD objective", "passes"),
+                tuple(lse_rows),
+            ),
         ],
         figures=[
             Figure(
@@ -160,102 +233,152 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
     )
 
 
-register(
-    Experiment(
-        id="E3",
-        title="Fixed points: gradient descent against EM",
-        claims=("C4", "T3", "R1"),
-        hypothesis=(
-            "Gradient descent and EM share their fixed points on a Gaussian mixture: EM's optimum "
-            "is stationary for gradient descent, and gradient descent from EM's start ends there."
-        ),
-        setup=(
-            "Full-covariance mixtures, K = 3, float64, on the known 2-D mixture and on wine (PCA "
-            "2-D), from poor common starts. EM runs a fixed number of passes (to convergence); "
-            "plain GD and Adam run until ‖∇ mean NLL‖ over their parameters (logits, means, "
-            "whitening factors) is below the tolerance or the pass budget ends. Same fixed point: "
-            "stationary, parameters within the stated distance and mean log-likelihood within the "
-            "stated gap of EM's, after matching components."
-        ),
-        rule=Rule(
-            (
-                Criterion(
-                    "em_optimum_gradient_norm",
-                    "<=",
-                    1e-6,
-                    "EM's optimum is a stationary point of gradient descent",
-                ),
-                Criterion(
-                    "gd_drift_from_em_optimum",
-                    "<=",
-                    1e-6,
-                    "gradient descent started at EM's optimum stays there",
-                ),
-                Criterion(
-                    "gd_same_fixed_point_share",
-                    ">=",
-                    0.8,
-                    "gradient descent from EM's starts ends at EM's fixed point",
-                ),
-            )
-        ),
-        run=run,
-        configs={
-            "smoke": {
-                "seeds": [0],
-                "n_synthetic": 200,
-                "em_passes": 100,
-                "drift_passes": 10,
-                "gd_learning_rate": 0.5,
-                "adam_learning_rate": 0.05,
-                "gradient_tolerance": 1e-4,
-                "max_passes": 60,
-                "check_every": 20,
-                "same_parameters": 1e-2,
-                "same_log_likelihood": 1e-5,
-            },
-            "quick": {
-                "seeds": [0],
-                "n_synthetic": 600,
-                "em_passes": 300,
-                "drift_passes": 50,
-                "gd_learning_rate": 0.5,
-                "adam_learning_rate": 0.05,
-                "gradient_tolerance": 1e-4,
-                "max_passes": 2000,
-                "check_every": 25,
-                "same_parameters": 1e-2,
-                "same_log_likelihood": 1e-5,
-            },
-            "full": {
-                "seeds": [0, 1, 2, 3, 4],
-                "n_synthetic": 3000,
-                "em_passes": 1000,
-                "drift_passes": 200,
-                "gd_learning_rate": 0.5,
-                "adam_learning_rate": 0.05,
-                "gradient_tolerance": 1e-5,
-                "max_passes": 20000,
-                "check_every": 50,
-                "same_parameters": 1e-2,
-                "same_log_likelihood": 1e-6,
-            },
-        },
-        headline=("em_optimum_gradient_norm", "gd_same_fixed_point_share", "gd_stationary_share"),
-        meaning={
-            "holds": (
-                "Different paths (E2), same destinations: EM's fixed points are gradient descent's, "
-                "as T3 asks and as both are stationary points of one likelihood. C4's 'fixed points "
-                "are governed by the same responsibilities' holds; it says nothing about which "
-                "fixed point a given start reaches."
+EXPERIMENT = Experiment(
+    id="E3",
+    title="Fixed points: gradient descent against EM",
+    claims=("C4", "T3", "R1"),
+    hypothesis=(
+        "Gradient descent and EM share their fixed points on a Gaussian mixture: EM's optimum "
+        "is stationary for gradient descent, and gradient descent from EM's start ends there; "
+        "the same on the paper's LSE over distances without a volume term, where local optima "
+        "exist."
+    ),
+    setup=(
+        "Full-covariance mixtures, K = 3, float64, on the known 2-D mixture and on wine (PCA "
+        "2-D), from poor common starts. EM runs a fixed number of passes (to convergence); "
+        "plain GD and Adam run until ‖∇ mean NLL‖ over their parameters (logits, means, "
+        "whitening factors) is below the tolerance or the pass budget ends. Same fixed point: "
+        "stationary, parameters within the stated distance and mean log-likelihood within the "
+        "stated gap of EM's, after matching components."
+    ),
+    rule=Rule(
+        criteria=(
+            Criterion(
+                "gd_same_fixed_point_share",
+                ">=",
+                0.5,
+                "gradient descent from EM's starts ends at EM's fixed point in most starts",
+                claim="C4",
+                direction="supports",
+                method="wilson",
+                how_it_could_fail="gradient descent could stall or settle in another stationary "
+                "point (a different local optimum, a degenerate component) on most starts",
             ),
-            "partly": (
-                "EM's optimum is stationary for gradient descent, but gradient descent from the "
-                "same start does not reliably get there within its budget (slow convergence or "
-                "another local optimum): shared fixed points, not shared basins."
+            Criterion(
+                "gd_same_fixed_point_share",
+                ">=",
+                0.5,
+                "gradient descent's fixed point from a start is EM's maximum-likelihood estimate",
+                claim="T3",
+                direction="supports",
+                method="wilson",
+                how_it_could_fail="as above: T3 asks exactly whether the destinations coincide",
             ),
-            "fails": "Gradient descent moves away from EM's optimum: the two objectives differ.",
+            Criterion(
+                "lse_gd_same_share",
+                ">=",
+                0.5,
+                "on the paper's LSE objective without volume, gradient descent from a start ends "
+                "at EM's fixed point from that start in most starts",
+                claim="T3",
+                direction="supports",
+                method="wilson",
+                how_it_could_fail="where local optima exist the two paths can fall into different "
+                "basins: gradient descent moves a mean only N_j/N of EM's way per step",
+            ),
+        ),
+        gates=(
+            Gate(
+                "em_optimum_gradient_norm",
+                "<=",
+                1e-6,
+                "EM's optimum is a stationary point of the same likelihood",
+            ),
+            Gate(
+                "gd_drift_from_em_optimum",
+                "<=",
+                1e-6,
+                "gradient descent started at EM's optimum stays there",
+            ),
+        ),
+    ),
+    run=run,
+    configs={
+        "smoke": {
+            "seeds": [0],
+            "n_synthetic": 200,
+            "em_passes": 400,
+            "drift_passes": 10,
+            "gd_learning_rate": 0.5,
+            "adam_learning_rate": 0.05,
+            "gradient_tolerance": 1e-4,
+            "max_passes": 60,
+            "check_every": 20,
+            "same_parameters": 1e-2,
+            "same_log_likelihood": 1e-5,
+            "lse_starts": 2,
+            "lse_n": 200,
+            "lse_bandwidth": 0.6,
+            "lse_tolerance": 1e-8,
+            "lse_max_passes": 800,
+            "lse_same_means": 1e-4,
         },
-        minutes={"smoke": 0.05, "quick": 0.6, "full": 15.0},
-    )
+        "quick": {
+            "seeds": [0, 1, 2, 3, 4],
+            "n_synthetic": 400,
+            "em_passes": 300,
+            "drift_passes": 50,
+            "gd_learning_rate": 0.5,
+            "adam_learning_rate": 0.05,
+            "gradient_tolerance": 1e-4,
+            "max_passes": 1000,
+            "check_every": 25,
+            "same_parameters": 1e-2,
+            "same_log_likelihood": 1e-5,
+            "lse_starts": 10,
+            "lse_n": 400,
+            "lse_bandwidth": 0.6,
+            "lse_tolerance": 1e-8,
+            "lse_max_passes": 20000,
+            "lse_same_means": 1e-4,
+        },
+        "full": {
+            "seeds": list(range(10)),
+            "n_synthetic": 3000,
+            "em_passes": 1000,
+            "drift_passes": 200,
+            "gd_learning_rate": 0.5,
+            "adam_learning_rate": 0.05,
+            "gradient_tolerance": 1e-5,
+            "max_passes": 20000,
+            "check_every": 50,
+            "same_parameters": 1e-2,
+            "same_log_likelihood": 1e-6,
+            "lse_starts": 20,
+            "lse_n": 1000,
+            "lse_bandwidth": 0.6,
+            "lse_tolerance": 1e-8,
+            "lse_max_passes": 50000,
+            "lse_same_means": 1e-4,
+        },
+    },
+    headline=("em_optimum_gradient_norm", "gd_same_fixed_point_share", "gd_stationary_share"),
+    meaning={
+        "holds": (
+            "Different paths (E2), same destinations: EM's fixed points are gradient descent's, "
+            "as T3 asks and as both are stationary points of one likelihood. C4's 'fixed points "
+            "are governed by the same responsibilities' holds; it says nothing about which "
+            "fixed point a given start reaches."
+        ),
+        "partly": (
+            "On one objective gradient descent reaches EM's fixed points and on the other not: "
+            "the criteria say whether the full likelihood or the LSE without volume."
+        ),
+        "fails": (
+            "EM's optimum is stationary for gradient descent (the gates), but gradient descent "
+            "from the same start does not reliably get there within its budget (slow "
+            "convergence or another local optimum): shared fixed points, not shared basins."
+        ),
+    },
+    minutes={"smoke": 0.1, "quick": 2.3, "full": 32.0},
 )

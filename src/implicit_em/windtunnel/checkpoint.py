@@ -1,0 +1,209 @@
+"""Checkpoints of a wind-tunnel run: atomic writes, resumption, refusal of another configuration.
+
+A checkpoint holds the model, the optimizer, the state of the training-data generator and the
+run's `Progress` (step, curves, elapsed time, trace records, weight snapshots). Everything
+random after initialization comes from that generator, so a run resumed from a checkpoint
+reproduces the uninterrupted run exactly. Files are written to a temporary name and renamed,
+so a kill never leaves half a checkpoint. A checkpoint or result written for another
+configuration is refused with the differing keys named: checkpoints are never mixed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = [
+    "Progress",
+    "StopRequest",
+    "config_differences",
+    "graceful_stop",
+    "load_branch",
+    "load_checkpoint",
+    "refuse_other",
+    "save_atomic",
+    "save_checkpoint",
+    "write_json",
+]
+
+
+def _history() -> dict[str, list[float]]:
+    return {"step": [], "loss": [], "eval_step": [], "eval_bits_mae": [], "eval_kl": []}
+
+
+@dataclass
+class Progress:
+    """What a run has done so far: `step`, the curves (`history`), training seconds summed
+    over sessions (`elapsed`), the number of `sessions`, the running training-loss sum and
+    count since the last evaluation (`running`), trace records and weight snapshots."""
+
+    history: dict[str, list[float]] = field(default_factory=_history)
+    step: int = 0
+    elapsed: float = 0.0
+    sessions: int = 0
+    running: tuple[float, int] = (0.0, 0)
+    trace: list[dict[str, Any]] = field(default_factory=list)
+    snapshots: dict[str, list[Any]] = field(default_factory=lambda: {"steps": [], "states": []})
+
+
+def save_atomic(obj: Any, path: Path) -> None:
+    """`torch.save` to a temporary file, then rename it to `path`."""
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def write_json(obj: Any, path: Path) -> None:
+    """Write `obj` as JSON to a temporary file, then rename it to `path`."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2))
+    os.replace(tmp, path)
+
+
+def config_differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    """The keys (dotted for nested dictionaries) whose values differ between two configurations."""
+    keys = sorted(set(old) | set(new))
+    out = []
+    for key in keys:
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += config_differences(a, b, f"{prefix}{key}.")
+        elif a != b or (key in old) != (key in new):
+            out.append(f"{prefix}{key}")
+    return out
+
+
+def refuse_other(path: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
+    """Raise `ValueError` naming the differing keys if `path` belongs to another configuration."""
+    if old != new:
+        diff = ", ".join(config_differences(old, new))
+        raise ValueError(
+            f"{path} belongs to a different configuration (differs in: {diff}); it is never "
+            "resumed with another one: use another --out directory or delete it to start over"
+        )
+
+
+def save_checkpoint(
+    path: Path,
+    config: dict[str, Any],
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    data: torch.Generator,
+    progress: Progress,
+) -> None:
+    """Write the whole training state to `path`, atomically."""
+    save_atomic(
+        {
+            "config": config,
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "data_rng": data.get_state(),
+            "history": progress.history,
+            "step": progress.step,
+            "elapsed": progress.elapsed,
+            "sessions": progress.sessions,
+            "running": progress.running,
+            "trace": progress.trace,
+            "snapshots": progress.snapshots,
+        },
+        path,
+    )
+
+
+def load_checkpoint(
+    path: Path,
+    config: dict[str, Any],
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    data: torch.Generator,
+) -> Progress:
+    """Restore the state saved at `path` into `model`, `optimizer` and `data`; its progress.
+
+    A fresh `Progress` when there is no checkpoint; `ValueError` when the checkpoint belongs to
+    another configuration (nothing is restored then).
+    """
+    if not path.exists():
+        return Progress()
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    refuse_other(path, state["config"], config)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    data.set_state(state["data_rng"])
+    return Progress(
+        history=state["history"],
+        step=state["step"],
+        elapsed=state["elapsed"],
+        sessions=state["sessions"],
+        running=tuple(state["running"]),
+        trace=state["trace"],
+        snapshots=state["snapshots"],
+    )
+
+
+def load_branch(
+    path: Path,
+    config: dict[str, Any],
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    data: torch.Generator,
+) -> Progress:
+    """Start an intervention from the state of its unfrozen run saved at `path`.
+
+    The saved run's configuration may differ from `config` in `freeze` and `freeze_at`
+    only, and its step must not pass `config["freeze_at"]`: up to that step the two runs are
+    the same run, so the branch continues exactly as a run of `config` from scratch would.
+    Its elapsed time starts at 0: a branch counts its own training time only.
+    """
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    other = set(config_differences(state["config"], config)) - {"freeze", "freeze_at"}
+    if other:
+        raise ValueError(f"{path} is not a branch point of this run (differs in: {sorted(other)})")
+    if state["step"] > config["freeze_at"]:
+        raise ValueError(f"{path} is at step {state['step']}, past freeze_at={config['freeze_at']}")
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    data.set_state(state["data_rng"])
+    return Progress(
+        history=state["history"],
+        step=state["step"],
+        elapsed=0.0,
+        sessions=0,
+        running=tuple(state["running"]),
+        trace=state["trace"],
+        snapshots=state["snapshots"],
+    )
+
+
+class StopRequest:
+    """Set by SIGINT/SIGTERM; the training loop stops at the next step boundary."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def __call__(self, signum: int, frame: object) -> None:
+        self.requested = True
+
+
+@contextmanager
+def graceful_stop() -> Iterator[StopRequest]:
+    """Catch SIGINT/SIGTERM into a `StopRequest` while the block runs (main thread only)."""
+    stop = StopRequest()
+    try:
+        previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread: signals cannot be caught here
+        yield stop
+        return
+    try:
+        yield stop
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)

@@ -1,0 +1,119 @@
+r"""Held-out evaluation of a wind-tunnel model, and the plateau rule that says a run converged.
+
+The held-out set is `n_test` sequences from a generator of its own (seeded by the run's seed
+plus a fixed offset), the same at every evaluation, so the held-out KL is a deterministic
+function of the weights.
+
+**Plateau rule.** At an evaluation at step $s$ (with $s \ge$ `min_steps`), let $s_0$ be the
+last evaluation step at or before $(1 - w)\,s$ (the start of the last fraction $w$ =
+`plateau_window` of the steps done), and $m(s) = \min_{s' \le s} \mathrm{KL}(s')$ the best
+held-out KL so far. The run has converged when the best KL improved by less than a fraction
+$\tau$ = `plateau_tol` over that window (or by less than $\epsilon$ in absolute terms):
+
+$$
+\frac{m(s_0) - m(s)}{m(s_0)} < \tau .
+$$
+
+Near an exact fit the KL shrinks by orders of magnitude while nothing measurable changes, so an
+absolute improvement below $\epsilon$ = `atol` bits (1e-5 by default) also counts as a plateau.
+The best-so-far makes the rule blind to upward spikes of the KL (training on sampled answers
+is noisy), not to a slow, steady decline. A long plateau followed by a sudden drop (as
+attention circuits sometimes form) would pass the rule early; `min_steps` guards against that,
+and a run that never meets the rule by its step cap reports `converged = False`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from implicit_em.windtunnel.config import RunConfig
+from implicit_em.windtunnel.metrics import position_errors, predictive_log_probs, sigma_sum_gap
+from implicit_em.windtunnel.tasks import Batch
+
+__all__ = ["Plateau", "evaluate", "held_out", "plateau"]
+
+_EVAL_SEED_OFFSET = 1_000_003
+
+
+def held_out(config: RunConfig) -> Batch:
+    """The fixed held-out batch of `config` (`n_test` sequences from their own generator)."""
+    generator = torch.Generator().manual_seed(config.seed + _EVAL_SEED_OFFSET)
+    return config.make_task().sample(config.n_test, generator)
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, test: Batch, objective: str, chunk: int = 1024) -> dict[str, Any]:
+    """Errors in bits of `model` on the held-out batch `test` (see `metrics`).
+
+    Returns `kl_bits` (mean KL per supervised position, the judged metric), `bits_mae` (mean
+    entropy error), `per_position` curves, `sigma_sum_gap` (mean $|\\sum_k\\sigma(z_k) - 1|$)
+    for the unnormalized objectives (None for CE), and `uniform_kl_bits`, the KL of the uniform
+    prediction, $\\log_2 K - H(p)$ averaged: the error of a model that reads nothing. On the
+    bijection it is the context-free floor (the current key says nothing of its value); on the
+    HMM and the dice the current token is informative, and a position-wise model can beat it.
+    """
+    was_training = model.training
+    model.eval()
+    logits = torch.cat(
+        [model(test.tokens[i : i + chunk]) for i in range(0, test.tokens.shape[0], chunk)]
+    )
+    model.train(was_training)
+    errors = position_errors(test.posterior, predictive_log_probs(logits, objective), test.mask)
+
+    def curve(x: Tensor) -> list[float | None]:
+        return [None if math.isnan(v) else v for v in x.tolist()]
+
+    return {
+        "bits_mae": errors.bits_mae,
+        "kl_bits": errors.kl_mean,
+        "sigma_sum_gap": None if objective == "ce" else sigma_sum_gap(logits, test.mask),
+        "uniform_kl_bits": _uniform_kl(test),
+        "per_position": {
+            "entropy_mae": curve(errors.entropy_mae),
+            "kl": curve(errors.kl),
+            "entropy": curve(errors.entropy),
+        },
+    }
+
+
+def _uniform_kl(test: Batch) -> float:
+    uniform = torch.full_like(test.posterior, -math.log(test.posterior.shape[-1]))
+    return position_errors(test.posterior, uniform, test.mask).kl_mean
+
+
+@dataclass(frozen=True)
+class Plateau:
+    """The plateau rule at the last evaluation: `converged`, the window's first step `since`
+    and the `relative_improvement` of the held-out KL over it (None before a window exists)."""
+
+    converged: bool
+    since: int | None
+    relative_improvement: float | None
+
+
+def plateau(
+    steps: Sequence[int],
+    kl: Sequence[float],
+    window: float,
+    tol: float,
+    min_steps: int = 0,
+    atol: float = 1e-5,
+) -> Plateau:
+    """Apply the plateau rule (see the module) to the evaluation `steps` and their `kl`."""
+    if len(steps) != len(kl):
+        raise ValueError("steps and kl must have the same length")
+    if not steps or steps[-1] < min_steps:
+        return Plateau(False, None, None)
+    start = (1.0 - window) * steps[-1]
+    earlier = [i for i, s in enumerate(steps[:-1]) if s <= start]
+    if not earlier or not all(math.isfinite(k) for k in kl):
+        return Plateau(False, steps[earlier[-1]] if earlier else None, None)
+    first, last = min(kl[: earlier[-1] + 1]), min(kl)
+    improvement = (first - last) / first if first > 0 else 0.0
+    return Plateau(improvement < tol or first - last < atol, steps[earlier[-1]], improvement)

@@ -1,0 +1,94 @@
+r"""The optimizer of a wind-tunnel run: AdamW, its parameter groups, and the learning rate per step.
+
+The schedule at step $s$ (peak $\eta$, warmup $w$, cap $S$, floor ratio $\rho$):
+
+$$
+\eta_s = \eta\,\frac{s+1}{w}\quad (s < w), \qquad
+\eta_s = \eta\bigl(\rho + (1-\rho)\tfrac12(1 + \cos(\pi \min(1, \tfrac{s-w}{S-w})))\bigr)
+\ \text{(cosine)} \quad\text{or}\quad \eta_s = \eta\ \text{(constant)}.
+$$
+
+A split transformer (`split_qkv`) has three groups, one per part: `"routing"` (the query and
+key projections), `"values"` (the value projections) and `"rest"`; any other model has one
+group, `"all"`. The values train at `value_lr_mult` times the rate. AdamW's decay,
+$\theta \leftarrow \theta - \eta_g \lambda_g \theta$, scales with the group's rate $\eta_g$; the
+values' $\lambda_g = \lambda / \text{value\_lr\_mult}$ keeps their decay per step at
+$\eta_s\lambda$, the same as every other parameter's: the multiplier speeds the gradient
+step only. A frozen part (`freeze`, from step `freeze_at`) gets $\eta_g = 0$: AdamW then moves
+it neither by its gradient nor by decay.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from implicit_em.windtunnel.config import RunConfig
+
+__all__ = ["PARTS", "learning_rate", "make_optimizer", "part_of", "set_learning_rates"]
+
+PARTS = ("routing", "values", "rest")
+_FROZEN = {"routing": ("routing",), "rest": ("values", "rest")}
+
+
+def part_of(name: str) -> str:
+    """The part of a split transformer that the parameter called `name` belongs to."""
+    if ".attn.query." in name or ".attn.key." in name:
+        return "routing"
+    if ".attn.value." in name:
+        return "values"
+    return "rest"
+
+
+def learning_rate(config: RunConfig, step: int) -> float:
+    """The base learning rate at `step` (see the module)."""
+    if step < config.warmup:
+        return config.lr * (step + 1) / config.warmup
+    if config.schedule == "constant":
+        return config.lr
+    progress = (step - config.warmup) / max(1, config.steps - config.warmup)
+    cosine = 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+    return config.lr * (config.min_lr_ratio + (1.0 - config.min_lr_ratio) * cosine)
+
+
+def _groups(model: nn.Module, config: RunConfig) -> list[dict[str, Any]]:
+    if not (config.split_qkv and config.model == "transformer"):
+        return [
+            {
+                "params": list(model.parameters()),
+                "part": "all",
+                "lr_mult": 1.0,
+                "weight_decay": config.weight_decay,
+            }
+        ]
+    named = list(model.named_parameters())
+    groups = []
+    for part in PARTS:
+        mult = config.value_lr_mult if part == "values" else 1.0
+        groups.append(
+            {
+                "params": [p for n, p in named if part_of(n) == part],
+                "part": part,
+                "lr_mult": mult,
+                "weight_decay": config.weight_decay / mult,
+            }
+        )
+    return groups
+
+
+def make_optimizer(model: nn.Module, config: RunConfig) -> torch.optim.AdamW:
+    """AdamW (betas 0.9, 0.95) over the parameter groups of `model` (see the module)."""
+    return torch.optim.AdamW(
+        _groups(model, config), lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.95)
+    )
+
+
+def set_learning_rates(optimizer: torch.optim.Optimizer, config: RunConfig, step: int) -> None:
+    """Give each group its rate for `step`: the schedule, its multiplier, 0 when frozen."""
+    base = learning_rate(config, step)
+    frozen = _FROZEN.get(config.freeze, ()) if step >= config.freeze_at else ()
+    for group in optimizer.param_groups:
+        group["lr"] = 0.0 if group["part"] in frozen else base * group["lr_mult"]
