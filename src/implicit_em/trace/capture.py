@@ -62,9 +62,6 @@ class Pass:
     scratch: dict[int, dict] = field(default_factory=dict)
     stack: list[str] = field(default_factory=list)
 
-    def nbytes(self) -> int:
-        return sum(s.kept.nbytes() for s in self.sites if s.kept is not None)
-
 
 _PROVENANCE = (
     Tensor.view,
