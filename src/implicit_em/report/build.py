@@ -21,7 +21,7 @@ from implicit_em.report.registry import select
 from implicit_em.report.render import render_html, render_markdown, report_document
 from implicit_em.report.runner import Result, run_experiments
 
-__all__ = ["PUBLISHED_FULL", "Report", "rebuild", "run_report"]
+__all__ = ["PUBLISHED_FULL", "Report", "rebuild", "run_report", "write_document", "write_report"]
 
 PUBLISHED_FULL = Path("results/full/results.json")
 """Where the published full-size report lives, relative to the folder the report runs from."""
@@ -57,8 +57,19 @@ def run_report(
     size; None or a missing file: "no full run published").
     """
     out = Path(out)
-    experiments = select(ids)
-    results = run_experiments(experiments, size, out, device=device, log=log, force=force)
+    results = run_experiments(select(ids), size, out, device=device, log=log, force=force)
+    return write_report(results, size, out, device, published)
+
+
+def write_report(
+    results: Sequence[Result],
+    size: str,
+    out: Path,
+    device: str = "cpu",
+    published: Path | str | None = PUBLISHED_FULL,
+) -> Report:
+    """Write the three files of a report of `results` (measured at `size` on `device`) into
+    `out`, where their figures are."""
     meta = {
         "size": size,
         "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -69,7 +80,7 @@ def run_report(
     }
     full = _published(published) if size != "full" else None
     document = report_document([r.as_dict() for r in results], meta, full)
-    return _write(document, out, results)
+    return _write(document, out, list(results))
 
 
 def _published(path: Path | str | None) -> dict | None:
@@ -90,9 +101,14 @@ def rebuild(out: Path | str) -> Path:
     return out / "index.html"
 
 
+def write_document(document: dict, out: Path, figures: Path | None = None) -> None:
+    """Write a report `document` as `results.json`, `summary.md` and `index.html` into `out`;
+    the figures it names are read from `figures` (`out` when None)."""
+    write_atomic(out / "results.json", json.dumps(document, indent=1, allow_nan=True))
+    write_atomic(out / "summary.md", render_markdown(document))
+    write_atomic(out / "index.html", render_html(document, out if figures is None else figures))
+
+
 def _write(document: dict, out: Path, results: list[Result]) -> Report:
-    paths = Report(results, out / "index.html", out / "results.json", out / "summary.md")
-    write_atomic(paths.json, json.dumps(document, indent=1, allow_nan=True))
-    write_atomic(paths.markdown, render_markdown(document))
-    write_atomic(paths.html, render_html(document, out))
-    return paths
+    write_document(document, out)
+    return Report(results, out / "index.html", out / "results.json", out / "summary.md")

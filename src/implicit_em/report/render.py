@@ -1,7 +1,10 @@
 """The report's three files: `index.html` (self-contained), `results.json`, `summary.md`.
 
 `results.json` holds everything the page shows (and the figures' paths beside it), so the page
-can be rebuilt from it with `render_html` alone.
+can be rebuilt from it with `render_html` alone. Below full size, `summary.md` has a "full size"
+column beside each verdict, read from the published full-size report (`full_cell`, the same
+function that fills the README's column), and a line naming that run's date and machine
+(`comparison_line`).
 """
 
 from __future__ import annotations
@@ -16,8 +19,19 @@ from implicit_em.pages import escape as _esc
 from implicit_em.pages import table as _table
 from implicit_em.report.claims import CLAIMS
 from implicit_em.report.judging import claim_verdicts
+from implicit_em.report.runner import duration
 
-__all__ = ["format_number", "render_html", "render_markdown", "report_document"]
+__all__ = [
+    "NOT_PUBLISHED",
+    "NO_FULL_RUN",
+    "compared_with",
+    "comparison_line",
+    "format_number",
+    "full_cell",
+    "render_html",
+    "render_markdown",
+    "report_document",
+]
 
 _GREEN, _RED, _AMBER, _GREY, _PURPLE = "#1a7f37", "#cf222e", "#9a6700", "#57606a", "#8250df"
 _COLOURS = {
@@ -35,6 +49,7 @@ _COLOURS = {
     "not tested": _GREY,
 }
 NO_FULL_RUN = "no full run published"
+NOT_PUBLISHED = "not published"
 
 _INTRO = (
     "For any objective with log-sum-exp structure over distances, L = log Σ_j exp(−d_j), the "
@@ -63,9 +78,7 @@ def report_document(
     items = claim_verdicts(list(CLAIMS), experiments)
     meta = dict(meta)
     if meta["size"] != "full":
-        meta["compared_with"] = (
-            None if full is None else {k: full["meta"].get(k) for k in ("date", "version", "size")}
-        )
+        meta["compared_with"] = compared_with(full)
         full_experiments = {e["id"]: e["verdict"] for e in (full or {}).get("experiments", [])}
         full_items = {c["id"]: c["verdict"] for c in (full or {}).get("claim_verdicts", [])}
         for e in experiments:
@@ -73,6 +86,23 @@ def report_document(
         for c in items:
             c["full_verdict"] = full_items.get(c["id"])
     return {"meta": meta, "claims": CLAIMS, "claim_verdicts": items, "experiments": experiments}
+
+
+def compared_with(full: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """What a smaller report says of the published full run it is compared with: its date,
+    version, size, machine and publication (None when there is none)."""
+    if full is None:
+        return None
+    keys = ("date", "version", "size", "machine", "publication")
+    return {k: full["meta"].get(k) for k in keys}
+
+
+def full_cell(verdict: str | None, published: bool) -> str:
+    """A cell of the "full size" column: the published verdict, "not in the full run" for an
+    item the published run has no verdict for, or "not published"."""
+    if not published:
+        return NOT_PUBLISHED
+    return "not in the full run" if verdict is None else f"**{verdict}**"
 
 
 def _evidence(c: Mapping[str, Any]) -> str:
@@ -94,16 +124,27 @@ def _full_mark(entry: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
     return "" if full == entry["verdict"] else f"full run: {full}"
 
 
-def _comparison_line(meta: Mapping[str, Any]) -> str:
+def comparison_line(meta: Mapping[str, Any]) -> str:
+    """The line under a report's title: a full-size run and its publication, or what a smaller
+    report is compared with (the published full run's date and machine)."""
     if meta["size"] == "full":
-        return "This is a full-size run."
+        return "This is a full-size run." + _publication(meta.get("publication"))
     compared = meta.get("compared_with")
     if compared is None:
         return f"Size {meta['size']}: {NO_FULL_RUN}; verdicts here are not checked against one."
     return (
         f"Size {meta['size']}, compared with the published full run of {compared['date']} "
-        "(implicit-em " + str(compared["version"]) + "): verdicts that differ are marked."
+        f"on {compared.get('machine') or 'an unrecorded machine'} (implicit-em "
+        f"{compared['version']})." + _publication(compared.get("publication"))
     )
+
+
+def _publication(publication: Mapping[str, Any] | None) -> str:
+    if not publication:
+        return ""
+    if not publication["partial"]:
+        return f" Published {publication['date']}, complete."
+    return f" Published {publication['date']} as a PARTIAL run: {'; '.join(publication['gaps'])}."
 
 
 def _headline(entry: Mapping[str, Any]) -> str:
@@ -114,37 +155,59 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def _with_mark(entry: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
-    mark = _full_mark(entry, meta)
-    return f"**{entry['verdict']}**" + (f" ({mark})" if mark else "")
+def _row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _rule_row(n: int) -> str:
+    return "|" + "---|" * n
 
 
 def render_markdown(document: Mapping[str, Any]) -> str:
-    """The summary in Markdown: one row per theory item first, then one per experiment."""
+    """The summary in Markdown: one row per theory item first, then one per experiment, each
+    with its measured time; below full size each verdict has the published full one beside it."""
     meta = document["meta"]
+    smaller = meta["size"] != "full"
+    published = meta.get("compared_with") is not None
+    verdict = ["verdict", "full size"] if smaller else ["verdict"]
+    items = ["item", *verdict, "experiments", "numbers (95% intervals over seeds)"]
+    experiments = ["claims", "experiment", *verdict, "time", "key numbers"]
     lines = [
         f"Claims report ({meta['size']}), {meta['date']}, {meta['machine']}",
         "",
-        _comparison_line(meta),
+        comparison_line(meta),
         "",
-        "| item | verdict | experiments | numbers (95% intervals over seeds) |",
-        "|---|---|---|---|",
+        _row(items),
+        _rule_row(len(items)),
     ]
     for c in document["claim_verdicts"]:
         evidence = "; ".join(_evidence(x) for x in c["evidence"])
+        full = [full_cell(c.get("full_verdict"), published)] if smaller else []
         lines.append(
-            f"| {c['id']} | {_with_mark(c, meta)} | {', '.join(c['experiments'])} | "
-            f"{_cell(evidence)} |"
+            _row(
+                [
+                    c["id"],
+                    f"**{c['verdict']}**",
+                    *full,
+                    ", ".join(c["experiments"]),
+                    _cell(evidence),
+                ]
+            )
         )
-    lines += [
-        "",
-        "| claims | experiment | verdict | key numbers |",
-        "|---|---|---|---|",
-    ]
+    lines += ["", _row(experiments), _rule_row(len(experiments))]
     for e in document["experiments"]:
+        full = [full_cell(e.get("full_verdict"), published)] if smaller else []
         lines.append(
-            f"| {', '.join(e['claims'])} | {e['id']}: {_cell(e['title'])} | "
-            f"{_with_mark(e, meta)} | {_cell(_headline(e))} |"
+            _row(
+                [
+                    ", ".join(e["claims"]),
+                    f"{e['id']}: {_cell(e['title'])}",
+                    f"**{e['verdict']}**",
+                    *full,
+                    duration(e["seconds"]),
+                    _cell(_headline(e)),
+                ]
+            )
         )
     return "\n".join(lines) + "\n"
 
@@ -236,9 +299,15 @@ def _section(root: Path, e: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
             + "</details>"
         )
     config = json.dumps(e["config"], sort_keys=True)
-    cached = ", from the cache" if e["cached"] else ""
+    cached = " (read from the cache)" if e["cached"] else ""
+    seeds = e.get("seeds")
+    seeds = f"; {len(seeds)} seeds" if isinstance(seeds, list) else ""
+    commit = f"; commit {_esc(e['commit'])}" if e.get("commit") else ""
+    machine = e.get("machine")
+    machine = f"; measured on {_esc(machine)}" if machine and machine != meta["machine"] else ""
     parts.append(
-        f"<p class='meta'>Size {_esc(e['size'])}, {e['seconds']:.1f} s{cached}; "
+        f"<p class='meta'>Size {_esc(e['size'])}{seeds}; measured time {e['seconds']:.1f} s"
+        f"{cached}{commit}{machine}; cache key {_esc(e['key'])}; "
         f"configuration <code>{_esc(config)}</code></p></section>"
     )
     return "\n".join(parts)
@@ -251,7 +320,7 @@ def render_html(document: Mapping[str, Any], root: Path) -> str:
     summary_rows = "".join(
         f"<tr><td>{_claim_refs(e['claims'])}</td><td><a href='#{_esc(e['id'])}'>{_esc(e['id'])}</a>: "
         f"{_esc(e['title'])}</td><td>{_verdict(e['verdict'])} {_esc(_full_mark(e, meta))}</td>"
-        f"<td>{_esc(_headline(e))}</td></tr>"
+        f"<td>{_esc(duration(e['seconds']))}</td><td>{_esc(_headline(e))}</td></tr>"
         for e in experiments
     )
     claim_rows = "".join(
@@ -267,16 +336,18 @@ def render_html(document: Mapping[str, Any], root: Path) -> str:
     counts = {v: sum(e["verdict"] == v for e in experiments) for v in _COLOURS}
     tally = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
     sections = "\n".join(_section(root, e, meta) for e in experiments)
-    body = f"""<h1>implicit-em claims report</h1>
+    partial = " (partial)" if (meta.get("publication") or {}).get("partial") else ""
+    body = f"""<h1>implicit-em claims report{partial}</h1>
 <p class="meta">Size {_esc(meta["size"])} · {_esc(meta["date"])} · implicit-em {_esc(meta["version"])} ·
 {_esc(meta["machine"])} · {meta["seconds"]:.0f} s of experiments</p>
-<p class="meta">{_esc(_comparison_line(meta))}</p>
+<p class="meta">{_esc(comparison_line(meta))}</p>
 <h2>Verdict per claim and objection</h2>
 <table><thead><tr><th>id</th><th>statement</th><th>verdict</th><th>experiments</th>
 <th>numbers (95% intervals over seeds)</th></tr></thead><tbody>{claim_rows}</tbody></table>
 <p>{_esc(_INTRO)}</p>
 <h2>Experiments</h2><p>{_esc(tally)}.</p>
-<table><thead><tr><th>claims</th><th>experiment</th><th>verdict</th><th>key numbers</th></tr></thead>
+<table><thead><tr><th>claims</th><th>experiment</th><th>verdict</th><th>time</th>
+<th>key numbers</th></tr></thead>
 <tbody>{summary_rows}</tbody></table>
 {sections}"""
     return page("implicit-em claims report", body)

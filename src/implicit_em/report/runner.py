@@ -6,7 +6,9 @@ under `<out>/figures/<ID>-<key>/`. Both appear atomically (written aside, then r
 report that is killed or run again reruns only what is not cached or has changed. While an
 experiment runs, its units (`implicit_em.report.units`) are kept under `<out>/units/<ID>-<key>/`,
 so a killed experiment resumes at the unit it was in. The verdict is never cached: it is computed
-from the cached numbers and samples by the experiment's rule on every load.
+from the cached numbers and samples by the experiment's rule on every load. A cache entry also
+keeps the machine line and the commit it was measured on, so a result read back from the cache
+still says where its numbers and its time come from.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from implicit_em.machine import summary as machine_summary
 from implicit_em.report.files import json_default, write_atomic, write_json
 from implicit_em.report.judging import Judgement
 from implicit_em.report.progress import progress
+from implicit_em.report.provenance import source_commit
 from implicit_em.report.registry import SIZES, Experiment, Figure, Outcome, Table
 from implicit_em.report.units import activate
 
@@ -36,12 +40,22 @@ __all__ = [
     "Result",
     "cache_key",
     "check_output_folder",
+    "duration",
     "progress",
     "run_experiments",
     "write_atomic",
 ]
 
 CACHE_VERSION = 2
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a result was measured: the machine line (`implicit_em.machine.summary`) and the
+    commit of the source (`provenance.source_commit`)."""
+
+    machine: str
+    commit: str
 
 
 @dataclass
@@ -55,6 +69,7 @@ class Result:
     outcome: Outcome | None
     judgement: Judgement
     seconds: float
+    provenance: Provenance
     cached: bool = False
     error: str | None = None
 
@@ -110,9 +125,12 @@ class Result:
             ],
             "notes": list(outcome.notes) if outcome else [],
             "size": self.size,
+            "seeds": self.config.get("seeds"),
             "config": self.config,
             "key": self.key,
             "seconds": self.seconds,
+            "machine": self.provenance.machine,
+            "commit": self.provenance.commit,
             "cached": self.cached,
             "error": self.error,
         }
@@ -153,7 +171,11 @@ def check_output_folder(out: Path) -> None:
         raise ValueError(f"--out {out}: not a writable folder ({err.strerror or err})") from err
 
 
-def _load(experiment: Experiment, path: Path, size: str, config: dict, key: str) -> Result | None:
+def _load(
+    experiment: Experiment, path: Path, size: str, config: dict, key: str, here: Provenance
+) -> Result | None:
+    """The cached result at `path`, or None; an entry from before the cache kept its machine
+    and commit is taken as measured `here` (the same key means the same source)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         outcome = Outcome(
@@ -173,11 +195,12 @@ def _load(experiment: Experiment, path: Path, size: str, config: dict, key: str)
         outcome,
         experiment.judge(outcome),
         float(data.get("seconds", 0.0)),
+        Provenance(data.get("machine", here.machine), data.get("commit", here.commit)),
         cached=True,
     )
 
 
-def _store(path: Path, outcome: Outcome, seconds: float) -> None:
+def _store(path: Path, outcome: Outcome, seconds: float, here: Provenance) -> None:
     data = {
         "numbers": outcome.numbers,
         "samples": outcome.samples,
@@ -185,11 +208,15 @@ def _store(path: Path, outcome: Outcome, seconds: float) -> None:
         "figures": [{"path": f.path, "caption": f.caption} for f in outcome.figures],
         "notes": outcome.notes,
         "seconds": seconds,
+        "machine": here.machine,
+        "commit": here.commit,
     }
     write_json(path, data)
 
 
-def _run_one(experiment: Experiment, size: str, config: dict, key: str, out: Path) -> Result:
+def _run_one(
+    experiment: Experiment, size: str, config: dict, key: str, out: Path, here: Provenance
+) -> Result:
     final_dir = out / "figures" / f"{experiment.id}-{key}"
     work_dir = Path(tempfile.mkdtemp(dir=out / "figures", prefix=f".{experiment.id}-"))
     units = out / "units" / f"{experiment.id}-{key}"
@@ -220,12 +247,13 @@ def _run_one(experiment: Experiment, size: str, config: dict, key: str, out: Pat
             None,
             Judgement("not run", f"crashed: {error}"),
             seconds,
+            here,
             error=traceback.format_exc(),
         )
     seconds = time.perf_counter() - start
     shutil.rmtree(final_dir, ignore_errors=True)
     os.replace(work_dir, final_dir)
-    _store(out / "cache" / f"{experiment.id}-{key}.json", outcome, seconds)
+    _store(out / "cache" / f"{experiment.id}-{key}.json", outcome, seconds, here)
     shutil.rmtree(units, ignore_errors=True)
     return Result(
         experiment,
@@ -235,6 +263,7 @@ def _run_one(experiment: Experiment, size: str, config: dict, key: str, out: Pat
         outcome,
         experiment.judge(outcome),
         seconds,
+        here,
     )
 
 
@@ -246,12 +275,17 @@ def run_experiments(
     log: Callable[[str], None] = print,
     force: bool = False,
 ) -> list[Result]:
-    """Run (or load from the cache) each experiment at `size`; crashes become `not run`."""
+    """Run (or load from the cache) each experiment at `size`; crashes become `not run`.
+
+    Before anything runs, `log` announces the expected time of each experiment to run (its
+    `minutes` at this size) and their total.
+    """
     if size not in SIZES:
         raise ValueError(f"size must be one of {SIZES}, got {size!r}")
     check_output_folder(out)
     (out / "cache").mkdir(exist_ok=True)
     (out / "figures").mkdir(exist_ok=True)
+    here = Provenance(machine_summary(device), source_commit())
     planned = []
     for experiment in experiments:
         config = {**experiment.configs[size], "device": device}
@@ -259,30 +293,39 @@ def run_experiments(
         cached = (
             None
             if force
-            else _load(experiment, out / "cache" / f"{experiment.id}-{key}.json", size, config, key)
+            else _load(
+                experiment, out / "cache" / f"{experiment.id}-{key}.json", size, config, key, here
+            )
         )
         planned.append((experiment, config, key, cached))
     to_run = [p for p in planned if p[3] is None]
     minutes = sum(p[0].minutes[size] for p in to_run)
-    expected = f" (about {_duration(minutes)} on a 2-core CPU)" if to_run else ""
+    expected = f" (about {duration(minutes * 60)} on a 2-core CPU)" if to_run else ""
     log(
         f"{len(planned)} experiment(s) at size {size!r}: {len(planned) - len(to_run)} cached, "
         f"{len(to_run)} to run{expected}"
     )
+    for experiment, *_ in to_run:
+        log(
+            f"  {experiment.id:<4} about {duration(experiment.minutes[size] * 60):<7} {experiment.title}"
+        )
     results = []
     bar = tqdm(planned, desc="report", unit="exp", dynamic_ncols=True)
     for experiment, config, key, cached in bar:
         bar.set_postfix_str(experiment.id)
-        result = cached or _run_one(experiment, size, config, key, out)
+        result = cached or _run_one(experiment, size, config, key, out, here)
         state = "cached" if result.cached else f"{result.seconds:.1f} s"
         bar.write(f"{experiment.id:<4} {result.judgement.verdict:<8} ({state})  {experiment.title}")
         results.append(result)
     return results
 
 
-def _duration(minutes: float) -> str:
-    if minutes < 1:
-        return f"{max(minutes * 60, 1):.0f} s"
-    if minutes < 120:
-        return f"{minutes:.0f} min"
-    return f"{minutes / 60:.1f} h"
+def duration(seconds: float) -> str:
+    """A length of time as a reader says it: `1.6 s`, `40 s`, `12 min`, `2.9 h`."""
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
