@@ -174,6 +174,16 @@ CASES = {
             "--trace",
         ),
     ],
+    "publish": [
+        ("no source", lambda f: [], "--from"),
+        ("missing source", lambda f: ["--from", str(f["missing"])], "--from"),
+        ("source not a report", lambda f: ["--from", str(f["folder"])], "no results.json"),
+        (
+            "unwritable destination",
+            lambda f: ["--from", str(f["folder"]), "--to", str(f["unwritable"])],
+            "--to",
+        ),
+    ],
     "report": [
         ("unwritable output", lambda f: ["--smoke", "--out", str(f["unwritable"])], "--out"),
         ("unknown experiment", lambda f: ["--smoke", "--only", "E999"], "E999"),

@@ -1,16 +1,12 @@
 """The `implicit-em` command.
 
 Each subcommand lives beside the code it drives and is registered here, so this module stays a
-table of contents: `report` (the claims report), `verify` (the executable identities), `fit`
-<<<<<<< HEAD
-(Gaussian mixtures), `trace-demo` (the tracer on digits) and `windtunnel` (the Bayesian wind
-tunnel). `implicit-em --help` and `implicit-em COMMAND --help` list the options;
+table of contents: `report` (the claims report), `publish` (a full-size report into
+`results/full/`), `verify` (the executable identities), `fit` (Gaussian mixtures), `trace-demo`
+(the tracer on digits), `trace report` (the health page of a traced run) and `windtunnel` (the
+Bayesian wind tunnel). `implicit-em --help` and `implicit-em COMMAND --help` list the options;
 `implicit-em --version` prints the version. Bad input is one line, `error: ...`, and exit
 status 2 (see `arguments`).
-=======
-(Gaussian mixtures), `trace-demo` (the tracer on digits), `trace report` (the health page of a
-traced run) and `windtunnel` (the Bayesian wind tunnel). `implicit-em --help` and `implicit-em COMMAND --help` list the options.
->>>>>>> tracer-stack
 """
 
 from __future__ import annotations
@@ -22,7 +18,7 @@ import typer
 from implicit_em import __version__, identities
 from implicit_em.arguments import OneLineErrors, fail, names
 from implicit_em.mixture.cli import fit_command
-from implicit_em.report.cli import report_command
+from implicit_em.report.cli import publish_command, report_command
 from implicit_em.trace.cli import trace_app
 from implicit_em.trace.demo import trace_demo
 from implicit_em.windtunnel.cli import windtunnel
@@ -98,6 +94,7 @@ def verify(
 
 
 app.command("report")(report_command)
+app.command("publish")(publish_command)
 app.command("windtunnel")(windtunnel)
 app.command("fit")(fit_command)
 

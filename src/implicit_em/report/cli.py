@@ -1,4 +1,5 @@
-"""`implicit-em report`: run the claims report and print where the page is.
+"""`implicit-em report`: run the claims report and print where the page is; `implicit-em
+publish`: publish a finished full-size report into `results/full/`, or check the published one.
 
 Every argument is checked before any experiment runs; a bad one is one line naming the option
 and exit status 2.
@@ -12,7 +13,10 @@ import typer
 
 from implicit_em.arguments import check_device, check_writable_folder, fail, names
 from implicit_em.report.build import run_report
+from implicit_em.report.freshness import published_document, stale_experiments
+from implicit_em.report.publish import PUBLISHED, publish
 from implicit_em.report.registry import select
+from implicit_em.report.render import NO_FULL_RUN
 
 _IDS = ", ".join(e.id for e in select())
 
@@ -58,3 +62,63 @@ def report_command(
     if report.failed_to_run:
         typer.echo(f"error: {', '.join(report.failed_to_run)} crashed (see the report)", err=True)
         raise typer.Exit(code=1)
+
+
+def publish_command(
+    source: Path = typer.Option(
+        None, "--from", help="The --out folder of a finished `implicit-em report --full`."
+    ),
+    to: Path = typer.Option(PUBLISHED, "--to", help="Where the published report lives."),
+    partial: bool = typer.Option(
+        False,
+        "--partial",
+        help="Publish a run with missing, not run or invalid experiments, marked as partial.",
+    ),
+    readme: Path = typer.Option(
+        Path("README.md"),
+        "--readme",
+        help="The README whose claim table gets the full-size column (skipped when absent).",
+    ),
+    check: bool = typer.Option(
+        False,
+        "--check",
+        help="Publish nothing: say whether the published experiments match the current source.",
+    ),
+) -> None:
+    """Publish a finished full-size report into results/full (or check the published one)."""
+    if check:
+        _check_published(to)
+        return
+    if source is None:
+        fail("--from: expected the --out folder of a finished `implicit-em report --full`")
+    if not source.is_dir():
+        fail(f"--from {source}: not a folder")
+    check_writable_folder(to, "--to")
+    try:
+        publication = publish(
+            source, to, partial=partial, readme=readme if readme.is_file() else None
+        )
+    except ValueError as err:
+        fail(str(err))
+    state = f"partial: {'; '.join(publication.gaps)}" if publication.gaps else "complete"
+    typer.echo(f"published {source} into {publication.folder} ({state})")
+    if publication.readme is None:
+        typer.echo(f"{readme} not found: no README claim table was updated")
+    else:
+        typer.echo(f"{publication.readme}: full-size column updated")
+
+
+def _check_published(folder: Path) -> None:
+    try:
+        document = published_document(folder)
+    except ValueError as err:
+        fail(str(err))
+    if document is None:
+        typer.echo(f"{folder}: {NO_FULL_RUN}")
+        return
+    stale = stale_experiments(document)
+    for entry in stale:
+        typer.echo(f"stale: {entry}")
+    if stale:
+        raise typer.Exit(code=1)
+    typer.echo(f"{folder}: every published experiment matches the current source")

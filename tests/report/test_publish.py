@@ -1,0 +1,177 @@
+"""Publishing a full-size report, and telling when a published one has gone stale.
+
+The publisher and the freshness check run on real full-size reports of small synthetic
+experiments, each defined in its own module file under the test's folder, so that editing that
+file changes the experiment's source exactly as editing an experiment module would.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from implicit_em.cli import app
+from implicit_em.report import Criterion, Experiment, Rule
+from implicit_em.report.build import write_report
+from implicit_em.report.freshness import published_document, stale_experiments
+from implicit_em.report.publish import publish
+from implicit_em.report.runner import run_experiments
+
+QUIET = {"log": lambda line: None}
+
+_MODULE = """
+from implicit_em.report import Outcome
+
+
+def run(config, out):
+    if config.get("crash"):
+        raise RuntimeError("boom")
+    return Outcome({{"x": 0.5}}, {{"x": [0.5, 0.4, 0.6]}})  # {name}
+"""
+
+
+def _experiment(folder: Path, id_: str, full: dict | None = None) -> Experiment:
+    """An experiment whose `run` lives in its own module file `folder/<id>_run.py`."""
+    path = folder / f"{id_.lower()}_run.py"
+    path.write_text(_MODULE.format(name=id_), encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(f"_publish_test_{id_}_{folder.name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # found by inspect, which the runner reads the source through
+    spec.loader.exec_module(module)
+    return Experiment(
+        id=id_,
+        title=f"synthetic {id_}",
+        claims=("C1",),
+        hypothesis="h",
+        setup="s",
+        rule=Rule((Criterion("x", "<=", 1.0, "small", claim="C1", direction="supports"),)),
+        run=module.run,
+        configs={
+            "smoke": {"seeds": [0]},
+            "quick": {"seeds": [0, 1]},
+            "full": full or {"seeds": [0, 1, 2]},
+        },
+        headline=("x",),
+        meaning={"holds": "a", "partly": "b", "fails": "c"},
+        minutes={"smoke": 0.1, "quick": 1.0, "full": 12.0},
+    )
+
+
+def _report(out: Path, experiments: list[Experiment], size: str = "full") -> Path:
+    results = run_experiments(experiments, size, out, **QUIET)
+    write_report(results, size, out, published=None)
+    return out
+
+
+@pytest.fixture
+def two(tmp_path) -> list[Experiment]:
+    return [_experiment(tmp_path, "X1"), _experiment(tmp_path, "X2")]
+
+
+def test_a_complete_full_run_is_published_with_its_provenance_and_is_fresh(tmp_path, two):
+    source = _report(tmp_path / "run", two)
+    dest = tmp_path / "results" / "full"
+    publication = publish(source, dest, experiments=two)
+    assert publication.gaps == [] and publication.folder == dest
+    assert {p.name for p in dest.iterdir()} == {"results.json", "summary.md", "index.html"}
+    document = published_document(dest)
+    assert document["meta"]["publication"]["partial"] is False
+    for entry in document["experiments"]:
+        assert entry["size"] == "full" and entry["seeds"] == [0, 1, 2]
+        assert entry["commit"] and entry["machine"] == document["meta"]["machine"]
+        assert entry["seconds"] >= 0 and len(entry["key"]) == 16
+    assert "partial" not in (dest / "summary.md").read_text()
+    page = (dest / "index.html").read_text()
+    key = document["experiments"][0]["key"]
+    assert "Size full; 3 seeds; measured time" in page and f"cache key {key}" in page
+    assert "| X1: synthetic X1 | **holds** |" in (dest / "summary.md").read_text()
+    assert stale_experiments(document, two) == []
+
+
+def test_a_changed_source_makes_its_experiment_stale_and_names_the_command(tmp_path, two):
+    dest = tmp_path / "published"
+    publish(_report(tmp_path / "run", two), dest, experiments=two)
+    module = tmp_path / "x1_run.py"
+    module.write_text(module.read_text() + "\nTHRESHOLD = 2\n", encoding="utf-8")
+    stale = stale_experiments(published_document(dest), two)
+    assert [s.id for s in stale] == ["X1"]
+    assert "X1: published with key" in str(stale[0])
+    assert stale[0].command == (
+        "implicit-em report --full --out report/full && implicit-em publish --from report/full"
+    )
+
+
+def test_a_changed_full_configuration_makes_its_experiment_stale(tmp_path, two):
+    dest = tmp_path / "published"
+    publish(_report(tmp_path / "run", two), dest, experiments=two)
+    changed = [two[0], replace(two[1], configs={**two[1].configs, "full": {"seeds": [0, 1]}})]
+    stale = stale_experiments(published_document(dest), changed)
+    assert [s.id for s in stale] == ["X2"]
+    removed = stale_experiments(published_document(dest), two[:1])
+    assert [(s.id, s.reason) for s in removed] == [
+        ("X2", "is no longer an experiment of the report")
+    ]
+
+
+def test_a_stale_or_smaller_report_is_refused(tmp_path, two):
+    smoke = _report(tmp_path / "smoke", two, size="smoke")
+    with pytest.raises(ValueError, match=r"a smoke report, not a full-size run"):
+        publish(smoke, tmp_path / "dest", experiments=two)
+    source = _report(tmp_path / "run", two)
+    module = tmp_path / "x2_run.py"
+    module.write_text(module.read_text() + "\n# edited\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"X2 changed since the run .*rerun: implicit-em report"):
+        publish(source, tmp_path / "dest", experiments=two)
+    with pytest.raises(ValueError, match=r"no results\.json"):
+        publish(tmp_path / "nothing", tmp_path / "dest", experiments=two)
+    assert not (tmp_path / "dest").exists()
+
+
+def test_an_incomplete_run_needs_partial_and_is_marked_partial(tmp_path, two):
+    crashing = _experiment(tmp_path, "X3", full={"seeds": [0], "crash": True})
+    registry = [*two, crashing, _experiment(tmp_path, "X4")]
+    source = _report(tmp_path / "run", [*two, crashing])
+    with pytest.raises(
+        ValueError, match=r"not a complete full run \(X4 not in the run; X3 not run\)"
+    ):
+        publish(source, tmp_path / "dest", experiments=registry)
+    assert not (tmp_path / "dest").exists()
+    publication = publish(source, tmp_path / "dest", partial=True, experiments=registry)
+    assert publication.gaps == ["X4 not in the run", "X3 not run"]
+    document = published_document(tmp_path / "dest")
+    assert document["meta"]["publication"]["partial"] is True
+    for name in ("summary.md", "index.html"):
+        text = (tmp_path / "dest" / name).read_text()
+        assert "PARTIAL run: X4 not in the run; X3 not run" in text, name
+    assert "claims report (partial)</h1>" in (tmp_path / "dest" / "index.html").read_text()
+    stale = stale_experiments(document, registry)
+    assert stale == []
+
+
+def test_the_cli_refuses_a_report_that_is_not_full_size_in_one_line(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "results.json").write_text(
+        json.dumps({"meta": {"size": "quick"}, "experiments": []})
+    )
+    source, dest = tmp_path / "run", tmp_path / "dest"
+    done = CliRunner().invoke(app, ["publish", "--from", str(source), "--to", str(dest)])
+    assert done.exit_code == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert line == f"error: --from {source}: a quick report, not a full-size run"
+    assert not (tmp_path / "dest").exists()
+
+
+def test_the_announcement_names_each_experiment_with_its_expected_time(tmp_path, two):
+    lines: list[str] = []
+    run_experiments(two, "full", tmp_path, log=lines.append)
+    assert lines[0].endswith("2 to run (about 24 min on a 2-core CPU)")
+    assert lines[1:] == ["  X1   about 12 min  synthetic X1", "  X2   about 12 min  synthetic X2"]
+    again: list[str] = []
+    run_experiments(two, "full", tmp_path, log=again.append)
+    assert again == ["2 experiment(s) at size 'full': 2 cached, 0 to run"]
