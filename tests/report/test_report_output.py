@@ -25,8 +25,8 @@ from implicit_em.report import (
     unit,
 )
 from implicit_em.report.build import _published
-from implicit_em.report.render import NO_FULL_RUN, report_document
-from implicit_em.report.runner import run_experiments
+from implicit_em.report.render import NO_FULL_RUN, render_markdown, report_document
+from implicit_em.report.runner import duration, run_experiments
 
 QUIET = {"log": lambda line: None}
 
@@ -108,8 +108,9 @@ def test_results_json_and_summary_agree(smoke_report):
     items = {c["id"]: c for c in document["claim_verdicts"]}
     assert set(items) == set(document["claims"])
     assert items["C5"]["experiments"] == ["E1"]
+    assert "| item | verdict | full size |" in summary  # below full size, beside each verdict
     for entry in document["experiments"]:
-        assert f"**{entry['verdict']}**" in summary
+        assert f"**{entry['verdict']}** | not published | {duration(entry['seconds'])} |" in summary
         assert entry["verdict"] in VERDICTS
         assert entry["rule"] and entry["hypothesis"] and entry["criteria"]
         for gate in entry["gates"]:
@@ -201,6 +202,9 @@ def test_quick_verdicts_are_compared_with_the_published_full_run(smoke_report, t
     assert compared["meta"]["compared_with"]["size"] == "full"
     first = compared["experiments"][0]
     assert first["full_verdict"] == full["experiments"][0]["verdict"] != first["verdict"]
+    summary = render_markdown(compared)
+    assert f"published full run of {full['meta']['date']} on {full['meta']['machine']}" in summary
+    assert f"**{first['verdict']}** | **{first['full_verdict']}** |" in summary
     assert _published(tmp_path / "absent.json") is None
 
 
