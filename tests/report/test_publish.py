@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from implicit_em.cli import app
 from implicit_em.report import Criterion, Experiment, Rule
 from implicit_em.report.build import write_report
-from implicit_em.report.freshness import published_document, stale_experiments
+from implicit_em.report.freshness import published_document, refresh_command, stale_experiments
 from implicit_em.report.publish import publish
 from implicit_em.report.runner import run_experiments
 
@@ -175,3 +175,28 @@ def test_the_announcement_names_each_experiment_with_its_expected_time(tmp_path,
     again: list[str] = []
     run_experiments(two, "full", tmp_path, log=again.append)
     assert again == ["2 experiment(s) at size 'full': 2 cached, 0 to run"]
+
+
+def test_the_cli_check_says_what_is_stale_and_exits_1(tmp_path, two):
+    dest = tmp_path / "published"
+    runner = CliRunner()
+    nothing = runner.invoke(app, ["publish", "--check", "--to", str(dest)])
+    assert nothing.exit_code == 0 and nothing.stdout.strip() == f"{dest}: no full run published"
+    publish(_report(tmp_path / "run", two), dest, experiments=two)
+    done = runner.invoke(app, ["publish", "--check", "--to", str(dest)])
+    assert done.exit_code == 1  # X1 and X2 are not experiments of the report's registry
+    assert done.stdout.splitlines()[0] == (
+        "stale: X1: is no longer an experiment of the report; refresh with "
+        "`implicit-em report --full --out report/full && "
+        "implicit-em publish --from report/full`"
+    )
+
+
+def test_the_refresh_command_keeps_the_publication_s_experiments_device_and_partial():
+    assert refresh_command(["E1", "E2"], "cuda", partial=True, all_ids=["E1", "E2", "E3"]) == (
+        "implicit-em report --full --only E1,E2 --device cuda --out report/full && "
+        "implicit-em publish --from report/full --partial"
+    )
+    assert refresh_command(["E1", "E2"], all_ids=["E1", "E2"]) == (
+        "implicit-em report --full --out report/full && implicit-em publish --from report/full"
+    )

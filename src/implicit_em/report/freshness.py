@@ -57,8 +57,9 @@ def refresh_command(
     ids: Sequence[str], device: str = "cpu", partial: bool = False, all_ids: Sequence[str] = ()
 ) -> str:
     """The command that reruns what changed at full size and publishes again: `ids` are the
-    experiments of the publication (all of `all_ids` need no `--only`)."""
-    only = "" if set(ids) >= set(all_ids) else f" --only {','.join(ids)}"
+    experiments of the publication that are still in the report (none, or all of `all_ids`:
+    no `--only`, the whole report)."""
+    only = "" if not ids or set(ids) >= set(all_ids) else f" --only {','.join(ids)}"
     on = "" if device == "cpu" else f" --device {device}"
     again = " --partial" if partial else ""
     return (

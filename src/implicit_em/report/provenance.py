@@ -18,7 +18,7 @@ def source_commit(root: Path = _ROOT) -> str:
     try:
         head = _git(root, "rev-parse", "--short=12", "HEAD")
         changed = _git(root, "status", "--porcelain", "--untracked-files=no", "--", "src")
-    except (OSError, subprocess.CalledProcessError):
+    except (OSError, subprocess.SubprocessError):
         return "unknown"
     return head + ("+modified" if changed else "")
 
