@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -200,3 +201,18 @@ def test_the_refresh_command_keeps_the_publication_s_experiments_device_and_part
     assert refresh_command(["E1", "E2"], all_ids=["E1", "E2"]) == (
         "implicit-em report --full --out report/full && implicit-em publish --from report/full"
     )
+
+
+def test_publishing_fills_the_readme_column_or_refuses_a_readme_without_one(tmp_path, two):
+    source = _report(tmp_path / "run", two)
+    readme = tmp_path / "README.md"
+    readme.write_text((Path(__file__).resolve().parents[2] / "README.md").read_text())
+    publish(source, tmp_path / "dest", readme=readme, experiments=two)
+    text = readme.read_text()
+    assert re.search(r"^\| C1 \| \*\*[a-z ]+\*\* \| \*\*supported\*\* \|", text, flags=re.M)
+    assert re.search(r"\| E1: [^|]+ \| \*\*[a-z ]+\*\* \| not in the full run \|", text)
+    plain = tmp_path / "plain.md"
+    plain.write_text("# No claim table\n")
+    with pytest.raises(ValueError, match=r"--readme .*plain\.md: no claim table to fill"):
+        publish(source, tmp_path / "elsewhere", readme=plain, experiments=two)
+    assert not (tmp_path / "elsewhere").exists()

@@ -111,17 +111,21 @@ def publish(
             "--partial publishes it marked as partial"
         )
     published = _with_provenance(document, lacking)
-    readme_path = None if readme is None else Path(readme)
-    text = None
-    if readme_path is not None:
-        try:
-            text = full_size_column(readme_path.read_text(encoding="utf-8"), published)
-        except (OSError, ValueError) as err:
-            raise ValueError(f"--readme {readme_path}: {err}") from err
+    readme = None if readme is None else Path(readme)
+    text = None if readme is None else _readme_with(readme, published)
     write_document(published, dest, figures=source)
-    if readme_path is not None and text is not None:
-        write_atomic(readme_path, text)
-    return Publication(dest, lacking, readme_path)
+    if readme is not None and text is not None:
+        write_atomic(readme, text)
+    return Publication(dest, lacking, readme)
+
+
+def _readme_with(readme: Path, published: Mapping[str, Any]) -> str:
+    """The README's text with its "full size" column from `published` (checked before any
+    file is written)."""
+    try:
+        return full_size_column(readme.read_text(encoding="utf-8"), published)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"--readme {readme}: {err}") from err
 
 
 def _with_provenance(document: Mapping[str, Any], lacking: list[str]) -> dict[str, Any]:
