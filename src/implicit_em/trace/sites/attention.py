@@ -53,11 +53,39 @@ def attention_weights(
 
 def weights_and_logit_max(
     q: Tensor, k: Tensor, mask: Tensor | None, is_causal: bool, scale: float | None
-) -> tuple[Tensor, Tensor]:
-    """`attention_weights` of stacked `q`, `k` (`[S, R, H, L, E]`) and `head_max` of their
-    scores, `[S, H]`."""
+) -> tuple[Tensor, Tensor | None, Tensor]:
+    r"""`attention_weights` $\alpha$ of stacked `q`, `k` (`[S, R, H, L, E]`), their
+    logarithm $\log\alpha$ where it is finite (else None) and `head_max` of their scores,
+    `[S, H]`.
+
+    Without an explicit `mask` (causal or not, no row is excluded entirely) and with finite
+    scores, a causally masked score is the most negative finite number instead of
+    $-\infty$: its weight is 0 all the same (its exponential underflows), and $\log\alpha$
+    (`log_softmax`, one fused pass) stays finite, so $\alpha\log\alpha$ needs no
+    elementwise logarithm or test. Otherwise $\log\alpha$ is None."""
+    if mask is None:
+        dtype = torch.promote_types(q.dtype, torch.float32)
+        s = attention_scores(q.to(dtype), k.to(dtype), None, False, scale)
+        if is_causal:
+            s.masked_fill_(_above_diagonal(*s.shape[-2:], s.device), torch.finfo(dtype).min)
+        logit_max = s.amax(dim=(1, 3, 4))
+        if bool(torch.isfinite(logit_max).all() & torch.isfinite(s.amin())):
+            return torch.softmax(s, dim=-1), torch.log_softmax(s, dim=-1), logit_max.double()
     s, alpha = _scores(q, k, mask, is_causal, scale)
-    return alpha, head_max(s)
+    return alpha, None, head_max(s)
+
+
+def _above_diagonal(lq: int, lk: int, device: torch.device) -> Tensor:
+    """The keys a causal query may not see, `[Lq, Lk]` (key $j > i$), cached per shape."""
+    key = (lq, lk, device)
+    mask = _CAUSAL.get(key)
+    if mask is None:
+        mask = torch.ones(lq, lk, dtype=torch.bool, device=device).triu(1)
+        _CAUSAL[key] = mask
+    return mask
+
+
+_CAUSAL: dict[tuple[int, int, torch.device], Tensor] = {}
 
 
 def head_max(s: Tensor) -> Tensor:
@@ -105,7 +133,7 @@ def forward_residual(rebuilt: Tensor, seen: Tensor) -> Stats:
 
 def along(t: Tensor) -> Tensor:
     """$u \\cdot t$ over the last axis, for the fixed direction $u$ of its length."""
-    return (t.float() * _direction(t.shape[-1], t.device)).sum(-1)
+    return t.float() @ _direction(t.shape[-1], t.device)
 
 
 class AttentionKind(SiteKind):
