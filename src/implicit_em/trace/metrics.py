@@ -215,8 +215,9 @@ def responsibility_stats_steps(
 
 def _row_std(z: Tensor) -> Tensor:
     """The standard deviation of each row's finite entries (last axis; 0 for a row without)."""
-    if bool(torch.isfinite(z.sum())):  # no row holds a NaN or an infinity (nor overflows)
-        return z.std(-1, correction=0)
+    total = z.sum(-1, keepdim=True)
+    if bool(torch.isfinite(total).all()):  # no row holds a NaN or an infinity
+        return torch.linalg.vector_norm(z - total / z.shape[-1], dim=-1) / math.sqrt(z.shape[-1])
     finite = torch.isfinite(z)
     z = torch.where(finite, z, 0.0)
     count = finite.sum(-1, keepdim=True).clamp_min(1).to(z.dtype)
@@ -380,16 +381,16 @@ def _attention_stats_steps(
             g = torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)
         value_update = used.transpose(-2, -1) @ g
         if grad_v is not None:
-            stats["value_residual_max"] = _norm(value_update - grad_v, math.inf).double()
-            stats["grad_v_max"] = _norm(grad_v, math.inf).double()
+            stats["value_residual_max"] = per_step((value_update - grad_v).abs_(), "amax").double()
+            stats["grad_v_max"] = per_step(grad_v.abs(), "amax").double()
         stats["value_sq"] = _norm(value_update).square_().double()
     return stats
 
 
-def _norm(x: Tensor, order: float = 2) -> Tensor:
-    r"""The vector norm of each step `x[s]` over all its other axes (`math.inf`:
-    $\max|x|$), in one pass without a temporary."""
-    return torch.linalg.vector_norm(x.reshape(x.shape[0], -1), order, dim=-1)
+def _norm(x: Tensor) -> Tensor:
+    r"""The Euclidean norm of each step `x[s]` over all its other axes, in one pass without
+    a temporary."""
+    return torch.linalg.vector_norm(x.reshape(x.shape[0], -1), dim=-1)
 
 
 def finish_attention(stats: Stats) -> dict[str, Tensor]:

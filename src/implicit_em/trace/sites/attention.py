@@ -11,6 +11,7 @@ $\alpha$ and $v$ with the output the model computed (`forward_residual`).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -25,6 +26,7 @@ __all__ = [
     "AttentionKind",
     "along",
     "attention_weights",
+    "causal_scores",
     "forward_residual",
     "head_max",
     "heads",
@@ -60,14 +62,13 @@ def weights_and_logit_max(
 
     Without an explicit `mask` (causal or not, no row is excluded entirely) and with finite
     scores, a causally masked score is the most negative finite number instead of
-    $-\infty$: its weight is 0 all the same (its exponential underflows), and $\log\alpha$
-    (`log_softmax`, one fused pass) stays finite, so $\alpha\log\alpha$ needs no
-    elementwise logarithm or test. Otherwise $\log\alpha$ is None."""
+    $-\infty$ (`causal_scores`): its weight is 0 all the same (its exponential underflows),
+    and $\log\alpha$ (`log_softmax`, one fused pass) stays finite, so $\alpha\log\alpha$
+    needs no elementwise logarithm or test. Otherwise $\log\alpha$ is None."""
     if mask is None:
         dtype = torch.promote_types(q.dtype, torch.float32)
-        s = attention_scores(q.to(dtype), k.to(dtype), None, False, scale)
-        if is_causal:
-            s.masked_fill_(_above_diagonal(*s.shape[-2:], s.device), torch.finfo(dtype).min)
+        q, k = q.to(dtype), k.to(dtype)
+        s = causal_scores(q, k, scale) if is_causal else attention_scores(q, k, None, False, scale)
         logit_max = s.amax(dim=(1, 3, 4))
         if bool(torch.isfinite(logit_max).all() & torch.isfinite(s.amin())):
             return torch.softmax(s, dim=-1), torch.log_softmax(s, dim=-1), logit_max.double()
@@ -75,17 +76,25 @@ def weights_and_logit_max(
     return alpha, None, head_max(s)
 
 
-def _above_diagonal(lq: int, lk: int, device: torch.device) -> Tensor:
-    """The keys a causal query may not see, `[Lq, Lk]` (key $j > i$), cached per shape."""
-    key = (lq, lk, device)
-    mask = _CAUSAL.get(key)
-    if mask is None:
-        mask = torch.ones(lq, lk, dtype=torch.bool, device=device).triu(1)
-        _CAUSAL[key] = mask
-    return mask
+def causal_scores(q: Tensor, k: Tensor, scale: float | None) -> Tensor:
+    r"""Scores $s_{ij} = \text{scale}\cdot q_i\cdot k_j$ (`scale` $1/\sqrt{E}$ when None) of
+    queries `[..., Lq, E]` and keys `[..., Lk, E]`, as `[..., Lq, Lk]`, with every key after
+    its query ($j > i$) at the most negative finite number: the product and the mask in one batched
+    `baddbmm` (a finite score plus that number rounds to it)."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    lq, lk = q.shape[-2], k.shape[-2]
+    key = (lq, lk, q.dtype, q.device)
+    bias = _CAUSAL.get(key)
+    if bias is None:
+        above = torch.ones(lq, lk, dtype=torch.bool, device=q.device).triu(1)
+        bias = torch.zeros(lq, lk, dtype=q.dtype, device=q.device)
+        bias = _CAUSAL[key] = bias.masked_fill_(above, torch.finfo(q.dtype).min)
+    s = torch.baddbmm(bias, q.flatten(0, -3), k.flatten(0, -3).transpose(-2, -1), alpha=scale)
+    return s.view(*q.shape[:-1], lk)
 
 
-_CAUSAL: dict[tuple[int, int, torch.device], Tensor] = {}
+_CAUSAL: dict[tuple[int, int, torch.dtype, torch.device], Tensor] = {}
+"""The additive causal masks of `causal_scores`, per shape, dtype and device."""
 
 
 def head_max(s: Tensor) -> Tensor:
