@@ -83,18 +83,11 @@ def causal_scores(q: Tensor, k: Tensor, scale: float | None) -> Tensor:
     `baddbmm` (a finite score plus that number rounds to it)."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     lq, lk = q.shape[-2], k.shape[-2]
-    key = (lq, lk, q.dtype, q.device)
-    bias = _CAUSAL.get(key)
-    if bias is None:
-        above = torch.ones(lq, lk, dtype=torch.bool, device=q.device).triu(1)
-        bias = torch.zeros(lq, lk, dtype=q.dtype, device=q.device)
-        bias = _CAUSAL[key] = bias.masked_fill_(above, torch.finfo(q.dtype).min)
+    above = torch.ones(lq, lk, dtype=torch.bool, device=q.device).triu(1)
+    bias = torch.zeros(lq, lk, dtype=q.dtype, device=q.device)
+    bias.masked_fill_(above, torch.finfo(q.dtype).min)
     s = torch.baddbmm(bias, q.flatten(0, -3), k.flatten(0, -3).transpose(-2, -1), alpha=scale)
     return s.view(*q.shape[:-1], lk)
-
-
-_CAUSAL: dict[tuple[int, int, torch.dtype, torch.device], Tensor] = {}
-"""The additive causal masks of `causal_scores`, per shape, dtype and device."""
 
 
 def head_max(s: Tensor) -> Tensor:
