@@ -33,8 +33,12 @@ warm up and ``--passes`` more, and the time spent in its ``step()`` calls (reduc
 measurement to records, the alarm rules, and the write of every 128 measurements' records) is
 printed per step.
 
+``--step-cpu STEPS`` prints, on one thread, the CPU time of the calling thread spent in each
+measured step's ``Tracer.step()`` and in the training step itself (medians): a measure of the
+tracer's own reduction that other jobs on a shared machine disturb far less than wall time.
+
     PYTHONPATH=src python benchmarks/trace_overhead.py [--config realistic toy] [--pairs N]
-        [--pairs-10 N] [--block STEPS] [--breakdown] [--passes 300]
+        [--pairs-10 N] [--block STEPS] [--breakdown] [--passes 300] [--step-cpu STEPS]
 """
 
 from __future__ import annotations
@@ -332,6 +336,30 @@ def breakdown(cfg: Config, passes: int) -> None:
     )
 
 
+def step_cpu(cfg: Config, steps: int) -> None:
+    """Print the CPU time of the calling thread in ``tracer.step()`` and in the training step,
+    on one thread (``every=1``, median over ``steps`` steps after 10 to warm up): the tracer's
+    own reduction, nearly independent of other jobs on the machine, unlike wall time. (`main`
+    sets the one thread.)"""
+    model, step = _runner(cfg)
+    train, own = [], []
+    with warnings.catch_warnings(), Tracer(model, flush_every=16) as tracer:
+        warnings.simplefilter("ignore", CollapseWarning)
+        for i in range(10 + steps):
+            start = time.thread_time()
+            step(None)
+            middle = time.thread_time()
+            tracer.step()
+            if i >= 10:
+                train.append(middle - start)
+                own.append(time.thread_time() - middle)
+    print(
+        f"CPU time on 1 thread over {steps} measured steps (median): training step "
+        f"{1e3 * statistics.median(train):.1f} ms, Tracer.step() "
+        f"{1e3 * statistics.median(own):.2f} ms"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", nargs="+", default=["realistic", "toy", "gpu"])
@@ -340,6 +368,9 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=None, help="steps per block at every=1")
     parser.add_argument("--breakdown", action="store_true", help="where the overhead goes")
     parser.add_argument("--passes", type=int, default=300, help="interleaved passes (breakdown)")
+    parser.add_argument(
+        "--step-cpu", type=int, default=None, help="CPU time of Tracer.step() over N steps"
+    )
     args = parser.parse_args()
     for name in args.config:
         cfg = CONFIGS[name]
@@ -349,11 +380,14 @@ def main() -> None:
             print(f"\n[{name}] skipped: no CUDA device")
             continue
         if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+            torch.set_num_threads(1 if args.step_cpu else cfg.threads)
         print(f"\n[{name}] {cfg.describe}")
         print(f"machine: {summary(cfg.device)}")
         if args.breakdown:
             breakdown(cfg, args.passes)
+            continue
+        if args.step_cpu:
+            step_cpu(cfg, args.step_cpu)
             continue
         header = (
             f"{'every':>5} {'pairs':>5} {'block':>5} {'paused ms':>9} {'traced ms':>9} "

@@ -9,15 +9,18 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from implicit_em.attention import attention_scores
 from implicit_em.trace.metrics import (
     Targets,
     attention_stats_steps,
     entropy,
     finish_attention,
     finish_responsibility,
+    log_partition,
     read_responsibilities,
     responsibility_stats_steps,
 )
+from implicit_em.trace.sites.attention import causal_scores, head_max, weights_and_logit_max
 
 shapes = st.tuples(st.integers(1, 16), st.integers(2, 9))
 
@@ -144,3 +147,42 @@ def test_targets_read_the_softmax_from_any_cross_entropy(shape, seed, smoothing,
     r = read_responsibilities(z.grad, c, targets, 1.0)
     torch.testing.assert_close(r, torch.softmax(z.detach(), -1), atol=1e-12, rtol=0)
     assert bool((targets.right() == target.argmax(-1) if soft else targets.right() == target).all())
+
+
+@settings(max_examples=30, deadline=None)
+@given(shape=shapes, seed=st.integers(0, 10_000), scale=st.floats(0.1, 30.0))
+def test_log_partition_from_the_softmax_is_the_logsumexp(shape, seed, scale):
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randn(*shape, generator=g) * scale
+    expected = torch.logsumexp(z, -1)
+    got = log_partition(z, torch.softmax(z, -1))
+    assert torch.allclose(got, expected, rtol=1e-6, atol=1e-5)
+    z[0, 0] = math.nan
+    assert not torch.isfinite(log_partition(z, torch.softmax(z, -1))[0])
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), lq=st.integers(1, 9), extra=st.integers(0, 3))
+def test_causal_fast_path_matches_the_masked_weights(seed, lq, extra):
+    g = torch.Generator().manual_seed(seed)
+    lk = lq + extra
+    q = torch.randn(2, 1, 3, lq, 4, generator=g) * 3
+    k = torch.randn(2, 1, 3, lk, 4, generator=g) * 3
+    s = attention_scores(q, k, is_causal=True)
+    alpha, log_alpha, logit_max = weights_and_logit_max(q, k, None, True, None)
+    assert log_alpha is not None
+    assert torch.allclose(alpha, torch.softmax(s, -1), atol=1e-6)
+    assert torch.equal(logit_max, head_max(s))
+    h = -(alpha * log_alpha).sum(-1)
+    assert torch.isfinite(h).all()
+    assert torch.allclose(h, entropy(torch.softmax(s, -1)), atol=1e-5)
+    assert torch.equal(causal_scores(q, k, None) > -1e30, torch.isfinite(s))
+
+
+def test_nonfinite_scores_take_the_careful_path():
+    q, k = torch.randn(1, 1, 2, 5, 4), torch.randn(1, 1, 2, 5, 4)
+    q[0, 0, 1, 2, 0] = math.inf
+    _, log_alpha, logit_max = weights_and_logit_max(q, k, None, True, None)
+    assert log_alpha is None
+    assert torch.equal(logit_max, head_max(attention_scores(q, k, is_causal=True)))
+    assert torch.isfinite(logit_max[0, 0])

@@ -37,6 +37,7 @@ __all__ = [
     "finish_attention",
     "finish_probe",
     "finish_responsibility",
+    "log_partition",
     "log_z_stats",
     "per_step",
     "read_responsibilities",
@@ -258,11 +259,19 @@ def finish_responsibility(stats: Stats, dead_fraction: float) -> dict[str, Tenso
     return out
 
 
-def log_z_stats(logits: Tensor, rows: Tensor) -> Stats:
-    r"""$\log Z_i = \operatorname{LSE}_j z_{ij}$ of the `rows` (`[S, N]`, boolean) of logits
-    `[S, N, K]` whose $\log Z_i$ is finite: their number `n_z`, the sum `log_z` and the
+def log_partition(logits: Tensor, probs: Tensor) -> Tensor:
+    r"""$\log Z_i = \operatorname{LSE}_j z_{ij}$ of logits `[..., K]` from their softmax
+    `probs`: the largest probability is $e^{\max_j z_{ij} - \log Z_i}$, so
+    $\log Z_i = \max_j z_{ij} - \log\max_j p_{ij}$ (two reductions instead of another
+    pass of exponentials; $\max_j p_{ij} \ge 1/K$, so the logarithm is well conditioned).
+    Not finite for a row holding a NaN or an infinity."""
+    return logits.amax(-1) - probs.amax(-1).log()
+
+
+def log_z_stats(lse: Tensor, rows: Tensor) -> Stats:
+    r"""$\log Z_i$ (`lse`, `[S, N]`, e.g. `log_partition`) of the `rows` (`[S, N]`, boolean)
+    whose $\log Z_i$ is finite: their number `n_z`, the sum `log_z` and the
     maximum `log_z_max` ($-\infty$ without such a row), each `[S]` in float64."""
-    lse = torch.logsumexp(logits, -1)
     rows = rows & torch.isfinite(lse)
     return {
         "n_z": rows.sum(-1).double(),
@@ -284,6 +293,7 @@ def attention_stats_steps(
     grad_alpha: Tensor | None = None,
     used: Tensor | None = None,
     grad_v: Tensor | None = None,
+    log_alpha: Tensor | None = None,
 ) -> Stats:
     r"""Sufficient statistics of the attention weights of `S` measurements on the traced rows.
 
@@ -304,6 +314,10 @@ def attention_stats_steps(
         The weights actually multiplied with `v` (after dropout), default `alpha`.
     grad_v : Tensor, optional
         Autograd's $\partial L/\partial v$ for the value-update identity residual.
+    log_alpha : Tensor, optional
+        $\log\alpha$ where it is finite at every weight (e.g. `log_softmax` of scores
+        masked with a finite number): the entropies are then $-\sum\alpha\log\alpha$
+        from it, without an elementwise logarithm.
 
     Returns
     -------
@@ -319,11 +333,11 @@ def attention_stats_steps(
     at the end); only if one is not are the statistics recomputed with the non-finite rows of
     $a$ and entries of $g$ set aside and counted in `nonfinite`.
     """
-    stats = _attention_stats_steps(alpha, v, g, grad_alpha, used, grad_v, False)
+    stats = _attention_stats_steps(alpha, v, g, grad_alpha, used, grad_v, log_alpha, False)
     sums = [stats[k] for k in ("routing_sq", "value_sq", "value_residual_max") if k in stats]
     if not sums or bool(torch.isfinite(torch.stack(sums)).all()):
         return stats
-    return _attention_stats_steps(alpha, v, g, grad_alpha, used, grad_v, True)
+    return _attention_stats_steps(alpha, v, g, grad_alpha, used, grad_v, log_alpha, True)
 
 
 def _attention_stats_steps(
@@ -333,11 +347,13 @@ def _attention_stats_steps(
     grad_alpha: Tensor | None,
     used: Tensor | None,
     grad_v: Tensor | None,
+    log_alpha: Tensor | None,
     exact: bool,
 ) -> Stats:
     """The pass of `attention_stats_steps`; `exact` sets non-finite gradients aside."""
     s = alpha.shape[0]
-    head_entropy = -_p_log_p(alpha).sum((1, 3, 4)).double()  # weights are >= 0
+    alpha_log_alpha = _p_log_p(alpha) if log_alpha is None else alpha * log_alpha  # alpha >= 0
+    head_entropy = -alpha_log_alpha.sum((1, 3, 4)).double()
     rows = float(alpha[0].numel() // alpha.shape[-1])
     zero = torch.zeros(s, dtype=torch.float64, device=alpha.device)
     stats: Stats = {
@@ -356,8 +372,8 @@ def _attention_stats_steps(
             stats["nonfinite"] = stats["nonfinite"] + _nonfinite_count(a).double()
             a = _zero_nonfinite_rows(a)
         abar = (alpha * a).sum(-1, keepdim=True)
-        routing = (a - abar).mul_(alpha)
-        stats["routing_sq"] = per_step(routing.square_()).double()
+        routing = a.sub(abar).mul_(alpha)
+        stats["routing_sq"] = _norm(routing).square_().double()
         stats["n_grad"] = torch.ones(s, dtype=torch.float64, device=alpha.device)
     if g is not None:
         if exact:
@@ -365,10 +381,16 @@ def _attention_stats_steps(
             g = torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)
         value_update = used.transpose(-2, -1) @ g
         if grad_v is not None:
-            stats["value_residual_max"] = per_step((value_update - grad_v).abs(), "amax").double()
+            stats["value_residual_max"] = per_step((value_update - grad_v).abs_(), "amax").double()
             stats["grad_v_max"] = per_step(grad_v.abs(), "amax").double()
-        stats["value_sq"] = per_step(value_update.square_()).double()
+        stats["value_sq"] = _norm(value_update).square_().double()
     return stats
+
+
+def _norm(x: Tensor) -> Tensor:
+    r"""The Euclidean norm of each step `x[s]` over all its other axes, in one pass without
+    a temporary."""
+    return torch.linalg.vector_norm(x.reshape(x.shape[0], -1), dim=-1)
 
 
 def finish_attention(stats: Stats) -> dict[str, Tensor]:

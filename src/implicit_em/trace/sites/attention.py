@@ -11,6 +11,7 @@ $\alpha$ and $v$ with the output the model computed (`forward_residual`).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -25,6 +26,7 @@ __all__ = [
     "AttentionKind",
     "along",
     "attention_weights",
+    "causal_scores",
     "forward_residual",
     "head_max",
     "heads",
@@ -53,11 +55,39 @@ def attention_weights(
 
 def weights_and_logit_max(
     q: Tensor, k: Tensor, mask: Tensor | None, is_causal: bool, scale: float | None
-) -> tuple[Tensor, Tensor]:
-    """`attention_weights` of stacked `q`, `k` (`[S, R, H, L, E]`) and `head_max` of their
-    scores, `[S, H]`."""
+) -> tuple[Tensor, Tensor | None, Tensor]:
+    r"""`attention_weights` $\alpha$ of stacked `q`, `k` (`[S, R, H, L, E]`), their
+    logarithm $\log\alpha$ where it is finite (else None) and `head_max` of their scores,
+    `[S, H]`.
+
+    Without an explicit `mask` (causal or not, no row is excluded entirely) and with finite
+    scores, a causally masked score is the most negative finite number instead of
+    $-\infty$ (`causal_scores`): its weight is 0 all the same (its exponential underflows),
+    and $\log\alpha$ (`log_softmax`, one fused pass) stays finite, so $\alpha\log\alpha$
+    needs no elementwise logarithm or test. Otherwise $\log\alpha$ is None."""
+    if mask is None:
+        dtype = torch.promote_types(q.dtype, torch.float32)
+        q, k = q.to(dtype), k.to(dtype)
+        s = causal_scores(q, k, scale) if is_causal else attention_scores(q, k, None, False, scale)
+        logit_max = s.amax(dim=(1, 3, 4))
+        if bool(torch.isfinite(logit_max).all() & torch.isfinite(s.amin())):
+            return torch.softmax(s, dim=-1), torch.log_softmax(s, dim=-1), logit_max.double()
     s, alpha = _scores(q, k, mask, is_causal, scale)
-    return alpha, head_max(s)
+    return alpha, None, head_max(s)
+
+
+def causal_scores(q: Tensor, k: Tensor, scale: float | None) -> Tensor:
+    r"""Scores $s_{ij} = \text{scale}\cdot q_i\cdot k_j$ (`scale` $1/\sqrt{E}$ when None) of
+    queries `[..., Lq, E]` and keys `[..., Lk, E]`, as `[..., Lq, Lk]`, with every key after
+    its query ($j > i$) at the most negative finite number: the product and the mask in one batched
+    `baddbmm` (a finite score plus that number rounds to it)."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    lq, lk = q.shape[-2], k.shape[-2]
+    above = torch.ones(lq, lk, dtype=torch.bool, device=q.device).triu(1)
+    bias = torch.zeros(lq, lk, dtype=q.dtype, device=q.device)
+    bias.masked_fill_(above, torch.finfo(q.dtype).min)
+    s = torch.baddbmm(bias, q.flatten(0, -3), k.flatten(0, -3).transpose(-2, -1), alpha=scale)
+    return s.view(*q.shape[:-1], lk)
 
 
 def head_max(s: Tensor) -> Tensor:
@@ -105,7 +135,7 @@ def forward_residual(rebuilt: Tensor, seen: Tensor) -> Stats:
 
 def along(t: Tensor) -> Tensor:
     """$u \\cdot t$ over the last axis, for the fixed direction $u$ of its length."""
-    return (t.float() * _direction(t.shape[-1], t.device)).sum(-1)
+    return t.float() @ _direction(t.shape[-1], t.device)
 
 
 class AttentionKind(SiteKind):

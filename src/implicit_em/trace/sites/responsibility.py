@@ -20,6 +20,7 @@ from implicit_em.trace.metrics import (
     Targets,
     churn_stats,
     finish_responsibility,
+    log_partition,
     log_z_stats,
     read_responsibilities,
     residual_tolerance,
@@ -83,9 +84,9 @@ def responsibility_statistics(
     logits = to_float(logits)
     right = None if target is None else target.right()
     forward = torch.softmax(logits, dim=-1)
+    log_z = log_z_stats(log_partition(logits, forward), weight > 0)
     if grad is None or c is None:
-        stats = responsibility_stats_steps(forward, weight > 0, right, logits)
-        stats |= log_z_stats(logits, weight > 0)
+        stats = responsibility_stats_steps(forward, weight > 0, right, logits) | log_z
         zero = torch.zeros(logits.shape[0], dtype=logits.dtype, device=logits.device)
         stats.update(residual_max=zero, tolerance_max=tolerance, nonfinite=zero, n_grad=zero)
         return stats
@@ -94,8 +95,7 @@ def responsibility_statistics(
     valid = (c != 0) & torch.isfinite(c) & finite & (weight > 0)
     r = read_responsibilities(grad, torch.where(valid, c, 0.0), target, sign)
     err = forward.sub_(r).abs_().amax(-1)
-    stats = responsibility_stats_steps(r, valid, right, logits)
-    stats |= log_z_stats(logits, weight > 0)
+    stats = responsibility_stats_steps(r, valid, right, logits) | log_z
     stats["residual_max"] = torch.where(valid, err, 0.0).amax(-1)
     stats["tolerance_max"] = tolerance
     if nonfinite is None:  # every row was kept

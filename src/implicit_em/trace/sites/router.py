@@ -147,7 +147,7 @@ class Router(ResponsibilityKind):
         lse = torch.logsumexp(logits, -1)
         valid = torch.ones(lse.shape, dtype=torch.bool, device=lse.device)
         stats = responsibility_stats_steps(probs.clone(), valid, None, logits)
-        stats |= log_z_stats(logits, valid)
+        stats |= log_z_stats(lse, valid)
         zero = torch.zeros(steps, dtype=torch.float64, device=lse.device)
         stats.update(
             counts=k.counts.double(),
