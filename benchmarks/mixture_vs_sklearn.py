@@ -255,7 +255,8 @@ def gemm_seconds(n: int, d: int, k: int, cov: str, rows: int) -> tuple[float, fl
 
     full: the E-step's batched ``[B, D+1] @ [K, D+1, D]`` into ``[K, B, D]`` (``[K·D, D+1] @
     [D+1, B]`` below 16 features) and the M-step's batched ``[K, D, B] @ [K, B, D]``
-    (``4 N K D^2`` FLOPs); diag: ``[K, 2D] @ [2D, B]`` and ``[K, B] @ [B, 2D]`` (``8 N D K``).
+    (``4 N K D^2`` FLOPs); diag: the E-step's ``[K, D] @ [D, B]`` of the squares and of the
+    rows into one ``[K, B]`` buffer and the M-step's two ``[K, B] @ [B, D]`` (``8 N D K``).
     """
     import torch
 
@@ -281,11 +282,15 @@ def gemm_seconds(n: int, d: int, k: int, cov: str, rows: int) -> tuple[float, fl
 
         flops = 4 * n * k * d * d
     else:
-        features, weights, r = torch.randn(rows, 2 * d), torch.randn(k, 2 * d), torch.rand(rows, k)
+        y, squares = torch.randn(rows, d), torch.randn(rows, d)
+        half_scale, scaled_means = torch.randn(k, d), torch.randn(k, d)
+        energies = torch.empty(k, rows)
+        r = torch.rand(k, rows).T
 
         def chunk() -> None:
-            weights @ features.T
-            r.T @ features
+            torch.mm(half_scale, squares.T, out=energies).addmm_(scaled_means, y.T)
+            r.T @ y
+            r.T @ squares
 
         flops = 8 * n * d * k
     chunks = max(n // rows, 1)

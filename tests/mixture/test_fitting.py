@@ -21,11 +21,12 @@ def _source(x: torch.Tensor, calls: list[int]):
 
 @pytest.mark.parametrize(
     ("n_rows", "max_bytes", "expected_calls"),
-    [(200, 2**20, 1), (200, 0, 3), (200, 200 * 2 * 3 * 8 - 1, 3), (None, 2**20, 3)],
+    [(200, 2**20, 1), (200, 0, 3), (200, 200 * 3 * 8 - 1, 3), (None, 2**20, 3)],
 )
 def test_chunks_are_kept_only_within_the_budget(n_rows, max_bytes, expected_calls):
-    """diag's [y^2, y] of 200 float64 rows of 3 features take 9,600 bytes: kept under a
-    budget of 1 MiB, prepared at every pass under 0 or 9,599 bytes, or for a stream."""
+    """diag's kept rows (the shifted data y) of 200 float64 rows of 3 features take 4,800
+    bytes: kept under a budget of 1 MiB, prepared at every pass under 0 or 4,799 bytes, or
+    for a stream."""
     x = torch.randn(200, 3, dtype=torch.float64)
     model = covariance_model("diag")
     mixture = Mixture.from_covariances(

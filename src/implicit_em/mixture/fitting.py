@@ -52,7 +52,7 @@ concatenated data under a distributed fit, see `initialization.initial_sample`).
 CACHE_BYTES = 2**29
 """The default `cache_bytes`: 512 MiB of prepared chunks kept across passes."""
 
-_CHUNK_NUMBERS = 2**20
+_CHUNK_NUMBERS = 2**21
 _CHUNK_ROWS = (1024, 32768)
 
 
@@ -60,12 +60,13 @@ def default_chunk_rows(covariance_type: str, n_components: int, n_features: int)
     r"""Rows per internal chunk when `batch_size` is None.
 
     A chunk holds $B\,(w + K)$ numbers (`w` the type's features per row: $KD$
-    whitened residuals for `full`, $[y^2, y]$ for `diag`); about $2^{20}$ of
-    them (4 MiB in float32) keep its E-step and M-step in cache, clipped to 1,024..32,768 rows.
-    Measured on a 2-core EPYC (AVX2): full (32, 16) is fastest at 2-4k rows, and the whole
-    200k rows at once was 2-3 times slower; narrow rows gain from long chunks, which spread
-    the fixed cost of a chunk's few dozen operations (diag (32, 16) took 27 ms per pass at
-    8,192 rows and 22 ms at 13,107; diag (8, 8) 23 and 16 ms at 8,192 and 32,768).
+    whitened residuals for `full`, $[y^2, y]$ for `diag`); about $2^{21}$ of
+    them (8 MiB in float32, split between the threads) keep its E-step and M-step near the
+    cache, clipped to 1,024..32,768 rows. On a 2-core Xeon (AVX-512, 2 MiB of L2 per core),
+    one thread, a float32 `full` pass over (100k, 32, 16) took 82-87 ms at 4,096 rows
+    against 96-97 ms at 1,985 ($2^{20}$ numbers) and 110 ms at 1,024; `diag` was the same
+    at 13,107 and 26,214 rows (13-14 ms). Longer chunks also mean fewer parallel regions per
+    pass, which a thread that loses its core stalls one by one.
     """
     width = covariance_model(covariance_type).row_width(n_components, n_features)
     rows = _CHUNK_NUMBERS // (width + n_components)

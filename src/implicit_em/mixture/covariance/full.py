@@ -155,9 +155,12 @@ class Full(MatrixCovariance):
             labels = torch.where(r.sum(dim=1) > 0, r.argmax(dim=1), k)
             order = torch.argsort(labels, stable=True)
             counts = torch.bincount(labels, minlength=k + 1)[:k].tolist()
-            grouped = y[order[: sum(counts)]] - ref[labels[order[: sum(counts)]]]
-            second = torch.stack([part.T @ part for part in grouped.split(counts)])
-            return first, second
+            grouped = torch.index_select(y, 0, order[: sum(counts)])
+            second = []
+            for j, part in enumerate(grouped.split(counts)):
+                differences = part.sub_(ref[j])
+                second.append(differences.T @ differences)
+            return first, torch.stack(second)
         second = y.new_zeros(self.second_shape(*ref.shape))
         for start in range(0, y.shape[0], RESPONSIBILITY_ROWS):
             chunk, weights = (
