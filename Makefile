@@ -1,17 +1,22 @@
 # Setup is idempotent: `.venv` is created once and refreshed when pyproject.toml changes.
-# torch is pinned to the CPU wheel first so that the package's range `torch>=2.4` installs nothing more.
+# torch is installed first, pinned, so that the package's range `torch>=2.4` installs nothing more.
+# Which build pip picks is the index's choice: from PyPI, Linux x86-64 gets the CUDA build.
+# TORCH_INDEX (empty by default: pip's own configuration) is the index torch alone is installed
+# from, e.g. the CPU-only builds: make report TORCH_INDEX=https://download.pytorch.org/whl/cpu
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TORCH  ?= torch==2.13.0
+TORCH_INDEX ?=
+TORCH_PIP := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: setup report verify test test-fast lint docs docs-serve wheel-check clean data
+.PHONY: setup report verify test test-fast lint docs docs-serve wheel-check clean data browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet $(TORCH)
+	$(BIN)/python -m pip install --quiet $(TORCH_PIP) $(TORCH)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
@@ -43,9 +48,21 @@ data:
 		exit 1; \
 	fi
 
+# Headless Chromium (Debian's chromium package), for the test that opens the tracer's health page
+# (`implicit-em trace report`) in a real browser; without it that test is skipped.
+browser:
+	@if command -v chromium >/dev/null 2>&1; then \
+		echo "chromium is installed"; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+		$(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; \
+	else \
+		echo "make browser: apt-get is not available here; install Chromium and put it on PATH"; \
+		exit 1; \
+	fi
+
 lint: setup
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff format --check src tests benchmarks examples
 
 # The documentation site, built into site/; any warning fails the build.
 docs: setup
@@ -54,10 +71,11 @@ docs: setup
 docs-serve: setup
 	$(BIN)/mkdocs serve
 
-# sdist and wheel into dist/, the wheel installed in a fresh virtualenv with $(TORCH), then
+# sdist and wheel into dist/, the wheel installed in a fresh virtualenv with $(TORCH) (from
+# $(TORCH_INDEX) when set), then
 # `implicit-em verify` and a README example run against it from a temporary folder.
 wheel-check: setup
-	PYTHON=$(PYTHON) TORCH=$(TORCH) .ci/wheel_check.sh $(BIN)/python
+	PYTHON=$(PYTHON) TORCH=$(TORCH) TORCH_INDEX=$(TORCH_INDEX) .ci/wheel_check.sh $(BIN)/python
 
 clean:
 	rm -rf $(VENV) build dist site *.egg-info src/*.egg-info .pytest_cache report

@@ -10,6 +10,7 @@ root=$PWD
 build_python=${1:?usage: .ci/wheel_check.sh BUILD_PYTHON}
 python=${PYTHON:-python3}
 torch_spec=${TORCH:-torch==2.13.0}
+torch_index=(${TORCH_INDEX:+--index-url "$TORCH_INDEX"})
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -20,7 +21,7 @@ wheel=$(ls dist/implicit_em-*.whl)
 ls dist
 
 "$python" -m venv "$work/venv"
-"$work/venv/bin/python" -m pip install --quiet --no-compile "$torch_spec"
+"$work/venv/bin/python" -m pip install --quiet --no-compile "${torch_index[@]}" "$torch_spec"
 "$work/venv/bin/python" -m pip install --quiet --no-compile "$root/$wheel"
 
 cd "$work"

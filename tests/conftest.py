@@ -19,7 +19,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def torchrun() -> Callable[..., subprocess.CompletedProcess]:
     """Run ``script`` with ``args`` as 2 gloo processes under ``torchrun --standalone``.
 

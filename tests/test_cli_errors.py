@@ -1,8 +1,10 @@
 """Every ``implicit-em`` subcommand answers bad input with one line, ``error: ...``, on stderr and
-a non-zero exit status: no traceback, no usage panel."""
+exit status 2, before any work starts: no traceback, no usage panel, nothing written."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +13,8 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 from implicit_em.cli import app
+from implicit_em.windtunnel.cli import run_dir
+from implicit_em.windtunnel.train import RESULT, preset
 
 
 def _files(tmp: Path) -> dict[str, Path]:
@@ -33,6 +37,16 @@ def _files(tmp: Path) -> dict[str, Path]:
     params = tmp / "params.npz"
     text = tmp / "data.txt"
     text.write_text("1 2\n3 4\n")
+    empty = tmp / "empty.csv"
+    empty.write_text("")
+    folder = tmp / "folder.npy"
+    folder.mkdir()
+    # A finished untraced run in the directory a traced run of `windtunnel --quick` would use.
+    untraced = tmp / "untraced"
+    config = replace(preset("bijection", "quick", seed=0, sdpa=True), model="transformer")
+    directory = run_dir(untraced, config, "quick", 100)
+    directory.mkdir(parents=True)
+    (directory / RESULT).write_text(json.dumps({"config": {}}))
     return {
         "good": good,
         "nan": nan,
@@ -45,14 +59,40 @@ def _files(tmp: Path) -> dict[str, Path]:
         "params": params,
         "missing": tmp / "missing.npy",
         "text": text,
+        "empty": empty,
+        "folder": folder,
+        "untraced": untraced,
     }
 
 
 # subcommand -> [(case, arguments built from the files, what the error line must say)]
 CASES = {
-    "verify": [("unknown identity", lambda f: ["--only", "no-such-identity"], "--only")],
+    "verify": [
+        ("unknown identity", lambda f: ["--only", "no-such-identity"], "--only"),
+        ("unknown identity in a list", lambda f: ["--only", "lse_gradient,nope"], "nope"),
+        ("seed not a number", lambda f: ["--seed", "x"], "--seed"),
+        ("unknown option", lambda f: ["--bogus"], "--bogus"),
+    ],
     "fit": [
         ("missing file", lambda f: [str(f["missing"])], "no such file"),
+        ("folder as data", lambda f: [str(f["folder"])], "is a folder"),
+        ("empty csv", lambda f: [str(f["empty"])], "no data"),
+        ("no data argument", lambda f: [], "DATA"),
+        ("zero passes", lambda f: [str(f["good"]), "--max-iter", "0"], "--max-iter"),
+        ("components not a number", lambda f: [str(f["good"]), "-k", "x"], "--components"),
+        ("zero components", lambda f: [str(f["good"]), "-k", "0"], "--components"),
+        ("negative tolerance", lambda f: [str(f["good"]), "--tol", "-1"], "--tol"),
+        ("negative reg_covar", lambda f: [str(f["good"]), "--reg-covar", "-1"], "--reg-covar"),
+        (
+            "zero learning rate",
+            lambda f: [str(f["good"]), "--fitter", "adam", "--learning-rate", "0"],
+            "--learning-rate",
+        ),
+        ("unknown init", lambda f: [str(f["good"]), "--init", "nope"], "--init"),
+        ("unknown fitter", lambda f: [str(f["good"]), "--fitter", "nope"], "--fitter"),
+        ("unknown dtype", lambda f: [str(f["good"]), "--dtype", "float16"], "--dtype"),
+        ("negative seed", lambda f: [str(f["good"]), "--seed", "-1"], "--seed"),
+        ("zero batch size", lambda f: [str(f["good"]), "--batch-size", "0"], "--batch-size"),
         ("not npy or csv", lambda f: [str(f["text"])], "expected a .npy or .csv"),
         ("NaN", lambda f: [str(f["nan"]), "-k", "1"], "NaN"),
         ("1-D array", lambda f: [str(f["flat"])], "2-D"),
@@ -71,13 +111,9 @@ CASES = {
         (
             "bad option value",
             lambda f: [str(f["good"]), "--covariance", "banded"],
-            "covariance_type",
+            "--covariance",
         ),
-        (
-            "too many components",
-            lambda f: [str(f["good"]), "-k", "100"],
-            "n_samples >= n_components",
-        ),
+        ("too many components", lambda f: [str(f["good"]), "-k", "100"], "--components"),
         (
             "missing parameters",
             lambda f: [str(f["good"]), "--predict", str(f["missing"])],
@@ -105,17 +141,46 @@ CASES = {
             "--labels",
         ),
     ],
-    "trace-demo": [("unwritable output", lambda f: ["--out", str(f["unwritable"])], "--out")],
+    "trace-demo": [
+        ("unwritable output", lambda f: ["--out", str(f["unwritable"])], "--out"),
+        ("zero epochs", lambda f: ["--epochs", "0"], "--epochs"),
+        ("zero period", lambda f: ["--every", "0"], "--every"),
+    ],
+    "trace": [
+        ("missing run", lambda f: ["report", str(f["missing"])], "cannot be read"),
+        ("not a run", lambda f: ["report", str(f["text"])], "data.txt:1: not a JSON record"),
+    ],
     "windtunnel": [
-        ("unwritable output", lambda f: ["--quick", "--out", str(f["unwritable"])], "--out")
+        ("unwritable output", lambda f: ["--quick", "--out", str(f["unwritable"])], "--out"),
+        ("output is a file", lambda f: ["--quick", "--out", str(f["good"])], "--out"),
+        ("device that is no device", lambda f: ["--quick", "--device", "gpu"], "--device"),
+        ("absent CUDA device", lambda f: ["--quick", "--device", "cuda:99"], "--device"),
+        ("negative learning rate", lambda f: ["--quick", "--lr", "-1"], "--lr"),
+        ("zero learning rate", lambda f: ["--quick", "--lr", "0"], "--lr"),
+        ("quick and a scale", lambda f: ["--quick", "--scale", "paper"], "--scale"),
+        ("zero steps", lambda f: ["--quick", "--steps", "0"], "--steps"),
+        ("zero threads", lambda f: ["--quick", "--threads", "0"], "--threads"),
+        ("zero time budget", lambda f: ["--quick", "--time-budget", "0"], "--time-budget"),
+        ("unknown task", lambda f: ["--task", "nope"], "--task"),
+        ("too many pairs", lambda f: ["--quick", "--n-pairs", "99"], "--n-pairs"),
+        (
+            "trace without attention",
+            lambda f: ["--quick", "--model", "mlp-pos", "--trace"],
+            "--trace",
+        ),
+        (
+            "trace against an untraced run",
+            lambda f: ["--quick", "--trace", "--out", str(f["untraced"])],
+            "--trace",
+        ),
     ],
     "report": [
         ("unwritable output", lambda f: ["--smoke", "--out", str(f["unwritable"])], "--out"),
-        (
-            "unknown experiment",
-            lambda f: ["--smoke", "--only", "E999", "--out", str(f["regular"].parent / "r")],
-            "E999",
-        ),
+        ("unknown experiment", lambda f: ["--smoke", "--only", "E999"], "E999"),
+        ("unknown experiment in a list", lambda f: ["--smoke", "--only", "E2,E999"], "E999"),
+        ("two sizes", lambda f: ["--smoke", "--quick"], "--quick"),
+        ("device that is no device", lambda f: ["--smoke", "--device", "gpu"], "--device"),
+        ("absent CUDA device", lambda f: ["--smoke", "--device", "cuda:99"], "--device"),
     ],
 }
 
@@ -143,13 +208,20 @@ def files(tmp_path_factory) -> dict[str, Path]:
         for case, args, expected in cases
     ],
 )
-def test_bad_input_is_one_error_line_and_a_non_zero_exit(files, command, args, expected):
+def test_bad_input_is_one_error_line_exit_2_and_nothing_started(
+    files, tmp_path, monkeypatch, command, args, expected
+):
+    monkeypatch.chdir(tmp_path)  # where the default outputs would go
+    before = sorted(files["good"].parent.rglob("*"))
     result = CliRunner().invoke(app, [command, *args(files)])
-    assert result.exit_code != 0, result.output
+    assert result.exit_code == 2, result.output
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     assert "Traceback" not in result.output
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: ") and expected in line, line
+    assert result.stdout == ""
+    assert not any(tmp_path.iterdir())
+    assert sorted(files["good"].parent.rglob("*")) == before
 
 
 def test_a_csv_header_row_is_skipped(tmp_path):

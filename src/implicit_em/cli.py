@@ -2,8 +2,15 @@
 
 Each subcommand lives beside the code it drives and is registered here, so this module stays a
 table of contents: `report` (the claims report), `verify` (the executable identities), `fit`
+<<<<<<< HEAD
 (Gaussian mixtures), `trace-demo` (the tracer on digits) and `windtunnel` (the Bayesian wind
-tunnel). `implicit-em --help` and `implicit-em COMMAND --help` list the options.
+tunnel). `implicit-em --help` and `implicit-em COMMAND --help` list the options;
+`implicit-em --version` prints the version. Bad input is one line, `error: ...`, and exit
+status 2 (see `arguments`).
+=======
+(Gaussian mixtures), `trace-demo` (the tracer on digits), `trace report` (the health page of a
+traced run) and `windtunnel` (the Bayesian wind tunnel). `implicit-em --help` and `implicit-em COMMAND --help` list the options.
+>>>>>>> tracer-stack
 """
 
 from __future__ import annotations
@@ -12,9 +19,11 @@ import json
 
 import typer
 
-from implicit_em import identities
+from implicit_em import __version__, identities
+from implicit_em.arguments import OneLineErrors, fail, names
 from implicit_em.mixture.cli import fit_command
 from implicit_em.report.cli import report_command
+from implicit_em.trace.cli import trace_app
 from implicit_em.trace.demo import trace_demo
 from implicit_em.windtunnel.cli import windtunnel
 
@@ -23,11 +32,30 @@ app = typer.Typer(
     help="Gradient descent as implicit EM: identities, mixtures, tracing, wind tunnel.",
     no_args_is_help=True,
     add_completion=False,
+    cls=OneLineErrors,
+    rich_markup_mode=None,
 )
 
 
+_IDENTITIES = ", ".join(identities.REGISTRY)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"implicit-em {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print the version and exit.",
+    ),
+) -> None:
     """Gradient descent as implicit EM: identities, mixtures, tracing, wind tunnel."""
 
 
@@ -35,14 +63,21 @@ def _root() -> None:
 def verify(
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
     seed: int = typer.Option(0, help="Seed of the random inputs."),
-    only: list[str] = typer.Option(None, "--only", help="Check only these identities."),
+    only: list[str] = typer.Option(
+        None,
+        "--only",
+        metavar="NAMES",
+        help=f"Check only these identities, comma-separated or repeated: {_IDENTITIES}.",
+    ),
 ) -> None:
     """Check every executable identity against autograd in float64; exit 1 on any failure."""
-    try:
-        results = identities.run_all(seed=seed, names=only or None)
-    except ValueError as err:
-        typer.echo(f"error: --only: {err}", err=True)
-        raise typer.Exit(code=2) from None
+    selected = names(only)
+    unknown = [n for n in selected or () if n not in identities.REGISTRY]
+    if unknown:
+        fail(
+            f"--only: unknown identities {', '.join(unknown)}; known: {', '.join(identities.REGISTRY)}"
+        )
+    results = identities.run_all(seed=seed, names=selected)
     if as_json:
         typer.echo(json.dumps([r.as_dict() for r in results], indent=2))
     else:
@@ -68,6 +103,7 @@ app.command("fit")(fit_command)
 
 
 app.command("trace-demo")(trace_demo)
+app.add_typer(trace_app, name="trace")
 
 
 def main() -> None:

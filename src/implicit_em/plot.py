@@ -1,7 +1,9 @@
 """The standard figures of a traced run, from a tracer's history or its JSON Lines file.
 
-Each function draws on a fresh matplotlib `Figure` (Agg canvas, no pyplot state) and returns it;
-[standard_figures][] writes them all as PNG files. Requires matplotlib (the `plot` extra).
+They live with the tracer (`implicit_em.trace.figures`); this module gives them their short
+name. Each function draws on a fresh matplotlib `Figure` (Agg canvas, no pyplot state) and
+returns it; [standard_figures][implicit_em.plot.standard_figures] writes them all as PNG
+files. Requires matplotlib (the `plot` extra).
 
 Examples
 --------
@@ -14,188 +16,12 @@ paths = iem.plot.standard_figures("runs/trace.jsonl", "figures/")
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
-from implicit_em.trace.sinks import History
+from implicit_em.trace.figures import (
+    churn,
+    effective_k,
+    responsibility_mass,
+    standard_figures,
+    two_timescales,
+)
 
 __all__ = ["churn", "effective_k", "responsibility_mass", "standard_figures", "two_timescales"]
-
-
-def _history(source: History | str | Path) -> History:
-    return source if isinstance(source, History) else History.from_jsonl(source)
-
-
-def _figure(rows: int = 1, width: float = 7.0, height: float = 3.2) -> Any:
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as err:
-        raise ImportError("implicit_em.plot needs matplotlib: pip install matplotlib") from err
-    fig = Figure(figsize=(width, height * rows), layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def responsibility_mass(source: History | str | Path, site: str) -> Any:
-    r"""Stacked responsibility mass $\bar r_j$ per component over steps at one site.
-
-    Parameters
-    ----------
-    source : History or str or Path
-        A [History][implicit_em.trace.History], or the path of a JSON Lines file written by the
-        tracer's `"jsonl"` sink.
-    site : str
-        A classification or mixture site's name.
-
-    Returns
-    -------
-    matplotlib.figure.Figure
-        The figure.
-
-    Raises
-    ------
-    ValueError
-        If the site has no recorded mass.
-    ImportError
-        If matplotlib is missing.
-    """
-    history = _history(source)
-    steps, masses = history.series(site, "mass")
-    if not steps:
-        raise ValueError(f"site {site!r} has no recorded mass; sites: {history.sites()}")
-    fig = _figure()
-    ax = fig.add_subplot()
-    ax.stackplot(
-        steps, list(zip(*masses, strict=True)), labels=[str(j) for j in range(len(masses[0]))]
-    )
-    ax.set(
-        xlabel="step",
-        ylabel="responsibility mass",
-        title=f"{site}: mass per component",
-        ylim=(0, 1),
-    )
-    if len(masses[0]) <= 12:
-        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", title="component")
-    return fig
-
-
-def effective_k(source: History | str | Path) -> Any:
-    r"""Effective number of components $\exp H(\bar r)$ and mean entropy per site, over steps.
-
-    Parameters
-    ----------
-    source : History or str or Path
-        A [History][implicit_em.trace.History], or the path of a JSON Lines file written by the
-        tracer's `"jsonl"` sink.
-
-    Returns
-    -------
-    matplotlib.figure.Figure
-        Two panels: effective K and mean entropy, one line per responsibility site.
-    """
-    history = _history(source)
-    fig = _figure(rows=2)
-    top, bottom = fig.subplots(2, 1, sharex=True)
-    for site in history.sites("classification") + history.sites("mixture"):
-        top.plot(*history.series(site, "effective_k"), label=site)
-        bottom.plot(*history.series(site, "entropy"), label=site)
-    top.set(ylabel="effective K", title="specialization")
-    bottom.set(xlabel="step", ylabel="mean entropy (nats)")
-    top.legend(fontsize="small")
-    return fig
-
-
-def churn(source: History | str | Path) -> Any:
-    """Share of probe assignments (argmax) that changed between measurements, per site.
-
-    Parameters
-    ----------
-    source : History or str or Path
-        A [History][implicit_em.trace.History], or the path of a JSON Lines file written by the
-        tracer's `"jsonl"` sink.
-
-    Returns
-    -------
-    matplotlib.figure.Figure
-        One line per responsibility site.
-    """
-    history = _history(source)
-    fig = _figure()
-    ax = fig.add_subplot()
-    for site in history.sites("classification") + history.sites("mixture"):
-        ax.plot(*history.series(site, "churn"), label=site)
-    ax.set(xlabel="step", ylabel="churn", title="assignment churn on the probe batch")
-    ax.legend(fontsize="small")
-    return fig
-
-
-def two_timescales(source: History | str | Path) -> Any:
-    """Attention-pattern drift versus value drift on the probe batch, per attention site (C12).
-
-    Parameters
-    ----------
-    source : History or str or Path
-        A [History][implicit_em.trace.History], or the path of a JSON Lines file written by the
-        tracer's `"jsonl"` sink.
-
-    Returns
-    -------
-    matplotlib.figure.Figure
-        One panel, log scale: per attention site, the attention drift (solid) and the value
-        drift (dashed) between measurements.
-    """
-    history = _history(source)
-    fig = _figure()
-    ax = fig.add_subplot()
-    for i, site in enumerate(history.sites("attention")):
-        color = f"C{i % 10}"
-        ax.plot(*history.series(site, "attention_drift"), color=color, label=f"{site} attention")
-        ax.plot(*history.series(site, "value_drift"), color=color, ls="--", label=f"{site} values")
-    ax.set(
-        xlabel="step",
-        ylabel="drift between measurements",
-        yscale="log",
-        title="two timescales: attention (solid) vs values (dashed)",
-    )
-    ax.legend(fontsize="x-small")
-    return fig
-
-
-def standard_figures(source: History | str | Path, outdir: str | Path) -> list[Path]:
-    """Write every figure that the history has data for as PNG files.
-
-    Parameters
-    ----------
-    source : History or str or Path
-        A [History][implicit_em.trace.History], or the path of a JSON Lines file written by the
-        tracer's `"jsonl"` sink.
-    outdir : str or Path
-        The folder (created if missing).
-
-    Returns
-    -------
-    list of Path
-        The files written: `mass_<site>.png` per responsibility site with mass,
-        `effective_k.png`, `churn.png` and `two_timescales.png` where the history has their data.
-    """
-    history = _history(source)
-    out = Path(outdir)
-    out.mkdir(parents=True, exist_ok=True)
-    figures: dict[str, Any] = {}
-    responsibility_sites = history.sites("classification") + history.sites("mixture")
-    for site in responsibility_sites:
-        if history.series(site, "mass")[0]:
-            figures[f"mass_{site}"] = responsibility_mass(history, site)
-    if responsibility_sites:
-        figures["effective_k"] = effective_k(history)
-        if any(history.series(s, "churn")[0] for s in responsibility_sites):
-            figures["churn"] = churn(history)
-    if any(history.series(s, "attention_drift")[0] for s in history.sites("attention")):
-        figures["two_timescales"] = two_timescales(history)
-    paths = []
-    for name, fig in figures.items():
-        path = out / f"{name.replace('/', '_')}.png"
-        fig.savefig(path, dpi=100)
-        paths.append(path)
-    return paths

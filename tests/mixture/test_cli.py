@@ -46,4 +46,4 @@ def test_bad_option_is_reported(tmp_path, blobs):
     np.save(data, blobs)
     result = CliRunner().invoke(app, ["fit", str(data), "--covariance", "banded"])
     assert result.exit_code != 0
-    assert "covariance_type" in result.output
+    assert "--covariance" in result.output

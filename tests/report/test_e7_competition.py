@@ -10,22 +10,11 @@ from scipy.stats import spearmanr
 
 from implicit_em.core import responsibilities
 from implicit_em.objectives import cross_entropy
+from implicit_em.report import select
 from implicit_em.report.experiments import e7_competition as e7
 from implicit_em.report.experiments._neural import expected_calibration_error, spearman_rows
-from implicit_em.report.registry import REGISTRY, VERDICTS
 
-E7 = REGISTRY["E7"]
-PASSING = {"rank_corr": 0.8, "wrong_entropy_gain": 0.1, "accuracy_cost": 0.02}
-FAILING = {"rank_corr": 0.79, "wrong_entropy_gain": 0.09, "accuracy_cost": 0.021}
-
-
-def test_rule_on_both_sides_of_each_threshold():
-    assert set(PASSING) == {c.number for c in E7.rule.criteria}
-    assert E7.rule.judge(PASSING).verdict == "holds"
-    assert E7.rule.judge(FAILING).verdict == "fails"
-    for name in PASSING:
-        assert E7.rule.judge({**PASSING, name: FAILING[name]}).verdict == "partly"
-        assert E7.rule.judge({**FAILING, name: PASSING[name]}).verdict == "partly"
+(E7,) = select(["E7"])
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.3])
@@ -94,4 +83,6 @@ def test_smoke_run(tmp_path):
     # The tracer's wrong-class entropy is the one read here from the same gradients.
     assert n["trace_agreement_max"] < 1e-3
     assert all((tmp_path / f.path).is_file() for f in outcome.figures)
-    assert E7.judge(outcome).verdict in VERDICTS[:3]
+    assert E7.judge(outcome).verdict not in ("not run", "invalid")
+    for criterion in E7.rule.criteria:
+        assert len(outcome.samples[criterion.number]) >= len(E7.configs["smoke"]["seeds"])

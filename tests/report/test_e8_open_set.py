@@ -8,21 +8,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from implicit_em.report import select
+from implicit_em.report.experiments import _open_set
 from implicit_em.report.experiments import e8_open_set as e8
-from implicit_em.report.registry import REGISTRY, VERDICTS
 
-E8 = REGISTRY["E8"]
-PASSING = {"closed_world_share_softmax": 0.1, "null_rank_violations": 0, "null_auroc_gain": 0.02}
-FAILING = {"closed_world_share_softmax": 0.09, "null_rank_violations": 1, "null_auroc_gain": 0.019}
-
-
-def test_rule_on_both_sides_of_each_threshold():
-    assert set(PASSING) == {c.number for c in E8.rule.criteria}
-    assert E8.rule.judge(PASSING).verdict == "holds"
-    assert E8.rule.judge(FAILING).verdict == "fails"
-    for name in PASSING:
-        assert E8.rule.judge({**PASSING, name: FAILING[name]}).verdict == "partly"
-        assert E8.rule.judge({**FAILING, name: PASSING[name]}).verdict == "partly"
+(E8,) = select(["E8"])
 
 
 def direct_auroc(score, positive):
@@ -101,7 +91,7 @@ def test_open_set_metrics_reject_bad_input():
 
 def test_null_responsibility_ranks_as_the_energy_with_a_constant_d0():
     torch.manual_seed(0)
-    model = e8.OpenSetClassifier("null", 5, 8, 3, 4, d0=1.5)
+    model = _open_set.OpenSetClassifier("null", 5, 8, 3, 4, d0=1.5)
     x = torch.randn(200, 5)
     result = e8.evaluate(
         model, x, torch.randint(0, 4, (200,)), torch.randn(300, 5) * 3, {"knn_bank": 100}
@@ -117,18 +107,18 @@ def test_null_responsibility_ranks_as_the_energy_with_a_constant_d0():
 
 def test_null_loss_gradient_on_d0_is_target_minus_responsibility():
     torch.manual_seed(0)
-    model = e8.OpenSetClassifier("null", 5, 8, 3, 4, d0=0.5).double()
+    model = _open_set.OpenSetClassifier("null", 5, 8, 3, 4, d0=0.5).double()
     x, y = torch.randn(16, 5, dtype=torch.float64), torch.randint(0, 4, (16,))
     model.loss(x, y, null_target=0.05).backward()
     _, z = model(x)
-    r0 = e8.null_responsibility(-z, model.null.d0).detach()
+    r0 = _open_set.null_responsibility(-z, model.null.d0).detach()
     # ∂ℓ/∂d₀ = t₀ − r₀ per sample, averaged over the batch.
     assert float(model.null.d0.grad) == pytest.approx(float((0.05 - r0).mean()), abs=1e-12)
 
 
 def test_unknown_head_kind():
     with pytest.raises(ValueError, match="kind"):
-        e8.OpenSetClassifier("cosine", 5, 8, 3, 4, d0=0.0)
+        _open_set.OpenSetClassifier("cosine", 5, 8, 3, 4, d0=0.0)
 
 
 def test_smoke_run(tmp_path):
@@ -141,4 +131,6 @@ def test_smoke_run(tmp_path):
     assert n["null_rank_violations"] == 0 and n["null_energy_auroc_gap"] < 1e-12
     assert n["unknown_classes"] == ["6", "7", "8", "9"]
     assert all((tmp_path / f.path).is_file() for f in outcome.figures)
-    assert E8.judge(outcome).verdict in VERDICTS[:3]
+    assert E8.judge(outcome).verdict not in ("not run", "invalid")
+    for criterion in E8.rule.criteria:
+        assert len(outcome.samples[criterion.number]) >= len(E8.configs["smoke"]["seeds"])

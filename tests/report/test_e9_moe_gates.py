@@ -6,20 +6,10 @@ import torch
 
 from implicit_em.core import responsibilities
 from implicit_em.objectives import mixture_nll
+from implicit_em.report import select
 from implicit_em.report.experiments import e9_moe_gates as e9
-from implicit_em.report.registry import REGISTRY, VERDICTS
 
-E9 = REGISTRY["E9"]
-PASSING = {"purity_mixture": 0.9, "kl_mixture": 0.1}
-FAILING = {"purity_mixture": 0.89, "kl_mixture": 0.11}
-
-
-def test_rule_on_both_sides_of_each_threshold():
-    assert set(PASSING) == {c.number for c in E9.rule.criteria}
-    assert E9.rule.judge(PASSING).verdict == "holds"
-    assert E9.rule.judge(FAILING).verdict == "fails"
-    for name in PASSING:
-        assert E9.rule.judge({**PASSING, name: FAILING[name]}).verdict == "partly"
+(E9,) = select(["E9"])
 
 
 def test_piecewise_task():
@@ -72,4 +62,6 @@ def test_smoke_run(tmp_path):
     # The tracer's per-expert mass is the mean of h read here from the same gradient.
     assert n["trace_agreement"] < 1e-5 and n["trace_residual"] < 1e-5
     assert all((tmp_path / f.path).is_file() for f in outcome.figures)
-    assert E9.judge(outcome).verdict in VERDICTS[:3]
+    assert E9.judge(outcome).verdict not in ("not run", "invalid")
+    for criterion in E9.rule.criteria:
+        assert len(outcome.samples[criterion.number]) >= len(E9.configs["smoke"]["seeds"])

@@ -35,3 +35,13 @@ def test_theory_links_point_at_guide_sections():
     }
     for anchor in re.findall(r"\(report\.md#([^)]+)\)", theory):
         assert anchor in anchors, f"docs/theory.md links to a missing section #{anchor}"
+
+
+def test_guide_lists_every_gate_and_how_each_criterion_could_have_failed():
+    guide = (DOCS / "report.md").read_text(encoding="utf-8")
+    for experiment in select(None):
+        section = guide.split(f"### {experiment.id} ", 1)[1].split("\n### ", 1)[0]
+        for gate in experiment.rule.gates:
+            assert f"Gate: `{gate.number} " in section, (experiment.id, gate.number)
+        for criterion in experiment.rule.criteria:
+            assert criterion.how_it_could_fail in section, (experiment.id, criterion.number)

@@ -13,7 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from implicit_em.report import Criterion, Experiment, Figure, Outcome, Rule, rebuild, run_report
+from implicit_em.report import (
+    VERDICTS,
+    Criterion,
+    Experiment,
+    Figure,
+    Outcome,
+    Rule,
+    rebuild,
+    run_report,
+    unit,
+)
+from implicit_em.report.build import _published
+from implicit_em.report.render import NO_FULL_RUN, report_document
 from implicit_em.report.runner import run_experiments
 
 QUIET = {"log": lambda line: None}
@@ -39,7 +51,7 @@ class _Page(HTMLParser):
             self.images.append(attrs["src"])
         elif tag == "table":
             self._table += 1
-        elif tag == "tr" and self._table == 1:
+        elif tag == "tr" and self._table == 2:
             self._row = []
         elif tag == "td" and self._row is not None:
             self._cell = []
@@ -61,7 +73,7 @@ class _Page(HTMLParser):
 @pytest.fixture(scope="module")
 def smoke_report(tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
-    return run_report(["E1", "E4"], size="smoke", out=out, **QUIET), out
+    return run_report(["E1", "E4"], size="smoke", out=out, published=None, **QUIET), out
 
 
 def test_html_has_a_section_per_experiment_and_embeds_every_figure(smoke_report):
@@ -76,7 +88,10 @@ def test_html_has_a_section_per_experiment_and_embeds_every_figure(smoke_report)
     assert all(src.startswith("data:image/png;base64,") for src in page.images)
     assert len(page.rows) == 2
     for row in page.rows:
-        assert row[2] in ("holds", "partly", "fails", "not run")
+        assert row[2].split(" ")[0] in VERDICTS
+    text = report.html.read_text()
+    assert text.index("Verdict per claim and objection") < text.index("<section")
+    assert NO_FULL_RUN in text
     assert (
         'src="http' not in report.html.read_text() and 'href="http' not in report.html.read_text()
     )
@@ -88,11 +103,24 @@ def test_results_json_and_summary_agree(smoke_report):
     assert document["meta"]["size"] == "smoke"
     assert [e["id"] for e in document["experiments"]] == ["E1", "E4"]
     summary = report.markdown.read_text()
+    assert summary.index("| item | verdict |") < summary.index("| claims | experiment |")
+    assert NO_FULL_RUN in summary
+    items = {c["id"]: c for c in document["claim_verdicts"]}
+    assert set(items) == set(document["claims"])
+    assert items["C5"]["experiments"] == ["E1"]
     for entry in document["experiments"]:
         assert f"**{entry['verdict']}**" in summary
+        assert entry["verdict"] in VERDICTS
         assert entry["rule"] and entry["hypothesis"] and entry["criteria"]
+        for gate in entry["gates"]:
+            assert set(gate) == {"name", "passed", "detail"}
         for criterion in entry["criteria"]:
-            assert criterion["value"] == entry["numbers"][criterion["number"]]
+            samples = entry["samples"][criterion["number"]]
+            assert criterion["seeds"] == len(samples)
+            assert criterion["status"] in ("met", "not met", "undecided")
+            assert criterion["direction"] in ("supports", "refutes")
+            for key in ("claim", "estimate", "low", "high", "method"):
+                assert key in criterion
     html_before = report.html.read_text()
     (out / "index.html").unlink()
     rebuild(out)
@@ -101,7 +129,7 @@ def test_results_json_and_summary_agree(smoke_report):
 
 def test_second_run_comes_from_the_cache(smoke_report):
     _, out = smoke_report
-    again = run_report(["E1", "E4"], size="smoke", out=out, **QUIET)
+    again = run_report(["E1", "E4"], size="smoke", out=out, published=None, **QUIET)
     assert all(r.cached for r in again.results)
     assert [r.judgement for r in again.results] == [r.judgement for r in smoke_report[0].results]
 
@@ -113,7 +141,7 @@ def _experiment(id_: str, run) -> Experiment:
         claims=("C1",),
         hypothesis="h",
         setup="s",
-        rule=Rule((Criterion("x", "<=", 1.0, "small"),)),
+        rule=Rule((Criterion("x", "<=", 1.0, "small", claim="C1", direction="supports"),)),
         run=run,
         configs={"smoke": {"a": 1}, "quick": {"a": 2}, "full": {"a": 3}},
         headline=("x",),
@@ -140,7 +168,7 @@ def test_a_crash_is_not_run_and_the_others_still_run(tmp_path):
 
     def fine(config, out):
         calls.append(config["a"])
-        return Outcome({"x": 0.5}, figures=[_draw(out)])
+        return Outcome({}, {"x": [0.5, 0.4, 0.6]}, figures=[_draw(out)])
 
     def broken(config, out):
         raise RuntimeError("boom")
@@ -157,6 +185,43 @@ def test_a_crash_is_not_run_and_the_others_still_run(tmp_path):
     assert again[0].cached and calls == [1]
     changed = run_experiments([_experiment("X2", fine)], "quick", tmp_path, **QUIET)
     assert not changed[0].cached and calls == [1, 2]
+
+
+def test_quick_verdicts_are_compared_with_the_published_full_run(smoke_report, tmp_path):
+    report, _ = smoke_report
+    document = json.loads(report.json.read_text())
+    full = json.loads(json.dumps(document))
+    full["meta"]["size"] = "full"
+    full["experiments"][0]["verdict"] = (
+        "holds" if document["experiments"][0]["verdict"] != "holds" else "fails"
+    )
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(full))
+    compared = report_document(document["experiments"], document["meta"], _published(path))
+    assert compared["meta"]["compared_with"]["size"] == "full"
+    first = compared["experiments"][0]
+    assert first["full_verdict"] == full["experiments"][0]["verdict"] != first["verdict"]
+    assert _published(tmp_path / "absent.json") is None
+
+
+def test_units_are_kept_while_an_experiment_runs_and_resume_after_a_crash(tmp_path):
+    computed, crashed = [], []
+
+    def flaky(config, out):
+        values = [unit(f"seed{s}", lambda s=s: computed.append(s) or s / 10) for s in range(3)]
+        if not crashed:
+            crashed.append(True)
+            raise RuntimeError("killed after every unit")
+        return Outcome({}, {"x": values}, figures=[_draw(out)])
+
+    assert unit("outside", lambda: {"a": 1}) == {"a": 1}  # no report run: just computed
+    first = run_experiments([_experiment("X3", flaky)], "smoke", tmp_path, **QUIET)
+    assert first[0].judgement.verdict == "not run" and computed == [0, 1, 2]
+    second = run_experiments([_experiment("X3", flaky)], "smoke", tmp_path, **QUIET)
+    assert computed == [0, 1, 2]  # every unit read back, none recomputed
+    assert second[0].judgement.verdict == "holds"
+    assert second[0].outcome.samples["x"] == [0.0, 0.1, 0.2]
+    assert not list((tmp_path / "units").iterdir())  # cleared once the result is cached
 
 
 def test_a_missing_figure_or_wrong_return_is_a_crash(tmp_path):
@@ -204,7 +269,7 @@ def test_a_killed_report_resumes_without_rerunning_what_finished(tmp_path):
         env=env,
     )
     assert done.returncode == 0, done.stderr
-    assert "E1   holds    (cached)" in done.stdout
+    assert "E1   " in done.stdout and "(cached)" in done.stdout
     for name, stamp in stamps.items():
         assert (out / "cache" / name).stat().st_mtime_ns == stamp  # nothing finished was rewritten
     assert not [
@@ -216,12 +281,12 @@ def test_a_killed_report_resumes_without_rerunning_what_finished(tmp_path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("--only", "E1,E77"), "unknown experiment id(s) E77"),
+        (("--only", "E1,E77"), "--only: unknown experiment id(s) E77"),
         (
             ("--out", "/proc/no-such-folder/report"),
             "--out /proc/no-such-folder/report: not a writable folder",
         ),
-        (("--device", "tpu"), "--device must be 'cpu' or 'cuda'"),
+        (("--device", "tpu"), "--device tpu: expected cpu, cuda or cuda:N"),
         (("--quick", "--full"), "choose one of --quick, --full and --smoke"),
     ],
 )

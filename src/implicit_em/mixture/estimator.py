@@ -38,7 +38,9 @@ from implicit_em.mixture.data import (
 from implicit_em.mixture.distributed import (
     all_reduce_sums,
     broadcast_mixture,
-    is_distributed,
+    is_first_rank,
+    resolve,
+    uses_collectives,
 )
 from implicit_em.mixture.initialization import (
     INIT_PARAMS,
@@ -46,6 +48,7 @@ from implicit_em.mixture.initialization import (
     check_precisions,
     check_weights,
     initial_responsibilities,
+    initial_sample,
     responsibility_start,
 )
 from implicit_em.mixture.parameters import EStep, Mixture, log_likelihood_and_responsibilities
@@ -96,9 +99,10 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     Fitted by EM or by gradient descent (`fitter`), over one loop that streams the data in
     chunks. A drop-in for scikit-learn's `GaussianMixture`: the same parameters with the same
     meaning, validated by scikit-learn's parameter constraints, and the same fitted attributes.
-    The extensions are `fitter`, `batch_size`, `learning_rate`, `device` and `dtype`, the `history_`
-    attribute, `partial_fit`, tensor input (methods then return tensors on the input's device)
-    and re-iterable batches such as a `DataLoader` (`fit`, `score`, `bic`, `aic`).
+    The extensions are `fitter`, `batch_size`, `learning_rate`, `device`, `dtype` and
+    `distributed`, the `history_` attribute, `partial_fit`, tensor input (methods then return
+    tensors on the input's device) and re-iterable batches such as a `DataLoader` (`fit`,
+    `score`, `bic`, `aic`).
 
     **Data types.** With `dtype=None`, as in scikit-learn, float32 input is fitted in float32,
     and every fitted attribute and every floating output (`score_samples`, `predict_proba`,
@@ -160,6 +164,12 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     dtype : {None, "float64", "float32"}
         The floating type of the fit and of every output (an extension). `None` follows the
         data, as scikit-learn does (see *Data types* above).
+    distributed : {"auto", True, False}, default="auto"
+        Whether `fit` and `partial_fit` take part in a `torch.distributed` process group (an
+        extension; see `implicit_em.mixture.distributed`): each rank passes its own shard and
+        the fit is that of the shards concatenated in rank order. `"auto"` does so when a
+        process group of more than one process is initialized; `True` requires an initialized
+        group; `False` fits this process's data alone, also inside a group.
     verbose : int, default=0
         Nonzero prints the log-likelihood, its change and the number of re-seeded components every
         `verbose_interval` passes.
@@ -235,6 +245,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         "learning_rate": [Interval(Real, 0.0, None, closed="neither"), None],
         "device": [str, torch.device],
         "dtype": [StrOptions(set(_DTYPES)), None],
+        "distributed": [StrOptions({"auto"}), "boolean"],
         "verbose": ["verbose"],
         "verbose_interval": [Interval(Integral, 1, None, closed="left")],
     }
@@ -259,6 +270,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         learning_rate: float | None = None,
         device: str = "cpu",
         dtype: str | None = None,
+        distributed: str | bool = "auto",
         verbose: int = 0,
         verbose_interval: int = 10,
     ) -> None:
@@ -279,6 +291,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         self.learning_rate = learning_rate
         self.device = device
         self.dtype = dtype
+        self.distributed = distributed
         self.verbose = verbose
         self.verbose_interval = verbose_interval
 
@@ -333,12 +346,6 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     # Initialization
     # -----------------------------------------------------------------------------------------
 
-    def _init_sample(self, x: Any, rng: np.random.RandomState) -> np.ndarray:
-        x = x.detach().cpu().numpy() if isinstance(x, Tensor) else np.asarray(x)
-        if x.shape[0] > _INIT_SAMPLES:
-            x = x[np.sort(rng.choice(x.shape[0], _INIT_SAMPLES, replace=False))]
-        return np.array(x, dtype=np.float64)
-
     def _initial_mixture(self, x: Any, rng: np.random.RandomState, dtype: torch.dtype) -> Mixture:
         """The M-step of the initial responsibilities, then the user's overrides, as `dtype`
         (see `initialization`)."""
@@ -352,7 +359,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             else check_precisions(self.precisions_init, model.name, k, dim)
         )
         if weights is None or means is None or precisions is None:
-            sample = self._init_sample(x, rng)
+            sample = initial_sample(x, rng, _INIT_SAMPLES)
             resp = initial_responsibilities(sample, k, self.init_params, rng)
             start = responsibility_start(model, sample, resp, self.init_params, self.reg_covar)
         else:
@@ -450,7 +457,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
                 "Best performing initialization did not converge. Try different init "
                 "parameters, or increase max_iter, tol, or check for degenerate data.",
                 ConvergenceWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
         self._publish(best.mixture)
         self._rule, self._worst = None, None
@@ -476,6 +483,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     # Fitting
     # -----------------------------------------------------------------------------------------
 
+    @uses_collectives
     def fit(self, X: Any, y: Any = None, *, callback: Callback | None = None) -> GaussianMixture:
         """Fit the mixture to `X`: `n_init` initializations of up to `max_iter` passes each.
 
@@ -522,9 +530,11 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             for x in iterate_batches(batches, self.n_features_in_, name, dtype, self._device):
                 yield from self._chunks(x, dtype)
 
-        self._fit_runs(first, stream, callback, dtype)
+        # The concatenated data's first batch is rank 0's.
+        self._fit_runs(first if is_first_rank() else first[:0], stream, callback, dtype)
         return self
 
+    @uses_collectives
     def partial_fit(self, X: Any, y: Any = None, *, end_of_pass: bool = True) -> GaussianMixture:
         """Stream `X` into the current pass; with `end_of_pass` take the pass's step.
 
@@ -763,5 +773,5 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         return x.cpu().numpy(), labels
 
     def is_distributed(self) -> bool:
-        """Whether fits all-reduce over a `torch.distributed` process group."""
-        return is_distributed()
+        """Whether fits take part in a `torch.distributed` process group (`distributed`)."""
+        return resolve(self.distributed)

@@ -1,6 +1,12 @@
 r"""The starting parameters of a fit: responsibilities from `init_params`, then one M-step,
 then the user's `weights_init` / `means_init` / `precisions_init` (checked here).
 
+The responsibilities are computed on a sample of the data (`initial_sample`): every row, or
+`limit` rows drawn without replacement and kept in their order. Under a distributed fit the
+sample is drawn from the concatenated data (the shards in rank order) with rank 0's random
+state and gathered on every rank, so that every rank computes the start one process computes
+on the concatenated data.
+
 The four `init_params` give initial responsibilities $r^{(0)}$ on a sample of the data:
 
 * `kmeans`: one-hot k-means labels; `random`: uniform draws, normalized per row (both give
@@ -26,6 +32,7 @@ from sklearn.cluster import KMeans, kmeans_plusplus
 from torch import Tensor
 
 from implicit_em.mixture.covariance import CovarianceModel
+from implicit_em.mixture.distributed import gather_global_rows, share_random_state
 from implicit_em.mixture.parameters import Mixture
 from implicit_em.mixture.statistics import accumulate, m_step, zero_statistics
 
@@ -35,12 +42,28 @@ __all__ = [
     "check_precisions",
     "check_weights",
     "initial_responsibilities",
+    "initial_sample",
     "responsibility_start",
     "tied_covariance_of_one_point_starts",
 ]
 
 INIT_PARAMS = ("kmeans", "k-means++", "random", "random_from_data")
 _ONE_POINT_STARTS = ("k-means++", "random_from_data")
+
+
+def initial_sample(x: np.ndarray | Tensor, rng: np.random.RandomState, limit: int) -> np.ndarray:
+    """The rows `[M, D]` (float64) the initial responsibilities are computed on: all rows of
+    the (concatenated) data when there are at most `limit`, else `limit` rows drawn from
+    `rng` without replacement, in their order."""
+    x = x.detach().cpu().numpy() if isinstance(x, Tensor) else np.asarray(x)
+    share_random_state(rng)
+
+    def pick(n_rows: int) -> np.ndarray | None:
+        if n_rows <= limit:
+            return None
+        return np.sort(rng.choice(n_rows, limit, replace=False))
+
+    return gather_global_rows(x, pick)
 
 
 def initial_responsibilities(

@@ -1,11 +1,13 @@
 """The claims report: one experiment per claim, each with a verdict computed from measurements.
 
-`implicit-em report` runs the registered experiments (`REGISTRY`) and writes
+`implicit-em report` runs the listed experiments (`experiments.EXPERIMENTS`) and writes
 `report/index.html`, `report/results.json` and `report/summary.md`. Each
-`Experiment` names the claims it tests, states its hypothesis and its `Rule`
-before it runs, and measures; the verdict (`holds`, `fails`, `partly`, `not run`) is
-computed from the numbers by the rule. Results are cached by configuration, so a killed or
-repeated report reruns only what changed.
+`Experiment` names the claims it tests, states its hypothesis and its `Rule` (sanity gates
+and criteria) before it runs, and measures; the verdict (`holds`, `partly`, `fails`,
+`inconclusive`, `invalid`, `not run`) is computed by the rule from the numbers and from 95%
+intervals over seeds, and one verdict per claim and objection follows from the criteria.
+Results are cached by configuration and per-seed units, so a killed or repeated report reruns
+only what changed.
 
 >>> from implicit_em.report import run_report
 >>> report = run_report(["E1"], size="smoke", out="/tmp/iem-report", log=lambda s: None)  # doctest: +SKIP
@@ -15,39 +17,37 @@ from __future__ import annotations
 
 from implicit_em.report.build import Report, rebuild, run_report
 from implicit_em.report.claims import CLAIMS
-from implicit_em.report.registry import (
-    REGISTRY,
-    SIZES,
+from implicit_em.report.judging import (
     VERDICTS,
     Criterion,
-    Experiment,
-    Figure,
+    Gate,
     Judgement,
-    Outcome,
     Rule,
-    Table,
-    register,
-    select,
+    claim_verdicts,
 )
-from implicit_em.report.runner import Result, progress
+from implicit_em.report.progress import progress
+from implicit_em.report.registry import SIZES, Experiment, Figure, Outcome, Table, select
+from implicit_em.report.runner import Result
+from implicit_em.report.units import unit
 
 __all__ = [
     "CLAIMS",
-    "REGISTRY",
     "SIZES",
     "VERDICTS",
     "Criterion",
     "Experiment",
     "Figure",
+    "Gate",
     "Judgement",
     "Outcome",
     "Report",
     "Result",
     "Rule",
     "Table",
+    "claim_verdicts",
     "progress",
     "rebuild",
-    "register",
     "run_report",
     "select",
+    "unit",
 ]

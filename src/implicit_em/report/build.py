@@ -1,5 +1,10 @@
 """`run_report`: run the selected experiments and write `index.html`, `results.json` and
-`summary.md` into the output folder (each written atomically)."""
+`summary.md` into the output folder (each written atomically).
+
+A report below full size is compared with the latest published full-size report,
+`results/full/results.json` (when it exists): each verdict that differs is marked. Until one
+is published the page says "no full run published".
+"""
 
 from __future__ import annotations
 
@@ -11,11 +16,15 @@ from pathlib import Path
 
 import implicit_em
 from implicit_em.machine import summary as machine_summary
+from implicit_em.report.files import write_atomic
 from implicit_em.report.registry import select
 from implicit_em.report.render import render_html, render_markdown, report_document
-from implicit_em.report.runner import Result, run_experiments, write_atomic
+from implicit_em.report.runner import Result, run_experiments
 
-__all__ = ["Report", "rebuild", "run_report"]
+__all__ = ["PUBLISHED_FULL", "Report", "rebuild", "run_report"]
+
+PUBLISHED_FULL = Path("results/full/results.json")
+"""Where the published full-size report lives, relative to the folder the report runs from."""
 
 
 @dataclass
@@ -40,8 +49,13 @@ def run_report(
     device: str = "cpu",
     force: bool = False,
     log: Callable[[str], None] = print,
+    published: Path | str | None = PUBLISHED_FULL,
 ) -> Report:
-    """Run (or load from the cache) the experiments `ids` (all when None) and write the report."""
+    """Run (or load from the cache) the experiments `ids` (all when None) and write the report.
+
+    `published` is the full-size `results.json` the verdicts are compared with (below full
+    size; None or a missing file: "no full run published").
+    """
     out = Path(out)
     experiments = select(ids)
     results = run_experiments(experiments, size, out, device=device, log=log, force=force)
@@ -53,8 +67,18 @@ def run_report(
         "device": device,
         "seconds": sum(r.seconds for r in results),
     }
-    document = report_document([r.as_dict() for r in results], meta)
+    full = _published(published) if size != "full" else None
+    document = report_document([r.as_dict() for r in results], meta, full)
     return _write(document, out, results)
+
+
+def _published(path: Path | str | None) -> dict | None:
+    if path is None or not Path(path).is_file():
+        return None
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def rebuild(out: Path | str) -> Path:

@@ -6,19 +6,35 @@ can be rebuilt from it with `render_html` alone.
 
 from __future__ import annotations
 
-import base64
-import html
 import json
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from implicit_em.pages import embedded_figure, format_number, page
+from implicit_em.pages import escape as _esc
+from implicit_em.pages import table as _table
 from implicit_em.report.claims import CLAIMS
+from implicit_em.report.judging import claim_verdicts
 
-__all__ = ["render_html", "render_markdown", "report_document"]
+__all__ = ["format_number", "render_html", "render_markdown", "report_document"]
 
-_COLOURS = {"holds": "#1a7f37", "fails": "#cf222e", "partly": "#9a6700", "not run": "#57606a"}
+_GREEN, _RED, _AMBER, _GREY, _PURPLE = "#1a7f37", "#cf222e", "#9a6700", "#57606a", "#8250df"
+_COLOURS = {
+    "holds": _GREEN,
+    "partly": _AMBER,
+    "fails": _RED,
+    "inconclusive": _PURPLE,
+    "invalid": _RED,
+    "not run": _GREY,
+    "supported": _GREEN,
+    "stands": _GREEN,
+    "refuted": _RED,
+    "answered": _RED,
+    "mixed": _AMBER,
+    "not tested": _GREY,
+}
+NO_FULL_RUN = "no full run published"
 
 _INTRO = (
     "For any objective with log-sum-exp structure over distances, L = log Σ_j exp(−d_j), the "
@@ -27,38 +43,67 @@ _INTRO = (
     "expectation-maximization implicitly, in mixtures, attention and classification; a referee "
     "objected. Each experiment below tests named claims (C) and objections or proposed tests "
     "(R, T, m), states its rule before it runs, and gets its verdict from its measurements by "
-    "that rule: holds, fails, partly (with the reason) or not run."
+    "that rule. Sanity gates (true by algebra or implementation) make a verdict invalid when they "
+    "fail; criteria (empirical, could go either way) are judged on 95% intervals over "
+    "independent seeds: met, not met or undecided. Verdicts: holds, partly, fails, inconclusive "
+    "(an undecided criterion could change it), invalid or not run. The first table gives one "
+    "verdict per claim (supported, refuted, mixed) and per objection (stands, answered, mixed)."
 )
 
 
 def report_document(
-    results: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]
+    results: Sequence[Mapping[str, Any]],
+    meta: Mapping[str, Any],
+    full: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The JSON document of a report: its metadata and one entry per experiment."""
-    return {"meta": dict(meta), "claims": CLAIMS, "experiments": list(results)}
+    """The JSON document of a report: metadata, one verdict per theory item, one entry per
+    experiment; below full size each verdict carries the published full-size one
+    (`full_verdict`, None when there is none to compare with)."""
+    experiments = [dict(e) for e in results]
+    items = claim_verdicts(list(CLAIMS), experiments)
+    meta = dict(meta)
+    if meta["size"] != "full":
+        meta["compared_with"] = (
+            None if full is None else {k: full["meta"].get(k) for k in ("date", "version", "size")}
+        )
+        full_experiments = {e["id"]: e["verdict"] for e in (full or {}).get("experiments", [])}
+        full_items = {c["id"]: c["verdict"] for c in (full or {}).get("claim_verdicts", [])}
+        for e in experiments:
+            e["full_verdict"] = full_experiments.get(e["id"])
+        for c in items:
+            c["full_verdict"] = full_items.get(c["id"])
+    return {"meta": meta, "claims": CLAIMS, "claim_verdicts": items, "experiments": experiments}
 
 
-def format_number(value: Any) -> str:
-    """A number as the report prints it (4 significant digits, scientific when tiny or huge)."""
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        if value == 0 or 1e-3 <= abs(value) < 1e5:
-            return f"{value:.4g}"
-        return f"{value:.3e}"
-    if isinstance(value, list):
-        if len(value) > 8:
-            return (
-                "[" + ", ".join(format_number(v) for v in value[:8]) + f", … ({len(value)} values)]"
-            )
-        return "[" + ", ".join(format_number(v) for v in value) + "]"
-    return str(value)
+def _evidence(c: Mapping[str, Any]) -> str:
+    """One criterion's reading as a claim row shows it: number, interval, status."""
+    return (
+        f"{c['experiment']} {c['number']} = {format_number(c['estimate'])} "
+        f"[{format_number(c['low'])}, {format_number(c['high'])}] (needs {c['op']} "
+        f"{format_number(c['threshold'])}; {c['status']}, {c['direction']})"
+    )
+
+
+def _full_mark(entry: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
+    """How this verdict compares with the published full run ('' at full size or when equal)."""
+    if meta["size"] == "full" or meta.get("compared_with") is None:
+        return ""  # at full size nothing to compare; without a full run the header says so
+    full = entry.get("full_verdict")
+    if full is None:
+        return "not in the full run"
+    return "" if full == entry["verdict"] else f"full run: {full}"
+
+
+def _comparison_line(meta: Mapping[str, Any]) -> str:
+    if meta["size"] == "full":
+        return "This is a full-size run."
+    compared = meta.get("compared_with")
+    if compared is None:
+        return f"Size {meta['size']}: {NO_FULL_RUN}; verdicts here are not checked against one."
+    return (
+        f"Size {meta['size']}, compared with the published full run of {compared['date']} "
+        "(implicit-em " + str(compared["version"]) + "): verdicts that differ are marked."
+    )
 
 
 def _headline(entry: Mapping[str, Any]) -> str:
@@ -69,25 +114,39 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def _with_mark(entry: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
+    mark = _full_mark(entry, meta)
+    return f"**{entry['verdict']}**" + (f" ({mark})" if mark else "")
+
+
 def render_markdown(document: Mapping[str, Any]) -> str:
-    """The summary table in Markdown: claims, experiment, verdict, key numbers."""
+    """The summary in Markdown: one row per theory item first, then one per experiment."""
     meta = document["meta"]
     lines = [
         f"Claims report ({meta['size']}), {meta['date']}, {meta['machine']}",
+        "",
+        _comparison_line(meta),
+        "",
+        "| item | verdict | experiments | numbers (95% intervals over seeds) |",
+        "|---|---|---|---|",
+    ]
+    for c in document["claim_verdicts"]:
+        evidence = "; ".join(_evidence(x) for x in c["evidence"])
+        lines.append(
+            f"| {c['id']} | {_with_mark(c, meta)} | {', '.join(c['experiments'])} | "
+            f"{_cell(evidence)} |"
+        )
+    lines += [
         "",
         "| claims | experiment | verdict | key numbers |",
         "|---|---|---|---|",
     ]
     for e in document["experiments"]:
         lines.append(
-            f"| {', '.join(e['claims'])} | {e['id']}: {_cell(e['title'])} | **{e['verdict']}** | "
-            f"{_cell(_headline(e))} |"
+            f"| {', '.join(e['claims'])} | {e['id']}: {_cell(e['title'])} | "
+            f"{_with_mark(e, meta)} | {_cell(_headline(e))} |"
         )
     return "\n".join(lines) + "\n"
-
-
-def _esc(value: Any) -> str:
-    return html.escape(str(value), quote=True)
 
 
 def _verdict(verdict: str) -> str:
@@ -101,26 +160,49 @@ def _claim_refs(ids: Sequence[str]) -> str:
     )
 
 
-def _table(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str = "") -> str:
-    head = "".join(f"<th>{_esc(c)}</th>" for c in columns)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{_esc(format_number(v))}</td>" for v in row) + "</tr>"
-        for row in rows
-    )
-    caption = f"<caption>{_esc(title)}</caption>" if title else ""
-    return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
 def _figure(root: Path, figure: Mapping[str, str]) -> str:
-    path = root / figure["path"]
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return (
-        f'<figure><img alt="{_esc(figure["caption"])}" src="data:image/png;base64,{data}">'
-        f"<figcaption>{_esc(figure['caption'])}</figcaption></figure>"
+    return embedded_figure((root / figure["path"]).read_bytes(), figure["caption"])
+
+
+def _criteria_rows(criteria: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, ...], list]:
+    columns = (
+        "number",
+        "bears on",
+        "needs",
+        "estimate [95% interval]",
+        "seeds",
+        "status",
+        "what it says",
+        "how it could have failed",
     )
+    rows = []
+    for c in criteria:
+        status = c["status"] or "not measured"
+        if status == "undecided":
+            more = c.get("seeds_to_decide")
+            status += f" (about {more} seeds would decide)" if more else " (more seeds needed)"
+        measured = (
+            "not measured"
+            if c["estimate"] is None
+            else f"{format_number(c['estimate'])} [{format_number(c['low'])}, "
+            f"{format_number(c['high'])}] ({c['method']})"
+        )
+        rows.append(
+            (
+                c["number"],
+                f"{c['claim']} ({c['direction']})",
+                f"{c['op']} {format_number(c['threshold'])}",
+                measured,
+                c["seeds"],
+                status,
+                c["means"],
+                c["how_it_could_fail"],
+            )
+        )
+    return columns, rows
 
 
-def _section(root: Path, e: Mapping[str, Any]) -> str:
+def _section(root: Path, e: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
     parts = [
         f'<section id="{_esc(e["id"])}"><h2>{_esc(e["id"])}: {_esc(e["title"])} {_verdict(e["verdict"])}</h2>',
         f"<p class='claims'>Tests {_claim_refs(e['claims'])}.</p>",
@@ -128,19 +210,14 @@ def _section(root: Path, e: Mapping[str, Any]) -> str:
         f"<p><b>Setup.</b> {_esc(e['setup'])}</p>",
         f"<p><b>Rule, stated before the run.</b> {_esc(e['rule'])}</p>",
     ]
+    if e["gates"]:
+        rows = [(g["name"], "passed" if g["passed"] else "FAILED", g["detail"]) for g in e["gates"]]
+        parts.append(_table(("sanity gate", "", "detail"), rows, "Sanity gates"))
     if e["criteria"]:
-        rows = [
-            (
-                c["number"],
-                f"{c['op']} {format_number(c['threshold'])}",
-                "not measured" if c["value"] is None else c["value"],
-                {True: "met", False: "not met", None: "not measured"}[c["met"]],
-                c["means"],
-            )
-            for c in e["criteria"]
-        ]
-        parts.append(_table(("number", "needs", "measured", "", "what it says"), rows))
-    parts.append(f"<p><b>Verdict: {_esc(e['verdict'])}.</b> {_esc(e['reason'])}</p>")
+        parts.append(_table(*_criteria_rows(e["criteria"]), "Criteria (95% intervals over seeds)"))
+    mark = _full_mark(e, meta)
+    mark = f" ({mark})" if mark else ""
+    parts.append(f"<p><b>Verdict: {_esc(e['verdict'])}{_esc(mark)}.</b> {_esc(e['reason'])}</p>")
     if e["meaning"]:
         parts.append(f"<p><b>What it means.</b> {_esc(e['meaning'])}</p>")
     if e["error"]:
@@ -167,61 +244,39 @@ def _section(root: Path, e: Mapping[str, Any]) -> str:
     return "\n".join(parts)
 
 
-_CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px;margin:2em auto;
-padding:0 1em;line-height:1.5;color:#1f2328}
-h1{margin-bottom:.2em}h2{border-bottom:1px solid #d0d7de;padding-bottom:.3em;margin-top:2em}
-table{border-collapse:collapse;margin:1em 0;font-size:.92em}th,td{border:1px solid #d0d7de;
-padding:.3em .6em;text-align:left;vertical-align:top}th{background:#f6f8fa}caption{text-align:left;
-font-weight:600;padding:.3em 0}.verdict{color:#fff;border-radius:1em;padding:.1em .7em;font-size:.8em;
-font-weight:600;white-space:nowrap}figure{margin:1em 0}img{max-width:100%;border:1px solid #d0d7de}
-figcaption{font-size:.9em;color:#57606a}.meta{font-size:.85em;color:#57606a}.note{background:#f6f8fa;
-padding:.5em .8em;border-left:3px solid #d0d7de}pre.error{background:#fff1f0;padding:.8em;overflow:auto}
-code{font-size:.85em}
-"""
-
-
 def render_html(document: Mapping[str, Any], root: Path) -> str:
     """The self-contained page; `root` is the folder the figures' paths are relative to."""
     meta = document["meta"]
     experiments = document["experiments"]
     summary_rows = "".join(
         f"<tr><td>{_claim_refs(e['claims'])}</td><td><a href='#{_esc(e['id'])}'>{_esc(e['id'])}</a>: "
-        f"{_esc(e['title'])}</td><td>{_verdict(e['verdict'])}</td><td>{_esc(_headline(e))}</td></tr>"
+        f"{_esc(e['title'])}</td><td>{_verdict(e['verdict'])} {_esc(_full_mark(e, meta))}</td>"
+        f"<td>{_esc(_headline(e))}</td></tr>"
         for e in experiments
     )
-    tested: dict[str, list[Mapping[str, Any]]] = {}
-    for e in experiments:
-        for c in e["claims"]:
-            tested.setdefault(c, []).append(e)
     claim_rows = "".join(
-        f"<tr id='claim-{_esc(c)}'><td>{_esc(c)}</td><td>{_esc(text)}</td><td>"
-        + (
-            ", ".join(
-                f"<a href='#{_esc(e['id'])}'>{_esc(e['id'])}</a> {_verdict(e['verdict'])}"
-                for e in tested[c]
-            )
-            if c in tested
-            else "not in this report"
-        )
+        f"<tr id='claim-{_esc(c['id'])}'><td>{_esc(c['id'])}</td>"
+        f"<td>{_esc(document['claims'].get(c['id'], ''))}</td>"
+        f"<td>{_verdict(c['verdict'])} {_esc(_full_mark(c, meta))}</td><td>"
+        + ", ".join(f"<a href='#{_esc(i)}'>{_esc(i)}</a>" for i in c["experiments"])
+        + "</td><td>"
+        + "<br>".join(_esc(_evidence(x)) for x in c["evidence"])
         + "</td></tr>"
-        for c, text in document["claims"].items()
+        for c in document["claim_verdicts"]
     )
     counts = {v: sum(e["verdict"] == v for e in experiments) for v in _COLOURS}
     tally = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-    sections = "\n".join(_section(root, e) for e in experiments)
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
-<title>implicit-em claims report</title><style>{_CSS}</style></head><body>
-<h1>implicit-em claims report</h1>
+    sections = "\n".join(_section(root, e, meta) for e in experiments)
+    body = f"""<h1>implicit-em claims report</h1>
 <p class="meta">Size {_esc(meta["size"])} · {_esc(meta["date"])} · implicit-em {_esc(meta["version"])} ·
 {_esc(meta["machine"])} · {meta["seconds"]:.0f} s of experiments</p>
+<p class="meta">{_esc(_comparison_line(meta))}</p>
+<h2>Verdict per claim and objection</h2>
+<table><thead><tr><th>id</th><th>statement</th><th>verdict</th><th>experiments</th>
+<th>numbers (95% intervals over seeds)</th></tr></thead><tbody>{claim_rows}</tbody></table>
 <p>{_esc(_INTRO)}</p>
-<h2>Summary</h2><p>{_esc(tally)}.</p>
+<h2>Experiments</h2><p>{_esc(tally)}.</p>
 <table><thead><tr><th>claims</th><th>experiment</th><th>verdict</th><th>key numbers</th></tr></thead>
 <tbody>{summary_rows}</tbody></table>
-<h2>Claims and where they are checked</h2>
-<table><thead><tr><th>id</th><th>statement</th><th>checked by</th></tr></thead><tbody>{claim_rows}</tbody></table>
-{sections}
-</body></html>
-"""
+{sections}"""
+    return page("implicit-em claims report", body)

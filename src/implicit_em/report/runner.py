@@ -3,8 +3,10 @@
 Each experiment's result is cached under `<out>/cache/<ID>-<key>.json`, with `key` a hash of
 its id, size, configuration (device included) and the source of its module, and its figures
 under `<out>/figures/<ID>-<key>/`. Both appear atomically (written aside, then renamed), so a
-report that is killed or run again reruns only what is not cached or has changed. The verdict is
-never cached: it is computed from the cached numbers by the experiment's rule on every load.
+report that is killed or run again reruns only what is not cached or has changed. While an
+experiment runs, its units (`implicit_em.report.units`) are kept under `<out>/units/<ID>-<key>/`,
+so a killed experiment resumes at the unit it was in. The verdict is never cached: it is computed
+from the cached numbers and samples by the experiment's rule on every load.
 """
 
 from __future__ import annotations
@@ -17,21 +19,18 @@ import shutil
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from tqdm.auto import tqdm
 
-from implicit_em.report.registry import (
-    SIZES,
-    Experiment,
-    Figure,
-    Judgement,
-    Outcome,
-    Table,
-)
+from implicit_em.report.files import json_default, write_atomic, write_json
+from implicit_em.report.judging import Judgement
+from implicit_em.report.progress import progress
+from implicit_em.report.registry import SIZES, Experiment, Figure, Outcome, Table
+from implicit_em.report.units import activate
 
 __all__ = [
     "Result",
@@ -42,8 +41,7 @@ __all__ = [
     "write_atomic",
 ]
 
-T = TypeVar("T")
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 @dataclass
@@ -71,21 +69,21 @@ class Result:
 
     @property
     def criteria(self) -> list[dict[str, Any]]:
-        """Each criterion of the rule with its measured value and whether it is met."""
+        """Each criterion of the rule with its interval over seeds and its status."""
         if self.outcome is None:
             return []
-        numbers = self.outcome.numbers
-        return [
-            {
-                "number": c.number,
-                "op": c.op,
-                "threshold": c.threshold,
-                "means": c.means,
-                "value": c.value(numbers),
-                "met": c.met(numbers),
-            }
-            for c in self.experiment.rule.criteria
-        ]
+        try:
+            evaluations = self.experiment.rule.evaluate(self.outcome.samples)
+        except ValueError:
+            return []
+        return [e.as_dict() for e in evaluations]
+
+    @property
+    def gates(self) -> list[dict[str, Any]]:
+        """Each sanity gate with whether it passed and the value it read."""
+        if self.outcome is None:
+            return []
+        return [g.as_dict() for g in self.experiment.rule.gate_results(self.outcome.numbers)]
 
     def as_dict(self) -> dict[str, Any]:
         e = self.experiment
@@ -98,11 +96,13 @@ class Result:
             "setup": e.setup,
             "rule": e.rule.statement,
             "criteria": self.criteria,
+            "gates": self.gates,
             "verdict": self.judgement.verdict,
             "reason": self.judgement.reason,
             "meaning": self.meaning,
             "headline": {k: outcome.numbers.get(k) for k in e.headline} if outcome else {},
             "numbers": outcome.numbers if outcome else {},
+            "samples": outcome.samples if outcome else {},
             "tables": [t.as_dict() for t in outcome.tables] if outcome else [],
             "figures": [
                 {"path": f"{self.figure_dir}/{f.path}", "caption": f.caption}
@@ -116,11 +116,6 @@ class Result:
             "cached": self.cached,
             "error": self.error,
         }
-
-
-def progress(items: Iterable[T], desc: str, total: int | None = None) -> Iterator[T]:
-    """A progress bar on standard error for an experiment's inner loop (seeds, steps)."""
-    yield from tqdm(items, desc=desc, total=total, leave=False, dynamic_ncols=True)
 
 
 def _source(experiment: Experiment) -> str:
@@ -148,19 +143,6 @@ def cache_key(experiment: Experiment, size: str, config: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file in the same folder and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def check_output_folder(out: Path) -> None:
     """Create `out` if needed and check that it is writable (`ValueError` naming it if not)."""
     try:
@@ -176,6 +158,7 @@ def _load(experiment: Experiment, path: Path, size: str, config: dict, key: str)
         data = json.loads(path.read_text(encoding="utf-8"))
         outcome = Outcome(
             numbers=data["numbers"],
+            samples=data["samples"],
             tables=[Table.from_dict(t) for t in data["tables"]],
             figures=[Figure(**f) for f in data["figures"]],
             notes=list(data["notes"]),
@@ -197,28 +180,23 @@ def _load(experiment: Experiment, path: Path, size: str, config: dict, key: str)
 def _store(path: Path, outcome: Outcome, seconds: float) -> None:
     data = {
         "numbers": outcome.numbers,
+        "samples": outcome.samples,
         "tables": [t.as_dict() for t in outcome.tables],
         "figures": [{"path": f.path, "caption": f.caption} for f in outcome.figures],
         "notes": outcome.notes,
         "seconds": seconds,
     }
-    write_atomic(path, json.dumps(data, indent=1, allow_nan=True, default=_json_default))
-
-
-def _json_default(value: Any) -> Any:
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    if hasattr(value, "item"):
-        return value.item()
-    raise TypeError(f"not JSON-serializable: {type(value).__name__}")
+    write_json(path, data)
 
 
 def _run_one(experiment: Experiment, size: str, config: dict, key: str, out: Path) -> Result:
     final_dir = out / "figures" / f"{experiment.id}-{key}"
     work_dir = Path(tempfile.mkdtemp(dir=out / "figures", prefix=f".{experiment.id}-"))
+    units = out / "units" / f"{experiment.id}-{key}"
     start = time.perf_counter()
     try:
-        outcome = experiment.run(config, work_dir)
+        with activate(units):
+            outcome = experiment.run(config, work_dir)
         if not isinstance(outcome, Outcome):
             raise TypeError(
                 f"{experiment.id}.run returned {type(outcome).__name__}, not an Outcome"
@@ -227,7 +205,8 @@ def _run_one(experiment: Experiment, size: str, config: dict, key: str, out: Pat
             if not (work_dir / figure.path).is_file():
                 raise FileNotFoundError(f"{experiment.id}: figure {figure.path} was not written")
         # Round-trip through JSON now, so that what is shown is exactly what is cached.
-        outcome.numbers = json.loads(json.dumps(outcome.numbers, default=_json_default))
+        outcome.numbers = json.loads(json.dumps(outcome.numbers, default=json_default))
+        outcome.samples = {k: [float(v) for v in values] for k, values in outcome.samples.items()}
     except Exception as err:
         shutil.rmtree(work_dir, ignore_errors=True)
         seconds = time.perf_counter() - start
@@ -247,6 +226,7 @@ def _run_one(experiment: Experiment, size: str, config: dict, key: str, out: Pat
     shutil.rmtree(final_dir, ignore_errors=True)
     os.replace(work_dir, final_dir)
     _store(out / "cache" / f"{experiment.id}-{key}.json", outcome, seconds)
+    shutil.rmtree(units, ignore_errors=True)
     return Result(
         experiment,
         size,

@@ -10,6 +10,10 @@ by the module that produced its input (`lm_head.ce`), else by the innermost runn
 ends the capture of a training step. Between measured steps, and under
 `paused`, nothing is installed.
 
+A compiled graph (`torch.compile`) runs neither the mode nor the module hooks, so while the
+capture is installed the compiler's stance is `"force_eager"` (`torch.compiler.set_stance`):
+compiled models and functions run eagerly during a measured step and compiled between them.
+
 Only public torch APIs are used: `TorchFunctionMode`, `register_module_forward_pre_hook` /
 `register_module_forward_hook`, `register_optimizer_step_pre_hook` and
 `Tensor.register_hook`.
@@ -138,8 +142,13 @@ class SiteCapture:
         self._mode = _Mode({fn: tuple(obs) for fn, obs in table.items()})
         self._handles: list[Any] = []
         self._optimizer_handle: Any = None
+        self._stance: Any = None
         self.suspended = False
         """While True (`paused`) gradient hooks do nothing."""
+        self.through_optimizer_step = False
+        """While False the optimizer's step ends the capture of a training step; True keeps it
+        (an optimizer stepping with a closure, as Lightning's, runs the forward and backward
+        pass inside its step)."""
 
     @property
     def installed(self) -> bool:
@@ -149,6 +158,7 @@ class SiteCapture:
         """Install the mode and the hooks (from the next torch call on)."""
         if self._handles:
             return
+        self._stance = torch.compiler.set_stance("force_eager")
         self._mode.__enter__()
         self._handles = [
             nn.modules.module.register_module_forward_pre_hook(self._enter_module),
@@ -166,6 +176,8 @@ class SiteCapture:
             h.remove()
         self._handles = []
         self._mode.__exit__(None, None, None)
+        stance, self._stance = self._stance, None
+        stance.__exit__(None, None, None)
 
     def stop(self) -> None:
         """Remove everything the capture installed."""
@@ -176,7 +188,8 @@ class SiteCapture:
 
     def _optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """The step's forward and backward passes are over: the optimizer runs uncaptured."""
-        self._leave()
+        if not self.through_optimizer_step:
+            self._leave()
 
     def take(self) -> Pass:
         """Stop, and hand over the pass captured so far (its gradient hooks do nothing from

@@ -10,6 +10,7 @@ import typer
 from sklearn.datasets import load_digits
 from torch import Tensor, nn
 
+from implicit_em.arguments import check_writable_folder
 from implicit_em.distances import SquaredEuclidean
 from implicit_em.trace.sinks import History
 from implicit_em.trace.tracer import Tracer
@@ -84,7 +85,7 @@ def run_demo(
                 opt.step()
                 opt.zero_grad()
                 tracer.step()
-    from implicit_em.plot import standard_figures
+    from implicit_em.trace.figures import standard_figures
 
     standard_figures(tracer.history, out / "figures")
     return tracer.history, accuracy(model, probe_x, probe_y)
@@ -118,14 +119,13 @@ def trace_demo(
     seed: int = typer.Option(0, help="Random seed."),
 ) -> None:
     """Train a small distance-head classifier on digits with the tracer on and summarize it."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        typer.echo(f"error: --out {out}: not a writable folder ({err.strerror})", err=True)
-        raise typer.Exit(code=2) from None
+    check_writable_folder(out, "--out")
     history, acc = run_demo(out, epochs=epochs, seed=seed, every=every)
     typer.echo(summary_table(history))
     typer.echo(f"\nheld-out accuracy (last 128 digits): {acc:.3f}")
     typer.echo(
         f"\n{len(history)} records; wrote {out / 'trace.jsonl'}, {out / 'tb'} and {out / 'figures'}"
+    )
+    typer.echo(
+        f"its health page: implicit-em trace report {out / 'trace.jsonl'} --out {out / 'page'}"
     )

@@ -36,9 +36,14 @@ def metric_values(
     probes: Sequence[Stats] | None,
     dead_fraction: float,
     across_ranks: bool = True,
+    slots: Sequence[int] | None = None,
 ) -> list[dict[str, Any] | None]:
     """The metrics of every site (None for an unmeasured one); `probes`: the probe
-    statistics of each site (None without a probe)."""
+    statistics of each site (None without a probe).
+
+    With `slots` (one index per site, `0 .. n-1`), the sites of one slot are one site seen in
+    several micro-batches of a step: their statistics add up (sums and maxima, as across
+    ranks) and the metrics of each slot are returned, in slot order."""
     groups: dict[tuple, list[int]] = {}
     for i, site in enumerate(sites):
         if site.kept is not None:
@@ -51,20 +56,66 @@ def metric_values(
                 for key in probes[index[0]]:
                     s[key] = torch.stack([probes[i][key].double().cpu() for i in index])
         stats = reduce_stats(stats, across_ranks)
+    probed = probes is not None
+    if slots is not None:
+        return _slot_values(sites, members, stats, slots, probed, dead_fraction)
     values: list[dict[str, Any] | None] = [None] * len(sites)
     for s, index in zip(stats, members, strict=True):
-        kind = sites[index[0]].kind
-        metrics = kind.finish(s, dead_fraction)
-        if probes is not None:
-            metrics |= finish_probe(s)
-        columns = {key: t.tolist() for key, t in metrics.items()}
-        flags = {key: s[flag].tolist() for key, flag in _PROBE_FLAGS.items() if key in metrics}
-        for j, i in enumerate(index):
-            row = {key: column[j] for key, column in columns.items()}
-            for key, flag in flags.items():
-                if not flag[j] > 0:
-                    row[key] = None
+        for i, row in zip(index, _finish(sites[index[0]], s, probed, dead_fraction), strict=True):
             values[i] = row
+    return values
+
+
+def _finish(site: Site, s: Stats, probed: bool, dead_fraction: float) -> list[dict[str, Any]]:
+    """The metrics of each entry of the stacked statistics `s` of `site`'s kind."""
+    metrics = site.kind.finish(s, dead_fraction)
+    if probed:
+        metrics |= finish_probe(s)
+    columns = {key: t.tolist() for key, t in metrics.items()}
+    flags = {key: s[flag].tolist() for key, flag in _PROBE_FLAGS.items() if key in metrics}
+    rows = []
+    for j in range(len(next(iter(s.values())))):
+        row = {key: column[j] for key, column in columns.items()}
+        for key, flag in flags.items():
+            if not flag[j] > 0:
+                row[key] = None
+        rows.append(row)
+    return rows
+
+
+def _slot_values(
+    sites: Sequence[Site],
+    members: list[list[int]],
+    stats: list[Stats],
+    slots: Sequence[int],
+    probed: bool,
+    dead_fraction: float,
+) -> list[dict[str, Any] | None]:
+    """The metrics of each slot: the statistics of its measured sites summed (maxima for the
+    keys ending in `_max`), then finished."""
+    merged: dict[int, Stats] = {}
+    first: dict[int, Site] = {}
+    for s, index in zip(stats, members, strict=True):
+        for j, i in enumerate(index):
+            slot = slots[i]
+            row = {key: v[j] for key, v in s.items()}
+            if slot not in merged:
+                merged[slot], first[slot] = row, sites[i]
+                continue
+            total = merged[slot]
+            if total.keys() != row.keys() or any(total[k].shape != row[k].shape for k in row):
+                raise RuntimeError(
+                    f"site {sites[i].name!r} differs between the micro-batches of one step "
+                    "(other statistics or shapes); its micro-batches cannot be merged"
+                )
+            for key, v in row.items():
+                total[key] = (
+                    torch.maximum(total[key], v) if key.endswith("_max") else total[key] + v
+                )
+    values: list[dict[str, Any] | None] = [None] * (max(slots) + 1 if slots else 0)
+    for slot, total in merged.items():
+        stacked = {key: v.unsqueeze(0) for key, v in total.items()}
+        values[slot] = _finish(first[slot], stacked, probed, dead_fraction)[0]
     return values
 
 

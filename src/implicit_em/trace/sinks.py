@@ -1,4 +1,4 @@
-"""Where measurements go: memory (`History`), JSON Lines, TensorBoard.
+"""Where measurements go: memory (`History`), JSON Lines, TensorBoard, W&B (`WandbSink`).
 
 A record is a flat dict. Site records have `kind="site"`, `step`, `site`, `type` and
 their metrics (`None` for a metric that is missing, listed in `missing`); alarm records have
@@ -267,13 +267,14 @@ def make_sink(spec: str | Sink) -> Sink:
     Parameters
     ----------
     spec : str or Sink
-        `"memory"`, `"jsonl:PATH"`, `"tensorboard:LOGDIR"`, or a sink object (returned as
-        it is).
+        `"memory"`, `"jsonl:PATH"`, `"tensorboard:LOGDIR"`, `"wandb"` (the active W&B run,
+        else a new one) or `"wandb:PROJECT"` (a new run in that project when none is active),
+        or a sink object (returned as it is).
 
     Returns
     -------
     Sink
-        A `MemorySink`, `JSONLSink` or `TensorBoardSink`, or `spec` itself.
+        A `MemorySink`, `JSONLSink`, `TensorBoardSink` or `WandbSink`, or `spec` itself.
 
     Raises
     ------
@@ -289,6 +290,11 @@ def make_sink(spec: str | Sink) -> Sink:
         return JSONLSink(target)
     if kind == "tensorboard" and target:
         return TensorBoardSink(target)
+    if kind == "wandb":
+        from implicit_em.trace.integrations.wandb_sink import WandbSink
+
+        return WandbSink(**({"project": target} if target else {}))
     raise ValueError(
-        f"unknown sink {spec!r}; use 'memory', 'jsonl:PATH', 'tensorboard:LOGDIR' or a Sink object"
+        f"unknown sink {spec!r}; use 'memory', 'jsonl:PATH', 'tensorboard:LOGDIR', "
+        "'wandb[:PROJECT]' or a Sink object"
     )

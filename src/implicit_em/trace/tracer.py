@@ -279,6 +279,21 @@ class Tracer:
         if self.step_index % self.every == 0:
             self.capture.start()
 
+    def micro_batch(self) -> None:
+        """Mark the end of a micro-batch under gradient accumulation (after its `backward`,
+        before the next micro-batch of the same optimizer step).
+
+        The sites of the next micro-batch take the same names as this one's, and on a
+        measured step the statistics of sites sharing a name add up (sums and maxima, as
+        across ranks): one record per site and optimizer step, over the rows of all its
+        micro-batches. Call `step` once per optimizer step, as usual.
+        """
+        if not self._active:
+            raise RuntimeError(
+                "Tracer.micro_batch() must be called inside the `with Tracer(...)` block"
+            )
+        self.capture.current.counts.clear()
+
     @contextlib.contextmanager
     def paused(self) -> Iterator[Tracer]:
         """Run code untraced inside the `with Tracer(...)` block (an evaluation pass, a
@@ -327,12 +342,15 @@ class Tracer:
             return
         sites = [s for m in pending for s in m.sites]
         probes = None if self.probe is None else [p for m in pending for p in m.probe]
-        values = metric_values(sites, probes, self.thresholds.dead_fraction, across_ranks)
+        slots, firsts = _slots(pending)
+        values = metric_values(
+            sites, probes, self.thresholds.dead_fraction, across_ranks, slots=slots
+        )
         out: list[Record] = []
         i = 0
-        for m in pending:
+        for m, first in zip(pending, firsts, strict=True):
             records = []
-            for site in m.sites:
+            for site in first:
                 probed = self.probe is not None
                 records.append(site_record(m.step, site, values[i], probed, self.max_components))
                 i += 1
@@ -384,8 +402,10 @@ class Tracer:
         previous probe measurement of the same site."""
         found = {s.name: s for s in probed.sites if s.kept is not None}
         out = []
+        done: set[str] = set()
         for site in sites:
-            p = found.get(site.name)
+            p = None if site.name in done else found.get(site.name)
+            done.add(site.name)
             now = None
             if p is not None and p.kind is site.kind:
                 now = site.kind.probe_state(p.kept)
@@ -394,3 +414,22 @@ class Tracer:
                 previous = None
             out.append(site.kind.probe_statistics(now, previous))
         return out
+
+
+def _slots(pending: list[_Measured]) -> tuple[list[int] | None, list[list[Site]]]:
+    """The slot of every site (one per site name and measured step: `Tracer.micro_batch`
+    gives the micro-batches of a step equal names) and the first site of each slot, per
+    step; the slots are None when no name repeats within a step."""
+    slots: list[int] = []
+    firsts: list[list[Site]] = []
+    count = 0
+    for m in pending:
+        index: dict[str, int] = {}
+        first: list[Site] = []
+        for site in m.sites:
+            if site.name not in index:
+                index[site.name], count = count, count + 1
+                first.append(site)
+            slots.append(index[site.name])
+        firsts.append(first)
+    return (slots if count < len(slots) else None), firsts

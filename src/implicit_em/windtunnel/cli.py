@@ -1,14 +1,18 @@
 """`implicit-em windtunnel`: train one configuration, or the 3 x 2 comparison, and report in bits.
 
 Each configuration runs in its own directory under `--out` (named by task, model, objective,
-scale, seed and a hash of the full configuration), so rerunning the same command resumes an
-interrupted run and returns a finished one at once.
+scale, seed and a hash of the full configuration, and `-trace<N>` for a run traced every N
+steps), so rerunning the same command resumes an interrupted run and returns a finished one at
+once. Every argument is checked before training starts; a bad one is one line naming the option
+and exit status 2. A stop at `--time-budget` is planned: it exits 0 and says how to resume.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
+import time
 from dataclasses import asdict, replace
 from enum import StrEnum
 from pathlib import Path
@@ -17,8 +21,9 @@ from typing import Any
 import torch
 import typer
 
+from implicit_em.arguments import check_device, check_writable_folder, fail
 from implicit_em.windtunnel.config import MODELS, RunConfig, preset
-from implicit_em.windtunnel.train import run
+from implicit_em.windtunnel.train import RESULT, run
 
 __all__ = ["COMPARE_MODELS", "compare_table", "run_dir", "windtunnel"]
 
@@ -63,10 +68,28 @@ class Targets(StrEnum):
     posterior = "posterior"
 
 
-def run_dir(out: Path, config: RunConfig, scale: str) -> Path:
-    """The directory of `config`: readable fields plus a hash of the whole configuration."""
+def run_dir(out: Path, config: RunConfig, scale: str, trace_every: int | None = None) -> Path:
+    """The directory of `config`: readable fields plus a hash of the whole configuration, and
+    `-trace<N>` for a run traced every N steps."""
     digest = hashlib.sha1(json.dumps(asdict(config), sort_keys=True).encode()).hexdigest()[:8]
-    return out / f"{config.task}-{config.model}-{config.objective}-{scale}-s{config.seed}-{digest}"
+    name = f"{config.task}-{config.model}-{config.objective}-{scale}-s{config.seed}-{digest}"
+    return out / (name if trace_every is None else f"{name}-trace{trace_every}")
+
+
+def _traced(config: RunConfig, trace_every: int | None) -> int | None:
+    """The tracing period of `config`'s run: transformers only."""
+    return trace_every if config.model == "transformer" else None
+
+
+def _check_run_dir(directory: Path, trace_every: int | None) -> None:
+    """Refuse, before any training, a finished run that lacks the tracing asked for."""
+    result = directory / RESULT
+    if (
+        trace_every is not None
+        and result.exists()
+        and "trace" not in json.loads(result.read_text())
+    ):
+        fail(f"--trace: {result} was run without tracing; use another --out folder")
 
 
 def compare_table(
@@ -126,14 +149,25 @@ def _summary(result: dict[str, Any], path: Path) -> str:
 def _train(
     config: RunConfig, directory: Path, device: str, budget: float | None, trace_every: int | None
 ) -> dict[str, Any]:
-    traced = trace_every if config.model == "transformer" else None
-    result = run(config, directory, device=device, time_budget_s=budget, trace_every=traced)
-    if result["status"] != "complete":
-        typer.echo(
-            f"stopped at step {result['steps']}/{config.steps}; checkpoint in {directory}. "
-            "Rerun the same command to resume."
+    started = time.perf_counter()
+    try:
+        result = run(
+            config,
+            directory,
+            device=device,
+            time_budget_s=budget,
+            trace_every=_traced(config, trace_every),
         )
-        raise typer.Exit(code=130)
+    except ValueError as err:
+        fail(str(err))
+    if result["status"] != "complete":
+        planned = budget is not None and time.perf_counter() - started >= budget
+        reason = "the --time-budget is spent" if planned else "interrupted"
+        typer.echo(
+            f"stopped at step {result['steps']}/{config.steps} ({reason}); checkpoint in "
+            f"{directory}. Rerun the same command to resume."
+        )
+        raise typer.Exit(code=0 if planned else 130)
     from implicit_em.windtunnel.figures import plot_drift, plot_positions, plot_training
 
     label = f"{config.model}/{config.objective}"
@@ -160,57 +194,67 @@ def windtunnel(
     targets: Targets = typer.Option(
         None, help="Train on the exact posterior (soft) or on sampled answers (hard)."
     ),
-    steps: int = typer.Option(None, help="Training steps (default: per scale)."),
+    steps: int = typer.Option(None, min=1, help="Training steps (default: per scale)."),
     seed: int = typer.Option(0, help="Seed of initialization and data."),
-    device: str = typer.Option("cpu", help="cpu or cuda."),
+    device: str = typer.Option("cpu", help="cpu, cuda or cuda:N."),
     quick: bool = typer.Option(False, "--quick", help="A CPU configuration of about a minute."),
     scale: Scale = typer.Option(
-        Scale.default,
-        help="default (CPU minutes); paper (older GPU setting); reference (the published "
-        "protocol, for a GPU); reference-cpu (same tasks and targets, smaller transformer).",
+        None,
+        help="default (CPU minutes; the default unless --quick); paper (older GPU setting); "
+        "reference (the published protocol, for a GPU); reference-cpu (same tasks and targets, "
+        "smaller transformer).",
     ),
     compare: bool = typer.Option(
         False,
         "--compare",
         help="Run transformer / prefix MLP / position-wise MLP x CE / sigmoid; print the table.",
     ),
-    symbols: int = typer.Option(None, "--symbols", help="Bijection: V symbols (default: scale)."),
+    symbols: int = typer.Option(
+        None, "--symbols", min=2, help="Bijection: V symbols (default: scale)."
+    ),
     n_pairs: int = typer.Option(
-        None, "--n-pairs", help="Bijection: L pairs shown, 1 <= L <= V (default: scale)."
+        None, "--n-pairs", min=1, help="Bijection: L pairs shown, 1 <= L <= V (default: scale)."
     ),
     replacement: bool = typer.Option(
         None, "--replacement/--no-replacement", help="Bijection: keys drawn with replacement."
     ),
     norm: Norm = typer.Option(None, "--norm", help="Normalization layers (default: per scale)."),
     out: Path = typer.Option(Path("outputs/windtunnel"), help="Base directory of runs."),
-    batch_size: int = typer.Option(None, help="Sequences per step (default: per scale)."),
+    batch_size: int = typer.Option(None, min=1, help="Sequences per step (default: per scale)."),
     lr: float = typer.Option(
-        None, help="Peak learning rate (warmup + cosine) (default: per scale)."
+        None, help="Peak learning rate (warmup + cosine), > 0 (default: per scale)."
     ),
     eager: bool = typer.Option(
         False, "--eager", help="Eager attention (keeps alpha) instead of SDPA."
     ),
     threads: int = typer.Option(
         1,
+        min=1,
         help="torch CPU threads (these models are too small to gain from more; shared cores lose).",
     ),
-    ckpt_every: int = typer.Option(None, help="Checkpoint period in steps (default: per scale)."),
+    ckpt_every: int = typer.Option(
+        None, min=1, help="Checkpoint period in steps (default: per scale)."
+    ),
     trace: bool = typer.Option(
         False, "--trace", help="Trace attention drift vs value drift (transformer runs)."
     ),
-    trace_every: int = typer.Option(100, help="Steps between trace measurements."),
+    trace_every: int = typer.Option(100, min=1, help="Steps between trace measurements."),
     time_budget: float = typer.Option(
-        None, help="Stop (checkpointed, resumable) after this many seconds."
+        None,
+        help="Stop (checkpointed, resumable; exit status 0) after this many seconds, > 0.",
     ),
 ) -> None:
     """Train on a Bayesian wind-tunnel task and report the error in bits against the exact posterior."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        typer.echo(f"error: --out {out}: not a writable folder ({err.strerror})", err=True)
-        raise typer.Exit(code=2) from None
-    torch.set_num_threads(threads)
-    scale_name = "quick" if quick else scale.value
+    if quick and scale is not None:
+        fail("--quick is a scale of its own: give --quick or --scale, not both")
+    if lr is not None and not (math.isfinite(lr) and lr > 0):
+        fail(f"--lr must be a finite number > 0, got {lr}")
+    if time_budget is not None and not time_budget > 0:
+        fail(f"--time-budget must be > 0 seconds, got {time_budget}")
+    if trace and not compare and model.value != "transformer":
+        fail("--trace reads attention sites: it needs --model transformer (or --compare)")
+    check_device(device)
+    scale_name = "quick" if quick else (scale or Scale.default).value
     try:
         base = _base_config(
             task.value, scale_name, seed, eager, steps, batch_size, lr, ckpt_every, targets, norm
@@ -218,23 +262,25 @@ def windtunnel(
         base = _with_bijection_options(base, symbols, n_pairs, replacement)
         base.make_task()
     except ValueError as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(code=2) from err
+        fail(str(err))
+    traced = trace_every if trace else None
+    models = COMPARE_MODELS if compare else (model.value,)
+    objectives = OBJECTIVES if compare else (objective.value,)
+    configs = [replace(base, model=m, objective=o) for m in models for o in objectives]
+    directories = [run_dir(out, c, scale_name, _traced(c, traced)) for c in configs]
+    for config, directory in zip(configs, directories, strict=True):
+        _check_run_dir(directory, _traced(config, traced))
+    check_writable_folder(out, "--out")
+    torch.set_num_threads(threads)
     if not compare:
-        config = replace(base, model=model.value, objective=objective.value)
-        directory = run_dir(out, config, scale_name)
-        result = _train(config, directory, device, time_budget, trace_every if trace else None)
-        typer.echo(_summary(result, directory / "result.json"))
+        result = _train(configs[0], directories[0], device, time_budget, traced)
+        typer.echo(_summary(result, directories[0] / RESULT))
         return
     results: dict[tuple[str, str], dict[str, Any]] = {}
-    for m in COMPARE_MODELS:
-        for o in OBJECTIVES:
-            config = replace(base, model=m, objective=o)
-            directory = run_dir(out, config, scale_name)
-            results[(m, o)] = _train(
-                config, directory, device, time_budget, trace_every if trace else None
-            )
-            typer.echo(_summary(results[(m, o)], directory / "result.json"))
+    for config, directory in zip(configs, directories, strict=True):
+        key = (config.model, config.objective)
+        results[key] = _train(config, directory, device, time_budget, traced)
+        typer.echo(_summary(results[key], directory / RESULT))
     from implicit_em.windtunnel.figures import plot_positions, plot_training
 
     labels = [f"{m}/{o}" for m, o in results]

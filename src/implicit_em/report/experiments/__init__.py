@@ -1,17 +1,36 @@
-"""The experiments of the claims report, one module each; importing this package registers them.
+"""The experiments of the claims report, one module each, listed explicitly in `EXPERIMENTS`.
 
-To add one: write `eN_name.py` that calls `implicit_em.report.register`, and import it here.
+To add one: write `eN_name.py` defining `EXPERIMENT = Experiment(...)` and add it below.
 """
 
-from implicit_em.report.experiments import e1_identities  # noqa: F401
-from implicit_em.report.experiments import e2_trajectories  # noqa: F401
-from implicit_em.report.experiments import e3_fixed_points  # noqa: F401
-from implicit_em.report.experiments import e4_competition  # noqa: F401
-from implicit_em.report.experiments import e5_volume  # noqa: F401
-from implicit_em.report.experiments import e6_volume_collapse  # noqa: F401
-from implicit_em.report.experiments import e7_competition  # noqa: F401
-from implicit_em.report.experiments import e8_open_set  # noqa: F401
-from implicit_em.report.experiments import e9_moe_gates  # noqa: F401
-from implicit_em.report.experiments import e10_windtunnel_bayes  # noqa: F401
-from implicit_em.report.experiments import e11_windtunnel_sigmoid  # noqa: F401
-from implicit_em.report.experiments import e12_two_timescales  # noqa: F401
+from implicit_em.report.experiments import (
+    e1_identities,
+    e2_trajectories,
+    e3_fixed_points,
+    e4_competition,
+    e5_volume,
+    e6_volume_collapse,
+    e7_competition,
+    e8_open_set,
+    e9_moe_gates,
+    e10_windtunnel_bayes,
+    e11_windtunnel_sigmoid,
+    e12_two_timescales,
+)
+
+EXPERIMENTS = [
+    e1_identities.EXPERIMENT,
+    e2_trajectories.EXPERIMENT,
+    e3_fixed_points.EXPERIMENT,
+    e4_competition.EXPERIMENT,
+    e5_volume.EXPERIMENT,
+    e6_volume_collapse.EXPERIMENT,
+    e7_competition.EXPERIMENT,
+    e8_open_set.EXPERIMENT,
+    e9_moe_gates.EXPERIMENT,
+    e10_windtunnel_bayes.EXPERIMENT,
+    e11_windtunnel_sigmoid.EXPERIMENT,
+    e12_two_timescales.EXPERIMENT,
+]
+
+__all__ = ["EXPERIMENTS"]

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from implicit_em.report.runner import progress
+from implicit_em.report.progress import progress
 from implicit_em.windtunnel.grid import GridRun, run_grid
 from implicit_em.windtunnel.train import RunConfig, preset
 
@@ -26,15 +26,15 @@ MODEL_NAMES = {
 }
 
 _QUICK_OVERRIDES: dict[str, Any] = {
-    "task_params": {"n_symbols": 8, "n_pairs": 7, "replacement": False},
+    "task_params": {"n_symbols": 6, "n_pairs": 5, "replacement": False},
     "n_layer": 2,
     "n_head": 2,
     "n_embd": 32,
-    "steps": 1500,
+    "steps": 600,
     "warmup": 100,
-    "eval_every": 250,
-    "ckpt_every": 500,
-    "n_test": 512,
+    "eval_every": 200,
+    "ckpt_every": 600,
+    "n_test": 256,
 }
 _SMOKE_OVERRIDES: dict[str, Any] = {
     "task_params": {"n_symbols": 4, "n_pairs": 3, "replacement": False},
@@ -60,14 +60,14 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "quick": {
         "scale": "reference-cpu",
         "overrides": _QUICK_OVERRIDES,
-        "seeds": [0],
+        "seeds": [0, 1, 2],
         "label": "report-quick",
         "runs_dir": RUNS_DIR,
     },
     "full": {
         "scale": "reference-cpu",
         "overrides": {},
-        "seeds": [0, 1, 2],
+        "seeds": [0, 1, 2, 3, 4],
         "label": "reference-cpu",
         "runs_dir": RUNS_DIR,
     },

@@ -9,15 +9,8 @@ import numpy as np
 
 from implicit_em.report.experiments import _windtunnel as wt
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.registry import (
-    Criterion,
-    Experiment,
-    Figure,
-    Outcome,
-    Rule,
-    Table,
-    register,
-)
+from implicit_em.report.judging import Criterion, Rule
+from implicit_em.report.registry import Experiment, Figure, Outcome, Table
 
 MODELS = ("transformer", "mlp-prefix", "mlp-pos")
 OBJECTIVES = ("ce", "sigmoid")
@@ -77,8 +70,19 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
         )
         for m in MODELS
     )
+
+    def per_seed(model: str, objective: str) -> list[float]:
+        return [results[(model, objective, seed)]["bits_mae"] for seed in config["seeds"]]
+
+    sigmoid, ce = per_seed("transformer", "sigmoid"), per_seed("transformer", "ce")
     return Outcome(
         numbers=numbers,
+        samples={
+            "transformer_sigmoid_over_floor": [v / floor for v in sigmoid],
+            "transformer_sigmoid_over_ce": [
+                wt.ratio(a, b) for a, b in zip(sigmoid, ce, strict=True)
+            ],
+        },
         tables=[
             Table(
                 f"Bits MAE and KL by objective (mean over seeds {list(config['seeds'])}); "
@@ -103,62 +107,68 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
     )
 
 
-register(
-    Experiment(
-        id="E11",
-        title="Wind tunnel: is normalization necessary? (CE against independent sigmoids)",
-        claims=("T1", "C3", "C8", "C11"),
-        hypothesis=(
-            "If normalization (the log-sum-exp of cross-entropy) is necessary for the Bayesian "
-            "behaviour of C11, a transformer trained with independent per-answer sigmoids does "
-            "not reproduce the posterior."
-        ),
-        setup=(
-            "The runs of E10 (bijection, sampled answers; transformer, prefix MLP, position-wise "
-            "MLP, matched parameter counts), each trained twice: with cross-entropy and with "
-            "independent binary cross-entropies on the answers (no partition function). Sigmoid "
-            "outputs are normalized only to be evaluated. Both losses are proper scoring rules."
-        ),
-        rule=Rule(
-            (
-                Criterion(
-                    "transformer_sigmoid_over_floor",
-                    ">",
-                    0.1,
-                    "with sigmoids, the transformer's error stays above 10% of the context-free "
-                    "floor: it does not reproduce the posterior",
-                ),
-                Criterion(
-                    "transformer_sigmoid_over_ce",
-                    ">=",
-                    3,
-                    "normalization makes at least a 3× difference to the transformer's error",
-                ),
-            )
-        ),
-        run=run,
-        configs=wt.CONFIGS,
-        headline=(
-            "transformer_ce_bits_mae",
-            "transformer_sigmoid_bits_mae",
-            "transformer_sigmoid_over_ce",
-        ),
-        meaning={
-            "holds": (
-                "Without normalization the transformer does not reach the posterior: on this task "
-                "normalization is necessary for C11's Bayesian behaviour."
+EXPERIMENT = Experiment(
+    id="E11",
+    title="Wind tunnel: is normalization necessary? (CE against independent sigmoids)",
+    claims=("T1", "C3", "C8", "C11"),
+    hypothesis=(
+        "If normalization (the log-sum-exp of cross-entropy) is necessary for the Bayesian "
+        "behaviour of C11, a transformer trained with independent per-answer sigmoids does "
+        "not reproduce the posterior."
+    ),
+    setup=(
+        "The runs of E10 (bijection, sampled answers; transformer, prefix MLP, position-wise "
+        "MLP, matched parameter counts), each trained twice: with cross-entropy and with "
+        "independent binary cross-entropies on the answers (no partition function). Sigmoid "
+        "outputs are normalized only to be evaluated. Both losses are proper scoring rules."
+    ),
+    rule=Rule(
+        criteria=(
+            Criterion(
+                "transformer_sigmoid_over_floor",
+                ">",
+                0.1,
+                "with sigmoids, the transformer's error stays above 10% of the context-free "
+                "floor: it does not reproduce the posterior",
+                claim="C3",
+                direction="supports",
+                how_it_could_fail="independent binary cross-entropies are also a proper scoring "
+                "rule; their minimizer is the posterior too, so the error could fall as low",
             ),
-            "partly": (
-                "Normalization changes the error noticeably, but the unnormalized transformer "
-                "still gets close to the posterior (or the reverse): T1 gives a mixed answer."
+            Criterion(
+                "transformer_sigmoid_over_ce",
+                ">=",
+                3,
+                "normalization makes at least a 3× difference to the transformer's error",
+                claim="C11",
+                direction="supports",
+                how_it_could_fail="if the objective's geometry did not matter, both losses "
+                "would give errors within a small factor of each other",
             ),
-            "fails": (
-                "Independent sigmoids reproduce the posterior about as well as cross-entropy: "
-                "normalization is not necessary for the Bayesian behaviour (T1). What the "
-                "objectives share is that they are proper scoring rules, whose minimizer is the "
-                "posterior; the log-sum-exp geometry is not what produces it."
-            ),
-        },
-        minutes={"smoke": 0.2, "quick": 0.8, "full": 45.0},
-    )
+        ),
+    ),
+    run=run,
+    configs=wt.CONFIGS,
+    headline=(
+        "transformer_ce_bits_mae",
+        "transformer_sigmoid_bits_mae",
+        "transformer_sigmoid_over_ce",
+    ),
+    meaning={
+        "holds": (
+            "Without normalization the transformer does not reach the posterior: on this task "
+            "normalization is necessary for C11's Bayesian behaviour."
+        ),
+        "partly": (
+            "Normalization changes the error noticeably, but the unnormalized transformer "
+            "still gets close to the posterior (or the reverse): T1 gives a mixed answer."
+        ),
+        "fails": (
+            "Independent sigmoids reproduce the posterior about as well as cross-entropy: "
+            "normalization is not necessary for the Bayesian behaviour (T1). What the "
+            "objectives share is that they are proper scoring rules, whose minimizer is the "
+            "posterior; the log-sum-exp geometry is not what produces it."
+        ),
+    },
+    minutes={"smoke": 0.2, "quick": 0.8, "full": 45.0},
 )

@@ -20,43 +20,22 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor, nn
 
-from implicit_em.core import responsibilities
-from implicit_em.objectives import decorrelation_penalty, mixture_nll, variance_penalty
+from implicit_em.report.experiments._encoders import (
+    DEAD_VARIANCE,
+    VARIANTS,
+    train_encoder,
+)
 from implicit_em.report.experiments._neural import (
-    Images,
-    device_of,
-    entropy,
-    linear_probe_accuracy,
     load_images,
     mean_std,
-    minibatches,
     plus_minus,
-    quiet_alarms,
 )
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.registry import (
-    Criterion,
-    Experiment,
-    Figure,
-    Outcome,
-    Rule,
-    Table,
-    register,
-)
-from implicit_em.report.runner import progress
-
-VARIANTS = {
-    "lse": "LSE alone",
-    "lse_var": "LSE + variance",
-    "lse_var_decor": "LSE + variance + decorrelation",
-    "var_decor": "variance + decorrelation alone",
-}
-"""The four objectives, by key."""
-
-DEAD_VARIANCE = 0.01
-"""A unit is dead when its variance over the training images is below this."""
+from implicit_em.report.judging import Criterion, Gate, Rule
+from implicit_em.report.progress import progress
+from implicit_em.report.registry import Experiment, Figure, Outcome, Table
+from implicit_em.report.units import unit
 
 COLORS = {
     "lse": "#cf222e",
@@ -66,124 +45,18 @@ COLORS = {
 }
 
 
-def encoder_loss(d: Tensor, variant: str, config: dict[str, Any]) -> Tensor:
-    r"""The training objective of `variant` on a batch of distances `d[B, K]`.
-
-    The LSE term receives its own view of `d`: the gradient a tracer reads at that site is then
-    the LSE term's alone ($r/B$), not the sum with the volume terms' gradients. For
-    `var_decor` the LSE is evaluated on `d` detached, outside the loss, so that a tracer
-    still sees the forward responsibilities $\operatorname{softmax}(-d)$.
-    """
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
-    if variant == "lse":
-        return mixture_nll(d)
-    volume = config["variance_weight"] * variance_penalty(d)
-    if variant in ("lse_var_decor", "var_decor"):
-        volume = volume + config["decorrelation_weight"] * decorrelation_penalty(d)
-    if variant == "var_decor":
-        mixture_nll(d.detach())
-        return volume
-    return mixture_nll(d.view_as(d)) + volume
-
-
-def feature_statistics(f: Tensor) -> dict[str, float]:
-    r"""Dead units, redundancy and sparsity of features `f[N, K]` (one row per image).
-
-    `dead`: units with variance over the rows below `DEAD_VARIANCE`; `redundancy`:
-    $\lVert\operatorname{Corr} - I\rVert_F^2$ over the live units; `mean_sq_corr`: the
-    same divided by the number of off-diagonal pairs; `l0`: mean share of non-zero units
-    per row; `entropy`: mean $H(\operatorname{softmax}(-f))$ in nats.
-    """
-    var = f.var(dim=0)
-    alive = var >= DEAD_VARIANCE
-    live = f[:, alive].double()
-    k = live.shape[1]
-    if k >= 2:
-        centred = live - live.mean(0, keepdim=True)
-        cov = centred.T @ centred / (live.shape[0] - 1)
-        std = torch.sqrt(torch.diagonal(cov))
-        corr = cov / (std[:, None] * std[None, :])
-        redundancy = float(((corr - torch.eye(k, dtype=corr.dtype, device=corr.device)) ** 2).sum())
-        mean_sq = redundancy / (k * (k - 1))
-    else:
-        redundancy, mean_sq = 0.0, 0.0
-    return {
-        "dead": float((~alive).sum()),
-        "dead_fraction": float((~alive).double().mean()),
-        "redundancy": redundancy,
-        "mean_sq_corr": mean_sq,
-        "l0": float((f > 0).double().mean()),
-        "entropy": float(entropy(responsibilities(f.double())).mean()),
-    }
-
-
-def train_encoder(
-    images: Images, variant: str, seed: int, config: dict[str, Any]
-) -> dict[str, Any]:
-    """Train one encoder with the objective `variant` under the `Tracer`;
-    return its final measurements, its training curves and the tracer's records and alarms."""
-    from implicit_em.trace import Tracer
-
-    device = device_of(config)
-    torch.manual_seed(seed)
-    generator = torch.Generator().manual_seed(seed)
-    encoder = nn.Linear(images.n_features, config["units"]).to(device)
-    optimizer = torch.optim.Adam(encoder.parameters(), lr=config["lr"])
-    monitor = images.x_train[: config["monitor"]]
-    curve: dict[str, list[float]] = {"step": [], "dead_fraction": [], "l0": []}
-    steps = config["steps"]
-    batches = minibatches(len(images.y_train), config["batch"], steps, generator)
-    with quiet_alarms(), Tracer(encoder, every=config["trace_every"]) as tracer:
-        for step, index in enumerate(batches):
-            d = torch.relu(encoder(images.x_train[index.to(device)]))
-            loss = encoder_loss(d, variant, config)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            tracer.step()
-            if step % config["curve_every"] == 0 or step == steps - 1:
-                with tracer.paused(), torch.no_grad():
-                    stats = feature_statistics(torch.relu(encoder(monitor)))
-                curve["step"].append(step)
-                curve["dead_fraction"].append(stats["dead_fraction"])
-                curve["l0"].append(stats["l0"])
-    frame = tracer.history.to_pandas()
-    sites = frame[frame["kind"] == "site"]
-    alarms: dict[str, int] = {}
-    for alarm in tracer.alarms:
-        alarms.setdefault(alarm["alarm"], int(alarm["step"]))
-    with torch.no_grad():
-        f_train = torch.relu(encoder(images.x_train))
-        f_test = torch.relu(encoder(images.x_test))
-    final = feature_statistics(f_train)
-    on_test = feature_statistics(f_test)
-    final["l0"], final["entropy"] = on_test["l0"], on_test["entropy"]
-    n_probe = config["probe_train"]
-    final["probe"] = linear_probe_accuracy(
-        f_train[:n_probe], images.y_train[:n_probe], f_test, images.y_test
-    )
-    final["weight_norm"] = float(encoder.weight.detach().norm())
-    return {
-        "final": final,
-        "curve": curve,
-        "trace": {
-            "step": [int(s) for s in sites["step"]],
-            "scale": [float(s) for s in sites["scale"]],
-            "effective_k": [float(s) for s in sites["effective_k"]],
-            "residual": [float(s) for s in sites["residual"].dropna()],
-        },
-        "alarms": alarms,
-    }
-
-
 def run(config: dict[str, Any], out: Path) -> Outcome:
     images = load_images(config)
     seeds = config["seeds"]
     runs: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
     jobs = [(v, s) for v in VARIANTS for s in seeds]
     for variant, seed in progress(jobs, desc="E6 encoders"):
-        runs[variant].append(train_encoder(images, variant, seed, config))
+        runs[variant].append(
+            unit(
+                f"{variant}-seed{seed}",
+                lambda v=variant, s=seed: train_encoder(images, v, s, config),
+            )
+        )
 
     numbers: dict[str, Any] = {
         "data": images.name,
@@ -233,8 +106,20 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
 
     figures = [_figure(runs, config, out, images.name)]
     notes = _notes(numbers)
+    per_seed = {v: [r["final"] for r in runs[v]] for v in VARIANTS}
     return Outcome(
         numbers=numbers,
+        samples={
+            "dead_fraction_lse_var_decor": [f["dead_fraction"] for f in per_seed["lse_var_decor"]],
+            "probe_gain_var_decor": [
+                a["probe"] - b["probe"]
+                for a, b in zip(per_seed["lse_var_decor"], per_seed["lse"], strict=True)
+            ],
+            "alarm_seed_share_lse": [float(bool(r["alarms"])) for r in runs["lse"]],
+            "alarm_seed_share_lse_var_decor": [
+                float(bool(r["alarms"])) for r in runs["lse_var_decor"]
+            ],
+        },
         tables=[
             Table(
                 f"Encoders on {images.name} ({config['units']} units, {len(seeds)} seeds, "
@@ -351,110 +236,131 @@ _CONFIG = {
     "batch": 256,
 }
 
-register(
-    Experiment(
-        id="E6",
-        title="Collapse without a volume term in a decoder-free encoder",
-        claims=("C9", "C14"),
-        hypothesis=(
-            "Trained with the log-sum-exp objective alone, a ReLU encoder read as distances loses "
-            "its units (nothing pays for volume); the variance and decorrelation surrogates of the "
-            "log-det keep every unit alive and informative, and the tracer flags the collapse."
+EXPERIMENT = Experiment(
+    id="E6",
+    title="Collapse without a volume term in a decoder-free encoder",
+    claims=("C9", "C14"),
+    hypothesis=(
+        "Trained with the log-sum-exp objective alone, a ReLU encoder read as distances loses "
+        "its units (nothing pays for volume); the variance and decorrelation surrogates of the "
+        "log-det keep every unit alive and informative, and the tracer flags the collapse."
+    ),
+    setup=(
+        "d = ReLU(Wx + b) with W of K x D (64 x 784 on Fashion-MNIST, 32 x 64 on the 8 x 8 "
+        "digits), pixels in [0, 1] centred by the training mean, Adam (lr 1e-3, batch 256), "
+        "four objectives: LSE alone, + variance, + variance + decorrelation (weights 1), the "
+        "two surrogates alone. Dead: variance over the training images < 0.01. Probe: "
+        "scikit-learn LogisticRegression on the standardized features, test accuracy. The "
+        "Tracer (default thresholds) runs on every training."
+    ),
+    rule=Rule(
+        criteria=(
+            Criterion(
+                "dead_fraction_lse_var_decor",
+                "<=",
+                0.05,
+                "with variance + decorrelation at most 5% of the units die",
+                claim="C14",
+                direction="supports",
+                how_it_could_fail="the surrogates only penalize low variance on average; some "
+                "units could still be switched off by the LSE term's pull towards zero",
+            ),
+            Criterion(
+                "probe_gain_var_decor",
+                ">=",
+                0.2,
+                "the kept units carry class information: probe accuracy up by 0.2 or more",
+                claim="C9",
+                direction="supports",
+                how_it_could_fail="units kept alive by the surrogates could carry noise or "
+                "redundant directions, leaving the probe no better than on the collapsed encoder",
+            ),
+            Criterion(
+                "alarm_seed_share_lse",
+                ">=",
+                0.5,
+                "the tracer raises a collapse alarm on the collapsing encoder in most seeds",
+                claim="C14",
+                direction="supports",
+                method="wilson",
+                how_it_could_fail="dead ReLU units give uniform responsibilities, which the mass "
+                "alarms do not flag; only the distance-scale alarm can see it",
+            ),
+            Criterion(
+                "alarm_seed_share_lse_var_decor",
+                "<=",
+                0.5,
+                "and no alarm on the healthy encoder in most seeds",
+                claim="C14",
+                direction="supports",
+                method="wilson",
+                how_it_could_fail="default thresholds could fire on a healthy encoder early in "
+                "training",
+            ),
         ),
-        setup=(
-            "d = ReLU(Wx + b) with W of K x D (64 x 784 on Fashion-MNIST, 32 x 64 on the 8 x 8 "
-            "digits), pixels in [0, 1] centred by the training mean, Adam (lr 1e-3, batch 256), "
-            "four objectives: LSE alone, + variance, + variance + decorrelation (weights 1), the "
-            "two surrogates alone. Dead: variance over the training images < 0.01. Probe: "
-            "scikit-learn LogisticRegression on the standardized features, test accuracy. The "
-            "Tracer (default thresholds) runs on every training."
+        gates=(
+            Gate(
+                "dead_fraction_lse",
+                ">=",
+                0.9,
+                "LSE alone loses at least 90% of its units (collapse is its global optimum)",
+            ),
         ),
-        rule=Rule(
-            (
-                Criterion(
-                    "dead_fraction_lse", ">=", 0.9, "LSE alone loses at least 90% of its units"
-                ),
-                Criterion(
-                    "dead_fraction_lse_var_decor",
-                    "<=",
-                    0.05,
-                    "with variance + decorrelation at most 5% die",
-                ),
-                Criterion(
-                    "probe_gain_var_decor",
-                    ">=",
-                    0.2,
-                    "the kept units carry class information: probe accuracy up by 0.2 or more",
-                ),
-                Criterion(
-                    "alarm_seed_share_lse",
-                    ">=",
-                    1.0,
-                    "the tracer raises a collapse alarm on the collapsing encoder in every seed",
-                ),
-                Criterion(
-                    "alarm_seed_share_lse_var_decor",
-                    "<=",
-                    0.0,
-                    "and no alarm on the healthy encoder in any seed",
-                ),
-            )
-        ),
-        run=run,
-        configs={
-            "smoke": {
-                **_CONFIG,
-                "data": "digits",
-                "units": 16,
-                "steps": 40,
-                "batch": 128,
-                "seeds": [0],
-                "trace_every": 5,
-                "curve_every": 10,
-                "monitor": 300,
-                "probe_train": 1000,
-            },
-            "quick": {
-                **_CONFIG,
-                "data": "digits",
-                "units": 32,
-                "steps": 400,
-                "seeds": [0, 1, 2],
-                "trace_every": 10,
-                "curve_every": 25,
-                "monitor": 1000,
-                "probe_train": 2000,
-            },
-            "full": {
-                **_CONFIG,
-                "data": "fashion-mnist",
-                "units": 64,
-                "steps": 1500,
-                "seeds": [0, 1, 2],
-                "trace_every": 10,
-                "curve_every": 100,
-                "monitor": 5000,
-                "probe_train": 10000,
-            },
+    ),
+    run=run,
+    configs={
+        "smoke": {
+            **_CONFIG,
+            "data": "digits",
+            "units": 16,
+            "steps": 40,
+            "batch": 128,
+            "seeds": [0],
+            "trace_every": 5,
+            "curve_every": 10,
+            "monitor": 300,
+            "probe_train": 1000,
         },
-        headline=("dead_lse", "dead_lse_var_decor", "probe_lse_var_decor"),
-        meaning={
-            "holds": (
-                "C9 holds for this encoder: with no volume term the LSE objective is maximized by "
-                "switching every unit off, and it does. The log-det surrogates (C14) keep the "
-                "units alive and informative, and the tracer flags the collapse (through the "
-                "distance scale: dead units give uniform responsibilities)."
-            ),
-            "partly": (
-                "Part of the picture holds; the criteria not met say which: collapse without the "
-                "volume term, survival with it, information in the kept units, or the tracer's "
-                "alarms."
-            ),
-            "fails": (
-                "The LSE-only encoder did not collapse, the surrogates did not help, and the "
-                "tracer did not tell them apart: C9 is not borne out in this encoder."
-            ),
+        "quick": {
+            **_CONFIG,
+            "data": "digits",
+            "units": 32,
+            "steps": 250,
+            "seeds": [0, 1, 2, 3, 4],
+            "trace_every": 10,
+            "curve_every": 25,
+            "monitor": 1000,
+            "probe_train": 2000,
         },
-        minutes={"smoke": 0.1, "quick": 1.0, "full": 6.0},
-    )
+        "full": {
+            **_CONFIG,
+            "data": "fashion-mnist",
+            "units": 64,
+            "steps": 1500,
+            "seeds": list(range(10)),
+            "trace_every": 10,
+            "curve_every": 100,
+            "monitor": 5000,
+            "probe_train": 10000,
+        },
+    },
+    headline=("dead_lse", "dead_lse_var_decor", "probe_lse_var_decor"),
+    meaning={
+        "holds": (
+            "C9 holds for this encoder: with no volume term the LSE objective is maximized by "
+            "switching every unit off, and it does. The log-det surrogates (C14) keep the "
+            "units alive and informative, and the tracer flags the collapse (through the "
+            "distance scale: dead units give uniform responsibilities)."
+        ),
+        "partly": (
+            "Part of the picture holds; the criteria not met say which: collapse without the "
+            "volume term, survival with it, information in the kept units, or the tracer's "
+            "alarms."
+        ),
+        "fails": (
+            "The LSE-only encoder did not collapse, the surrogates did not help, and the "
+            "tracer did not tell them apart: C9 is not borne out in this encoder."
+        ),
+    },
+    minutes={"smoke": 0.1, "quick": 1.5, "full": 20.0},
 )

@@ -30,102 +30,31 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor, nn
 
 from implicit_em.core import responsibilities
-from implicit_em.distances import SquaredEuclidean
-from implicit_em.objectives import cross_entropy, soft_targets
+from implicit_em.objectives import cross_entropy
 from implicit_em.report.experiments._neural import (
     Images,
-    MLPEncoder,
     device_of,
-    entropy,
     expected_calibration_error,
     load_images,
     mean_std,
     minibatches,
     plus_minus,
     quiet_alarms,
-    spearman_rows,
+)
+from implicit_em.report.experiments._prototypes import (
+    PrototypeClassifier,
+    competition,
+    wrong_class_entropy,
 )
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.registry import (
-    Criterion,
-    Experiment,
-    Figure,
-    Outcome,
-    Rule,
-    Table,
-    register,
-)
-from implicit_em.report.runner import progress
+from implicit_em.report.judging import Criterion, Rule
+from implicit_em.report.progress import progress
+from implicit_em.report.registry import Experiment, Figure, Outcome, Table
+from implicit_em.report.units import unit
 
 COLORS = ("#0969da", "#bf8700", "#cf222e", "#1a7f37")
-
-
-class PrototypeClassifier(nn.Module):
-    """An MLP encoder and a distance head: `x -> d[..., K]` with $d_j = \\lVert h(x) - \\mu_j\\rVert^2$."""
-
-    def __init__(self, in_features: int, hidden: int, features: int, classes: int) -> None:
-        super().__init__()
-        self.encoder = MLPEncoder(in_features, hidden, features)
-        self.head = SquaredEuclidean(features, classes)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.head(self.encoder(x))
-
-
-def wrong_class_entropy(r: Tensor, labels: Tensor) -> Tensor:
-    r"""Entropy (nats) of the wrong-class responsibilities renormalized, per row:
-    $H(w)$ with $w_j \propto r_j$ over $j \ne y$. `r[N, K]` -> `[N]`.
-
-    A row whose wrong-class responsibilities are all zero (read from a float32 gradient, tiny
-    ones cancel to exactly 0) has no such distribution: its entropy is NaN, and averages skip it.
-    """
-    wrong = r.scatter(1, labels[:, None], 0.0).clamp_min(0)
-    total = wrong.sum(1, keepdim=True)
-    h = entropy(wrong / torch.where(total > 0, total, torch.ones_like(total)))
-    return torch.where(total[:, 0] > 0, h, torch.full_like(h, float("nan")))
-
-
-def competition(
-    grad_d: Tensor, h: Tensor, prototypes: Tensor, labels: Tensor, smoothing: float
-) -> dict[str, Tensor]:
-    r"""Wrong-class responsibilities and the updates they drive, from one batch's gradient.
-
-    Parameters
-    ----------
-    grad_d : Tensor
-        $\partial L/\partial d$, `[B, K]`, of the batch-mean loss.
-    h : Tensor
-        The features, `[B, F]`.
-    prototypes : Tensor
-        The prototypes, `[K, F]`.
-    labels : Tensor
-        The classes, `[B]`.
-    smoothing : float
-        The label smoothing the loss used (it fixes the targets $t$).
-
-    Returns
-    -------
-    dict of str to Tensor
-        `R` (`[K]`, $\sum_{i:y_i\ne j} r_{ij}$), `U` (`[K]`, $\lVert u_j\rVert$),
-        `batch_rho` (Spearman of `R` and `U` over the classes), `sample_rho` (`[B]`, Spearman
-        of $r_{ij}$ and $\lVert\partial\ell_i/\partial\mu_j\rVert$ over each row's wrong
-        classes) and `r`.
-    """
-    b, k = grad_d.shape
-    t = soft_targets(grad_d, labels, smoothing)
-    r = t - b * grad_d
-    wrong = torch.ones_like(r, dtype=torch.bool).scatter(1, labels[:, None], False)
-    g = torch.where(wrong, grad_d, torch.zeros_like(grad_d))
-    u = -2.0 * (g.T @ h - g.sum(0)[:, None] * prototypes)
-    big_r = torch.where(wrong, r, torch.zeros_like(r)).sum(0)
-    big_u = u.norm(dim=1)
-    per_sample = 2.0 * (b * grad_d).abs() * (h[:, None, :] - prototypes[None]).norm(dim=-1)
-    sample_rho = spearman_rows(r[wrong].view(b, k - 1), per_sample[wrong].view(b, k - 1))
-    batch_rho = spearman_rows(big_r[None], big_u[None])[0]
-    return {"R": big_r, "U": big_u, "batch_rho": batch_rho, "sample_rho": sample_rho, "r": r}
 
 
 def train_classifier(
@@ -199,7 +128,12 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
     for level, seed in progress(
         [(s, seed) for s in levels for seed in seeds], desc="E7 classifiers"
     ):
-        runs[level].append(train_classifier(images, level, seed, config))
+        runs[level].append(
+            unit(
+                f"smoothing{level:g}-seed{seed}",
+                lambda lv=level, sd=seed: train_classifier(images, lv, sd, config),
+            )
+        )
 
     numbers: dict[str, Any] = {
         "data": images.name,
@@ -254,8 +188,19 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
         f"{numbers['wrong_entropy_gain']:.3f} nats and changes accuracy by "
         f"{-numbers['accuracy_cost']:+.4f}.",
     ]
+    clamp, smoothed = runs[levels[0]], runs[levels[-1]]
     return Outcome(
         numbers=numbers,
+        samples={
+            "rank_corr": [float(torch.tensor(r["batch_rho"]).nanmean()) for r in clamp],
+            "wrong_entropy_gain": [
+                b["wrong_entropy"] - a["wrong_entropy"]
+                for a, b in zip(clamp, smoothed, strict=True)
+            ],
+            "accuracy_cost": [
+                a["accuracy"] - b["accuracy"] for a, b in zip(clamp, smoothed, strict=True)
+            ],
+        },
         tables=[
             Table(
                 f"Prototype classifiers on {images.name} ({len(seeds)} seeds, mean ± std)",
@@ -342,99 +287,110 @@ def _figure(runs: dict[float, list[dict[str, Any]]], levels: list[float], out: P
 
 _CONFIG = {"lr": 1e-3, "smoothing": [0.0, 0.1, 0.3]}
 
-register(
-    Experiment(
-        id="E7",
-        title="Competition under cross-entropy, and label smoothing as a partial clamp",
-        claims=("C6", "C14"),
-        hypothesis=(
-            "Under cross-entropy the wrong classes still compete: the update each wrong class's "
-            "prototype receives is ordered by its responsibility; label smoothing, a partial "
-            "clamp, spreads the wrong-class responsibilities at little cost in accuracy."
+EXPERIMENT = Experiment(
+    id="E7",
+    title="Competition under cross-entropy, and label smoothing as a partial clamp",
+    claims=("C6", "C14"),
+    hypothesis=(
+        "Under cross-entropy the wrong classes still compete: the update each wrong class's "
+        "prototype receives is ordered by its responsibility; label smoothing, a partial "
+        "clamp, spreads the wrong-class responsibilities at little cost in accuracy."
+    ),
+    setup=(
+        "MLP encoder (one hidden ReLU layer) into a squared-Euclidean prototype head, one "
+        "prototype per class, trained by Adam (lr 1e-3) on the package's cross-entropy over "
+        "distances with label smoothing 0, 0.1 and 0.3. On every batch the responsibilities "
+        "are read from ∂L/∂d (r = t − B ∂L/∂d, as the tracer reads them) and each class's "
+        "wrong-class responsibility R_j is rank-correlated with the norm of its prototype's "
+        "update from the other classes' inputs. The Tracer runs alongside and gives the "
+        "wrong-class entropy at its site. Calibration: expected calibration error, 15 bins, "
+        "on the test set."
+    ),
+    rule=Rule(
+        criteria=(
+            Criterion(
+                "rank_corr",
+                ">=",
+                0.8,
+                "without smoothing, wrong-class updates are ordered by responsibility "
+                "(mean per-batch Spearman ≥ 0.8)",
+                claim="C6",
+                direction="supports",
+                how_it_could_fail="a prototype's update also scales with the distance of the "
+                "inputs to it, so far but responsible classes could get smaller updates than near "
+                "but less responsible ones",
+            ),
+            Criterion(
+                "wrong_entropy_gain",
+                ">=",
+                0.1,
+                "smoothing 0.3 spreads the wrong-class responsibilities (test entropy up by "
+                "≥ 0.1 nats)",
+                claim="C14",
+                direction="supports",
+                how_it_could_fail="the encoder could compensate for the softened target on "
+                "training data only, leaving test-time wrong-class responsibilities as peaked",
+            ),
+            Criterion(
+                "accuracy_cost",
+                "<=",
+                0.02,
+                "at most 2 points of test accuracy lost with smoothing 0.3",
+                claim="C14",
+                direction="supports",
+                how_it_could_fail="a partial clamp weakens the pull on the correct class and could "
+                "cost more than 2 points on a small training budget",
+            ),
         ),
-        setup=(
-            "MLP encoder (one hidden ReLU layer) into a squared-Euclidean prototype head, one "
-            "prototype per class, trained by Adam (lr 1e-3) on the package's cross-entropy over "
-            "distances with label smoothing 0, 0.1 and 0.3. On every batch the responsibilities "
-            "are read from ∂L/∂d (r = t − B ∂L/∂d, as the tracer reads them) and each class's "
-            "wrong-class responsibility R_j is rank-correlated with the norm of its prototype's "
-            "update from the other classes' inputs. The Tracer runs alongside and gives the "
-            "wrong-class entropy at its site. Calibration: expected calibration error, 15 bins, "
-            "on the test set."
-        ),
-        rule=Rule(
-            (
-                Criterion(
-                    "rank_corr",
-                    ">=",
-                    0.8,
-                    "without smoothing, wrong-class updates are ordered by responsibility "
-                    "(mean per-batch Spearman ≥ 0.8)",
-                ),
-                Criterion(
-                    "wrong_entropy_gain",
-                    ">=",
-                    0.1,
-                    "smoothing 0.3 spreads the wrong-class responsibilities (test entropy up by "
-                    "≥ 0.1 nats)",
-                ),
-                Criterion(
-                    "accuracy_cost",
-                    "<=",
-                    0.02,
-                    "at most 2 points of test accuracy lost with smoothing 0.3",
-                ),
-            )
-        ),
-        run=run,
-        configs={
-            "smoke": {
-                **_CONFIG,
-                "data": "digits",
-                "hidden": 32,
-                "features": 8,
-                "batch": 128,
-                "steps": 30,
-                "seeds": [0],
-                "trace_every": 5,
-            },
-            "quick": {
-                **_CONFIG,
-                "data": "digits",
-                "hidden": 64,
-                "features": 16,
-                "batch": 128,
-                "steps": 400,
-                "seeds": [0, 1, 2],
-                "trace_every": 10,
-            },
-            "full": {
-                **_CONFIG,
-                "data": "fashion-mnist",
-                "hidden": 128,
-                "features": 32,
-                "batch": 256,
-                "steps": 1000,
-                "seeds": [0, 1, 2],
-                "trace_every": 10,
-            },
+    ),
+    run=run,
+    configs={
+        "smoke": {
+            **_CONFIG,
+            "data": "digits",
+            "hidden": 32,
+            "features": 8,
+            "batch": 128,
+            "steps": 30,
+            "seeds": [0],
+            "trace_every": 5,
         },
-        headline=("rank_corr", "wrong_entropy_gain", "accuracy_cost"),
-        meaning={
-            "holds": (
-                "C6 holds at the level of parameters: the most responsible wrong classes receive "
-                "the largest corrective updates; label smoothing (C14's partial clamp) keeps the "
-                "wrong classes competing more evenly without costing accuracy."
-            ),
-            "partly": (
-                "Part of C6/C14 holds; the criteria not met say whether the ordering of the "
-                "updates, the spreading by smoothing or its accuracy cost is off."
-            ),
-            "fails": (
-                "The updates are not ordered by responsibility and smoothing neither spreads the "
-                "wrong classes nor keeps accuracy: C6's competition is not visible in parameters."
-            ),
+        "quick": {
+            **_CONFIG,
+            "data": "digits",
+            "hidden": 64,
+            "features": 16,
+            "batch": 128,
+            "steps": 250,
+            "seeds": [0, 1, 2, 3, 4],
+            "trace_every": 10,
         },
-        minutes={"smoke": 0.1, "quick": 1.0, "full": 6.0},
-    )
+        "full": {
+            **_CONFIG,
+            "data": "fashion-mnist",
+            "hidden": 128,
+            "features": 32,
+            "batch": 256,
+            "steps": 1000,
+            "seeds": list(range(10)),
+            "trace_every": 10,
+        },
+    },
+    headline=("rank_corr", "wrong_entropy_gain", "accuracy_cost"),
+    meaning={
+        "holds": (
+            "C6 holds at the level of parameters: the most responsible wrong classes receive "
+            "the largest corrective updates; label smoothing (C14's partial clamp) keeps the "
+            "wrong classes competing more evenly without costing accuracy."
+        ),
+        "partly": (
+            "Part of C6/C14 holds; the criteria not met say whether the ordering of the "
+            "updates, the spreading by smoothing or its accuracy cost is off."
+        ),
+        "fails": (
+            "The updates are not ordered by responsibility and smoothing neither spreads the "
+            "wrong classes nor keeps accuracy: C6's competition is not visible in parameters."
+        ),
+    },
+    minutes={"smoke": 0.1, "quick": 1.5, "full": 20.0},
 )
