@@ -275,5 +275,5 @@ EXPERIMENT = Experiment(
             "MLP is not an order of magnitude behind, and it does not close the floor either."
         ),
     },
-    minutes={"smoke": 0.5, "quick": 3.0, "full": 60.0},
+    minutes={"smoke": 1.0, "quick": 10.0, "full": 525.0},
 )

@@ -182,5 +182,5 @@ EXPERIMENT = Experiment(
             "normalization makes the difference T1 asks about."
         ),
     },
-    minutes={"smoke": 0.3, "quick": 1.5, "full": 40.0},
+    minutes={"smoke": 0.5, "quick": 6.0, "full": 175.0},
 )

@@ -234,5 +234,5 @@ EXPERIMENT = Experiment(
             "the values are learned on the same timescale, not as C12's E-step then M-step."
         ),
     },
-    minutes={"smoke": 0.3, "quick": 1.5, "full": 45.0},
+    minutes={"smoke": 0.5, "quick": 33.0, "full": 380.0},
 )
