@@ -129,7 +129,7 @@ def _flat_parts(state: dict[str, Tensor]) -> dict[str, Tensor]:
 
 
 def remaining_distance(snapshots: dict[str, Sequence[Any]]) -> dict[str, list[float]]:
-    """$\rho_P(t)$ of every part $P$ at every snapshot (see the module), by part name.
+    r"""$\rho_P(t)$ of every part $P$ at every snapshot (see the module), by part name.
 
     A part that did not move at all ($\theta_P(0) = \theta_P(T)$) has $\rho_P = 0$ throughout.
     """
