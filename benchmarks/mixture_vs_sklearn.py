@@ -25,6 +25,15 @@ scikit-learn's float64 pass. The last two columns are ceilings of the method on 
 the ratio scikit-learn's pass would show against our pass if it ran nothing but its GEMMs,
 at the rate these GEMM shapes reach here ("GEMM ceiling") and at the square-matmul peak
 ("peak ceiling").
+``--whole`` prints only the whole-fit table (also printed after the main rows): whole fits,
+initialization included, at (100k, 32, 16) for diag and full, float64 input with ``means_init``
+alone (both libraries then run their k-means initialization), ``tol=0``, 20 passes,
+scikit-learn in float64 against ours with ``dtype="float32"``: 20-pass and 1-pass fits of each
+library alternated ``--repeats`` times (default 5) in one process, printed as medians with
+their interquartile ranges; the pass-against-pass ratio ((20-pass - 1-pass) / 19, medians);
+our initialization (the 1-pass fit); and the roofline fraction, the time of our pass's GEMMs
+alone (float32, the same chunks) over our pass.
+
 The machine line comes first (CPU, instruction set, BLAS of numpy and torch, threads).
 """
 
@@ -244,16 +253,15 @@ def machine_peaks() -> dict:
 def gemm_seconds(n: int, d: int, k: int, cov: str, rows: int) -> tuple[float, float]:
     """Seconds and FLOPs of one pass's GEMMs alone, float32, in chunks of ``rows``.
 
-    full: the E-step's batched ``[B, D+1] @ [K, D+1, D]`` into ``[K, B, D]`` (``[K·D, D] @
-    [D, B]`` below 16 features) and the M-step's batched ``[K, D, B] @ [K, B, D]``
+    full: the E-step's batched ``[B, D+1] @ [K, D+1, D]`` into ``[K, B, D]`` (``[K·D, D+1] @
+    [D+1, B]`` below 16 features) and the M-step's batched ``[K, D, B] @ [K, B, D]``
     (``4 N K D^2`` FLOPs); diag: ``[K, 2D] @ [2D, B]`` and ``[K, B] @ [B, 2D]`` (``8 N D K``).
     """
     import torch
 
-    from implicit_em.mixture.covariance import _FEATURES_LAST_FROM
+    from implicit_em.mixture.covariance.full import FEATURES_LAST_FROM
 
-    y = torch.randn(rows, d)
-    if cov == "full" and d >= _FEATURES_LAST_FROM:
+    if cov == "full" and d >= FEATURES_LAST_FROM:
         augmented, factors = torch.randn(rows, d + 1), torch.randn(k, d + 1, d)
         z = torch.empty(k, rows, d)
 
@@ -263,11 +271,11 @@ def gemm_seconds(n: int, d: int, k: int, cov: str, rows: int) -> tuple[float, fl
 
         flops = 4 * n * k * d * d
     elif cov == "full":
-        stacked, offset = torch.randn(k * d, d), torch.randn(k * d, 1)
+        stacked, augmented = torch.randn(k * d, d + 1), torch.randn(rows, d + 1)
         z = torch.empty(k * d, rows)
 
         def chunk() -> None:
-            torch.addmm(offset, stacked, y.T, out=z)
+            torch.mm(stacked, augmented.T, out=z)
             w = z.view(k, d, rows)
             torch.bmm(w, w.mT)
 
@@ -295,7 +303,7 @@ def roofline_one(spec: dict) -> dict:
     from sklearn.mixture import GaussianMixture as SkGaussianMixture
 
     from implicit_em.mixture import GaussianMixture
-    from implicit_em.mixture.estimator import default_chunk_rows
+    from implicit_em.mixture.fitting import default_chunk_rows
 
     torch.set_num_threads(spec["threads"])
     warnings.simplefilter("ignore")
@@ -319,6 +327,95 @@ def roofline_one(spec: dict) -> dict:
         "gemm": gemm,
         "flops": flops,
     }
+
+
+def _quartiles(values: list[float]) -> tuple[float, float, float]:
+    low, median, high = np.percentile(values, [25, 50, 75])
+    return float(median), float(low), float(high)
+
+
+def whole_one(spec: dict) -> dict:
+    """Whole fits, initialization included, alternated in this process: scikit-learn on the
+    float64 array, ours with ``dtype="float32"`` on the same float64 array (its conversion
+    timed), both from ``means_init`` alone (so both run their k-means initialization),
+    ``tol=0``; ``passes``-pass and 1-pass fits of each, ``repeats`` rounds."""
+    import torch
+    from sklearn.mixture import GaussianMixture as SkGaussianMixture
+
+    from implicit_em.mixture import GaussianMixture
+    from implicit_em.mixture.fitting import default_chunk_rows
+
+    torch.set_num_threads(spec["threads"])
+    warnings.simplefilter("ignore")
+    n, d, k, cov, passes = spec["n"], spec["d"], spec["k"], spec["covariance_type"], spec["iters"]
+    x = _data(n, d, k, seed=0)
+    means = _start(x, k, cov, seed=1)["means_init"]
+    kwargs = {"covariance_type": cov, "tol": 0.0, "means_init": means, "random_state": 0}
+    fits = {
+        "sklearn": lambda m: SkGaussianMixture(k, max_iter=m, **kwargs).fit(x),
+        "ours": lambda m: GaussianMixture(k, max_iter=m, dtype="float32", **kwargs).fit(x),
+    }
+    for fit in fits.values():
+        fit(2)  # warm-up
+    times: dict[str, list[float]] = {f"{name}_{m}": [] for name in fits for m in (1, passes)}
+    for _ in range(spec["repeats"]):
+        for m in (passes, 1):
+            for name, fit in fits.items():
+                t = time.perf_counter()
+                fit(m)
+                times[f"{name}_{m}"].append(time.perf_counter() - t)
+    sk = SkGaussianMixture(k, max_iter=passes, **kwargs).fit(x)
+    ours = GaussianMixture(k, max_iter=passes, dtype="float32", **kwargs).fit(x)
+    gemm, flops = gemm_seconds(n, d, k, cov, default_chunk_rows(cov, k, d))
+    return {
+        "times": times,
+        "gemm": gemm,
+        "flops": flops,
+        "dll": float(ours.score(x)) - float(sk.score(x)),
+    }
+
+
+def whole(threads: int, repeats: int, only: str | None) -> None:
+    """The whole-fit table: medians and interquartile ranges of alternated runs."""
+    n, d, k, passes = 100_000, 32, 16, 20
+    print(
+        f"\nwhole fits, initialization included: (N, D, K) = ({n:,}, {d}, {k}), float64 input, "
+        f"means_init, tol=0, {passes} passes; scikit-learn float64 against ours float32; "
+        f"median [interquartile range] of {repeats} alternated runs in one process"
+    )
+    header = (
+        f"{'cov':<5} {'sklearn fit s':>21} {'ours fit s':>21} {'fit ratio':>9} "
+        f"{'sklearn pass ms':>15} {'ours pass ms':>12} {'pass ratio':>10} {'ours init s':>11} "
+        f"{'GEMM ms':>7} {'roofline':>8} {'dLL/sample':>10}"
+    )
+    print(header)
+    print("-" * len(header))
+    for cov in ("diag", "full"):
+        if only and cov != only:
+            continue
+        spec = {"n": n, "d": d, "k": k, "covariance_type": cov, "iters": passes}
+        r = _spawn({**spec, "threads": threads, "repeats": repeats, "library": "whole"})
+        if "error" in r:
+            print(f"{cov:<5} error: {r['error']}")
+            continue
+        t = r["times"]
+        sk_fit, ours_fit = _quartiles(t[f"sklearn_{passes}"]), _quartiles(t[f"ours_{passes}"])
+        sk_pass = (sk_fit[0] - _quartiles(t["sklearn_1"])[0]) / (passes - 1)
+        ours_init = _quartiles(t["ours_1"])[0]
+        ours_pass = (ours_fit[0] - ours_init) / (passes - 1)
+        print(
+            f"{cov:<5} {sk_fit[0]:>6.3f} [{sk_fit[1]:.3f}-{sk_fit[2]:.3f}] "
+            f"{ours_fit[0]:>6.3f} [{ours_fit[1]:.3f}-{ours_fit[2]:.3f}] "
+            f"{sk_fit[0] / ours_fit[0]:>8.1f}x {1e3 * sk_pass:>15.1f} {1e3 * ours_pass:>12.1f} "
+            f"{sk_pass / ours_pass:>9.1f}x {ours_init:>11.3f} {1e3 * r['gemm']:>7.1f} "
+            f"{100 * r['gemm'] / ours_pass:>7.0f}% {r['dll']:>10.1e}"
+        )
+    print(
+        "fit ratio = scikit-learn's median whole fit / ours; pass = (median "
+        f"{passes}-pass fit - median 1-pass fit) / {passes - 1}; ours init = our median 1-pass "
+        "fit; roofline = our pass's GEMMs alone (float32, same chunks) / our pass; dLL = our "
+        "final mean log-likelihood - scikit-learn's"
+    )
 
 
 def roofline(sizes: list[tuple], threads: int) -> None:
@@ -386,10 +483,15 @@ def main() -> None:
     parser.add_argument(
         "--roofline", action="store_true", help="measure what limits float32 speed (see above)"
     )
+    parser.add_argument("--whole", action="store_true", help="only the whole-fit table (see above)")
+    parser.add_argument(
+        "--repeats", type=int, default=5, help="alternated runs of the whole-fit table"
+    )
     args = parser.parse_args()
     if args.child:
         spec = json.loads(args.child)
-        print(json.dumps(roofline_one(spec) if spec["library"] == "roofline" else run_one(spec)))
+        child = {"roofline": roofline_one, "whole": whole_one}.get(spec["library"], run_one)
+        print(json.dumps(child(spec)))
         return
     if args.quick:
         sizes = [(20_000, 8, 4, "diag", 10), (20_000, 8, 4, "full", 10)]
@@ -410,6 +512,9 @@ def main() -> None:
     print("(figures are this machine's; ratios are measured in the same run)")
     if args.roofline:
         roofline([s for s in sizes if not args.only or s[3] == args.only], args.threads)
+        return
+    if args.whole:
+        whole(args.threads, args.repeats, args.only)
         return
     ours = [("float64", None), ("float32", None), ("float32", 32_768)]
     libraries = ["sklearn"] + (["pomegranate"] if importlib.util.find_spec("pomegranate") else [])
@@ -454,6 +559,7 @@ def main() -> None:
                 f"{ratio:>8.2f}x {dll:>11.2e} {r['peak_mb']:>11.0f} "
                 f"{r['peak_above_data_mb']:>10.0f}"
             )
+    whole(args.threads, args.repeats, args.only)
     if args.only:
         return
     n, d, k, batch, iters = stream

@@ -10,8 +10,9 @@ Configurations:
   show most). Acceptable: <= 10% at ``every=1``.
 * ``gpu`` (CUDA only): a GPT-2-small shape (12 x 768, 12 heads), sequence 512, batch 8,
   vocabulary 50257, bf16 autocast, SDPA. Targets: <= 5% at ``every=1``, <= 1% at ``every=10``;
-  also checks that measured steps between flushes make no host-device synchronization
-  (``torch.cuda.set_sync_debug_mode("error")``).
+  also checks that the forward, backward and optimizer step of a measured step make no
+  host-device synchronization (``torch.cuda.set_sync_debug_mode("error")``); the tracer's
+  ``step()`` reads the step's metrics back once, for its alarms.
 
 Method: one model and one loop per configuration. Inside one ``with Tracer(...)`` block,
 traced blocks of steps alternate with blocks of the same length run under ``tracer.paused()``
@@ -28,8 +29,9 @@ passes are interleaved (plain, under an empty ``TorchFunctionMode``, under the c
 site kinds, i.e. the mode, the module hooks and the tensor naming, and under the capture with
 every site kind), so the machine's drift cancels pass by pass; the means are printed with the
 standard errors of their differences from the plain pass. Then one ``Tracer`` runs 128 steps to
-warm up and ``--passes`` more, and the time spent in its ``step()`` calls (keeping the
-measurement, and the flush of every 128 measurements) is printed per step.
+warm up and ``--passes`` more, and the time spent in its ``step()`` calls (reducing the
+measurement to records, the alarm rules, and the write of every 128 measurements' records) is
+printed per step.
 
     PYTHONPATH=src python benchmarks/trace_overhead.py [--config realistic toy] [--pairs N]
         [--pairs-10 N] [--block STEPS] [--breakdown] [--passes 300]
@@ -41,6 +43,7 @@ import argparse
 import math
 import statistics
 import time
+import warnings
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -50,7 +53,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from implicit_em.machine import summary
-from implicit_em.trace import Tracer
+from implicit_em.trace import CollapseWarning, Tracer
 from implicit_em.trace.capture import SiteCapture, _Mode
 
 
@@ -208,7 +211,8 @@ def overhead(cfg: Config, every: int, pairs: int) -> dict[str, float]:
     steps = cfg.block if every == 1 else every
     measurements = pairs * (steps // every)
     flush_every = max(d for d in range(1, 129) if measurements % d == 0)
-    with Tracer(model, every=every, flush_every=flush_every) as tracer:
+    with warnings.catch_warnings(), Tracer(model, every=every, flush_every=flush_every) as tracer:
+        warnings.simplefilter("ignore", CollapseWarning)
         for _ in range(2 * every):  # warm up: first measurements, allocator, kernels
             step(tracer)
         traced, plain = [], []
@@ -233,8 +237,9 @@ def overhead(cfg: Config, every: int, pairs: int) -> dict[str, float]:
 
 
 def sync_check(cfg: Config, steps: int = 5) -> str:
-    """Run measured steps (``every=1``, no flush among them) under
-    ``torch.cuda.set_sync_debug_mode("error")``: any host-device synchronization raises."""
+    """Run the training steps of measured steps (``every=1``; forward, backward, optimizer
+    step, not ``tracer.step()``) under ``torch.cuda.set_sync_debug_mode("error")``: any
+    host-device synchronization raises."""
     model, step = _runner(cfg)
     for _ in range(2):
         step(None)
@@ -248,18 +253,19 @@ def sync_check(cfg: Config, steps: int = 5) -> str:
             torch.cuda.set_sync_debug_mode("default")
     except RuntimeError as err:
         return f"the untraced loop itself synchronizes ({err}); no check possible"
-    with Tracer(model, every=1, flush_every=10**6, flush_bytes=2**40) as tracer:
+    with Tracer(model, every=1, flush_every=10**6) as tracer:
         step(tracer)
-        torch.cuda.synchronize()
-        try:
-            torch.cuda.set_sync_debug_mode("error")
-            for _ in range(steps):
-                step(tracer)
-        except RuntimeError as err:
-            return f"SYNC during a measured step: {err}"
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-    return f"no host-device synchronization in {steps} measured steps outside the flush"
+        for _ in range(steps):
+            torch.cuda.synchronize()
+            try:
+                torch.cuda.set_sync_debug_mode("error")
+                step(None)
+            except RuntimeError as err:
+                return f"SYNC during a measured step: {err}"
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+            tracer.step()
+    return f"no host-device synchronization in {steps} measured training steps (tracer.step aside)"
 
 
 def breakdown(cfg: Config, passes: int) -> None:
@@ -278,7 +284,7 @@ def breakdown(cfg: Config, passes: int) -> None:
 
         return run
 
-    mode = _Mode({})  # the tracer's mode with nothing to observe
+    mode = _Mode({}, {}, lambda t: t)  # the tracer's mode with nothing to observe or alias
 
     def under_mode() -> None:
         with mode:
@@ -312,7 +318,8 @@ def breakdown(cfg: Config, passes: int) -> None:
         print(f"{name:<36} {1e3 * mean:>8.3f} {added:>15} {100 * (mean - base) / base:>9.1f}%")
     model, step = _runner(cfg)
     steps, spent = 128 * max(1, round(passes / 128)), 0.0
-    with Tracer(model, flush_every=128) as tracer:
+    with warnings.catch_warnings(), Tracer(model, flush_every=128) as tracer:
+        warnings.simplefilter("ignore", CollapseWarning)
         for i in range(128 + steps):  # the first 128 (one flush) warm up
             step(None)
             start = time.perf_counter()
@@ -320,8 +327,8 @@ def breakdown(cfg: Config, passes: int) -> None:
             if i >= 128:
                 spent += time.perf_counter() - start
     print(
-        f"Tracer.step() over {steps} measured steps (keeping each measurement, a flush every "
-        f"128, after 128 to warm up): {1e3 * spent / steps:.3f} ms per step"
+        f"Tracer.step() over {steps} measured steps (reducing each measurement, the alarm "
+        f"rules, a write every 128, after 128 to warm up): {1e3 * spent / steps:.3f} ms per step"
     )
 
 

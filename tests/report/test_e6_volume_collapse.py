@@ -36,6 +36,8 @@ def test_encoder_losses():
         _encoders.encoder_loss(d, "lse_var_decor", config), mixture_nll(d) + volume
     )
     assert torch.allclose(_encoders.encoder_loss(d, "var_decor", config), volume)
+    for patched in ("layernorm", "weight_decay"):
+        assert torch.allclose(_encoders.encoder_loss(d, patched, config), mixture_nll(d))
     with pytest.raises(ValueError, match="variant"):
         _encoders.encoder_loss(d, "lse_only", config)
 
@@ -62,7 +64,9 @@ def test_smoke_run(tmp_path):
     # The tracer reads the LSE term alone: its responsibilities equal softmax(-d).
     assert n["trace_residual_max_lse_var_decor"] < 1e-5
     assert all((tmp_path / f.path).is_file() for f in outcome.figures)
-    assert len(outcome.tables[0].rows) == len(e6.VARIANTS)
+    assert len(outcome.tables[0].rows) == len(e6.VARIANTS) + 2  # and PCA, random features
+    for name in ("pca", "random", "layernorm", "weight_decay"):
+        assert 0 <= n[f"probe_{name}"] <= 1
     assert E6.judge(outcome).verdict not in ("not run", "invalid")
     for criterion in E6.rule.criteria:
         assert len(outcome.samples[criterion.number]) >= len(E6.configs["smoke"]["seeds"])

@@ -11,7 +11,7 @@ from scipy.stats import spearmanr
 from implicit_em.core import responsibilities
 from implicit_em.objectives import cross_entropy
 from implicit_em.report import select
-from implicit_em.report.experiments import e7_competition as e7
+from implicit_em.report.experiments import _prototypes
 from implicit_em.report.experiments._neural import expected_calibration_error, spearman_rows
 
 (E7,) = select(["E7"])
@@ -27,7 +27,7 @@ def test_competition_matches_autograd(smoothing):
     d = ((h[:, None, :] - prototypes[None]) ** 2).sum(-1)
     d.retain_grad()
     cross_entropy(d, labels, label_smoothing=smoothing).backward()
-    c = e7.competition(d.grad, h, prototypes.detach(), labels, smoothing)
+    c = _prototypes.competition(d.grad, h, prototypes.detach(), labels, smoothing)
     # The responsibilities read from the gradient are the forward softmax (C1, R4).
     assert torch.allclose(c["r"], responsibilities(d.detach()), atol=1e-12)
     # u_j: autograd of the loss's wrong-class part alone, with its gradient held fixed.
@@ -64,14 +64,14 @@ def test_expected_calibration_error_by_hand():
 
 def test_wrong_class_entropy():
     r = torch.tensor([[0.7, 0.2, 0.1], [0.5, 0.25, 0.25]], dtype=torch.float64)
-    got = e7.wrong_class_entropy(r, torch.tensor([0, 0]))
+    got = _prototypes.wrong_class_entropy(r, torch.tensor([0, 0]))
     assert float(got[1]) == pytest.approx(math.log(2))
     w = torch.tensor([2 / 3, 1 / 3], dtype=torch.float64)
     assert float(got[0]) == pytest.approx(float(-(w * w.log()).sum()))
     # No wrong-class mass at all (as a float32 gradient can read it): no entropy, not zero.
-    assert torch.isnan(e7.wrong_class_entropy(torch.tensor([[1.0, 0.0, 0.0]]), torch.tensor([0])))[
-        0
-    ]
+    assert torch.isnan(
+        _prototypes.wrong_class_entropy(torch.tensor([[1.0, 0.0, 0.0]]), torch.tensor([0]))
+    )[0]
 
 
 def test_smoke_run(tmp_path):
@@ -80,6 +80,9 @@ def test_smoke_run(tmp_path):
     for level in ("ls00", "ls10", "ls30"):
         assert -1 <= n[f"rank_corr_{level}"] <= 1
         assert 0 <= n[f"ece_{level}"] <= 1 and 0 <= n[f"accuracy_{level}"] <= 1
+    for name in ("ovr_sigmoid", "mse"):
+        assert 0 <= n[f"accuracy_{name}"] <= 1 and 0 <= n[f"ece_{name}"] <= 1
+        assert -1 <= n[f"coupling_gap_{name}"] <= 2
     # The tracer's wrong-class entropy is the one read here from the same gradients.
     assert n["trace_agreement_max"] < 1e-3
     assert all((tmp_path / f.path).is_file() for f in outcome.figures)

@@ -116,6 +116,17 @@ def test_null_loss_gradient_on_d0_is_target_minus_responsibility():
     assert float(model.null.d0.grad) == pytest.approx(float((0.05 - r0).mean()), abs=1e-12)
 
 
+def test_smoothing_ablation_is_label_smoothing_without_a_null():
+    torch.manual_seed(0)
+    model = _open_set.OpenSetClassifier("smoothing", 5, 8, 3, 4, d0=0.0).double()
+    x, y = torch.randn(16, 5, dtype=torch.float64), torch.randint(0, 4, (16,))
+    assert model.null is None
+    _, z = model(x)
+    expected = torch.nn.functional.cross_entropy(z, y, label_smoothing=0.05).detach()
+    loss = model.loss(x, y, null_target=0.05).detach()
+    assert float(loss) == pytest.approx(float(expected), abs=1e-12)
+
+
 def test_unknown_head_kind():
     with pytest.raises(ValueError, match="kind"):
         _open_set.OpenSetClassifier("cosine", 5, 8, 3, 4, d0=0.0)
@@ -129,6 +140,8 @@ def test_smoke_run(tmp_path):
             assert 0 <= n[f"auroc_{model}_{score}"] <= 1
         assert 0 <= n[f"closed_world_share_{model}"] <= 1
     assert n["null_rank_violations"] == 0 and n["null_energy_auroc_gap"] < 1e-12
+    assert -1 <= n["null_gain_over_best"] <= 1 and -1 <= n["null_gain_over_smoothing"] <= 1
+    assert len(n["best_baseline_per_seed"]) == len(E8.configs["smoke"]["seeds"])
     assert n["unknown_classes"] == ["6", "7", "8", "9"]
     assert all((tmp_path / f.path).is_file() for f in outcome.figures)
     assert E8.judge(outcome).verdict not in ("not run", "invalid")

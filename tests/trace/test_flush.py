@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from implicit_em.trace import Tracer
+from implicit_em import objectives
+from implicit_em.trace import CollapseWarning, Tracer
 
 from .conftest import assert_same_parameters, train
 
@@ -103,13 +104,27 @@ def test_chunked_statistics_change_no_record(monkeypatch):
     _assert_same_records(a, b)
 
 
-def test_flush_bytes_flushes_before_flush_every():
+def test_flush_bytes_is_ignored_with_a_warning():
     model = nn.Linear(4, 3)
-    x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
-    with Tracer(model, flush_every=100, flush_bytes=1) as tracer:
-        for i in range(3):
-            F.cross_entropy(model(x), y).backward()
+    with pytest.warns(DeprecationWarning, match="flush_bytes"):
+        Tracer(model, flush_bytes=1)
+
+
+def test_alarms_reach_every_sink_at_their_step(tmp_path):
+    """With site records buffered for 100 steps, each step's alarms are already in every sink
+    and in `tracer.alarms` when its `step()` returns."""
+    path = tmp_path / "run.jsonl"
+    d = torch.tensor([[0.0, 30.0, 30.0]]).repeat(16, 1).requires_grad_()
+    with (
+        pytest.warns(CollapseWarning),
+        Tracer(sinks=["memory", f"jsonl:{path}"], flush_every=100) as tracer,
+    ):
+        for step in range(3):
+            objectives.mixture_nll(d).backward()
             tracer.step()
-            assert len(tracer.history) == i + 1
-    with pytest.raises(ValueError, match="flush_bytes"):
-        Tracer(model, flush_bytes=0)
+            written = [json.loads(line) for line in path.read_text().splitlines()]
+            assert {r["step"] for r in written} == set(range(step + 1))
+            assert all(r["kind"] == "alarm" for r in written)
+            assert [a["step"] for a in tracer.alarms] == [a["step"] for a in written]
+            assert tracer.history.alarms() == tracer.alarms
+    assert "usual fix" in tracer.alarms[0]["message"]

@@ -40,9 +40,10 @@ def test_micro_batches_add_up_to_the_whole_batch(probe):
     assert [(r["step"], r["site"]) for r in parts] == [(r["step"], r["site"]) for r in whole]
     for a, b in zip(whole, parts, strict=True):
         for key, value in a.items():
-            if isinstance(value, float):
+            # sums over rows: equal up to the order of float32 additions
+            if isinstance(value, float) or key in ("head_entropy", "mass", "sink_share"):
                 assert b[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
-            elif key != "head_entropy" and key != "mass":
+            else:
                 assert b[key] == value, key
 
 

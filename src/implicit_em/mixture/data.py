@@ -20,6 +20,7 @@ __all__ = [
     "as_batches",
     "check_rows",
     "check_tensor",
+    "first_batch",
     "is_batch_iterable",
     "iterate_batches",
     "to_output",
@@ -103,6 +104,20 @@ def iterate_batches(
         x = batch[0] if isinstance(batch, (tuple, list)) else batch
         x = check_tensor(_floating(x), n_features, name)
         yield x.to(device=device, dtype=x.dtype if dtype is None else dtype)
+
+
+def first_batch(batches: Iterable[Any], name: str) -> Tensor:
+    """The first batch of a re-iterable collection, validated, on the CPU in its own dtype
+    (`ValueError` for a one-shot iterator or an empty collection)."""
+    if iter(batches) is batches:
+        raise ValueError(
+            "fit needs a re-iterable collection of batches (e.g. a DataLoader), "
+            "not a one-shot iterator"
+        )
+    first = next(iterate_batches(batches, None, name, None, torch.device("cpu")), None)
+    if first is None:
+        raise ValueError("fit received an empty collection of batches")
+    return first
 
 
 def to_output(values: Tensor, like: Any) -> Any:

@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from sklearn.cluster import KMeans, kmeans_plusplus
 from torch import Tensor
 
 from implicit_em.mixture.covariance import CovarianceModel
 from implicit_em.mixture.distributed import gather_global_rows, share_random_state
+from implicit_em.mixture.kmeans import kmeans_labels, kmeans_plusplus
 from implicit_em.mixture.parameters import Mixture
-from implicit_em.mixture.statistics import accumulate, m_step, zero_statistics
+from implicit_em.mixture.statistics import accumulate_responsibilities, m_step, zero_statistics
 
 __all__ = [
     "INIT_PARAMS",
@@ -74,7 +74,7 @@ def initial_responsibilities(
     n, k = x.shape[0], n_components
     resp = np.zeros((n, k))
     if init_params == "kmeans":
-        labels = KMeans(n_clusters=k, n_init=1, random_state=rng).fit(x).labels_
+        labels = kmeans_labels(x, k, rng)
         resp[np.arange(n), labels] = 1.0
     elif init_params == "random":
         resp = rng.uniform(size=(n, k))
@@ -82,7 +82,7 @@ def initial_responsibilities(
     elif init_params == "random_from_data":
         resp[rng.choice(n, size=k, replace=False), np.arange(k)] = 1.0
     else:
-        _, indices = kmeans_plusplus(x, k, random_state=rng)
+        _, indices = kmeans_plusplus(x, k, rng)
         resp[indices, np.arange(k)] = 1.0
     return resp
 
@@ -109,7 +109,7 @@ def responsibility_start(
     n = r.sum(dim=0) + 10 * torch.finfo(xs.dtype).eps
     ref = (r.T @ y) / n[:, None] if model.centered else xs.new_zeros(k, dim)
     stats = zero_statistics(model, k, dim, xs)
-    accumulate(stats, y, model.features(y, ref), r, model)
+    accumulate_responsibilities(stats, y, ref, r, model)
     mixture = m_step(stats, model, shift, ref, reg_covar)
     if model.name == "tied" and init_params in _ONE_POINT_STARTS:
         cov = tied_covariance_of_one_point_starts(xs, r, mixture.means, reg_covar)

@@ -19,7 +19,14 @@ from torch import Tensor
 from implicit_em.mixture.covariance import CovarianceModel
 from implicit_em.mixture.workspace import Workspace
 
-__all__ = ["EStep", "Mixture", "log_likelihood_and_responsibilities", "normalize"]
+__all__ = [
+    "EStep",
+    "Mixture",
+    "log_likelihood_and_responsibilities",
+    "normalize",
+    "responsibilities",
+    "row_features",
+]
 
 
 @dataclass(frozen=True)
@@ -151,21 +158,37 @@ class EStep:
         return cls(model, shift, operands, bias)
 
 
-def log_likelihood_and_responsibilities(
-    x: Tensor, e_step: EStep, workspace: Workspace | None = None
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    r"""The E-step of one chunk `x[B, D]` with the pass's constants `e_step`.
-
-    Returns `(log p(x_t) [B], r [B, K], y [B, D], features)` where `y = x - shift` are the
-    shifted data the statistics are accumulated from and `features` what the covariance type's
-    energies were computed from (reused by its `moments`). `y`, `features` and (for the
-    types whose energies are written there) `r` live in `workspace` (a fresh one if None),
-    valid until the next chunk's E-step: pass the same workspace for every chunk of a pass,
-    and copy what is kept.
-    """
-    workspace = Workspace() if workspace is None else workspace
+def row_features(x: Tensor, e_step: EStep, workspace: Workspace | None = None) -> Tensor:
+    """The covariance type's `row_features` of the shifted chunk $y = x - s$: what the
+    E-step of `x` reads, the same at every pass with the same shift. Written into
+    `workspace`, or fresh tensors if None (to be kept)."""
+    if workspace is None:
+        return e_step.model.row_features(x - e_step.shift)
     y = torch.sub(x, e_step.shift, out=workspace.take("shifted", x.shape, x))
-    energy, features = e_step.model.energies(y, e_step.operands, workspace)
+    return e_step.model.row_features(y, workspace)
+
+
+def responsibilities(
+    rows: Tensor, e_step: EStep, workspace: Workspace
+) -> tuple[Tensor, Tensor, Tensor]:
+    r"""The E-step of one chunk from its `row_features` `rows`, with the pass's constants.
+
+    Returns `(log p(x_t) [B], r [B, K], features)`, `features` what the covariance type's
+    energies were computed from (reused by its `moments`). `r` and `features` live in
+    `workspace`, valid until the next chunk's E-step: pass the same workspace for every
+    chunk of a pass, and copy what is kept.
+    """
+    energy, features = e_step.model.energies(rows, e_step.operands, workspace)
     logits = torch.sub(e_step.bias.expand_as(energy), energy, out=energy)
     log_p, r = normalize(logits)
-    return log_p, r, y, features
+    return log_p, r, features
+
+
+def log_likelihood_and_responsibilities(
+    x: Tensor, e_step: EStep, workspace: Workspace | None = None
+) -> tuple[Tensor, Tensor]:
+    r"""`(log p(x_t) [B], r [B, K])` of a chunk `x[B, D]` with the pass's constants
+    `e_step`; `r` lives in `workspace` (a fresh one if None) until its next use."""
+    workspace = Workspace() if workspace is None else workspace
+    log_p, r, _ = responsibilities(row_features(x, e_step, workspace), e_step, workspace)
+    return log_p, r

@@ -35,12 +35,16 @@ class WorstSamples:
         self._values = [like.new_full((capacity,), float("inf"))]
         self._points = [like.new_zeros(capacity, n_features)]
 
-    def add(self, x: Tensor, log_p: Tensor) -> None:
-        """Take a chunk's samples `x[B, D]` with log-likelihoods `log_p[B]`."""
+    def add(self, x: Tensor, log_p: Tensor, offset: Tensor | None = None) -> None:
+        """Take a chunk's samples `x[B, D]` (plus `offset` `[D]`, if given) with
+        log-likelihoods `log_p[B]`."""
         k = min(self.capacity, log_p.shape[0])
         values, lowest = torch.topk(log_p.detach(), k, largest=False, sorted=False)
+        points = x.detach()[lowest]
+        if offset is not None:
+            points = points + offset
         self._values.append(values.to(self._values[0].dtype))
-        self._points.append(x.detach()[lowest].to(self._points[0].dtype))
+        self._points.append(points.to(self._points[0].dtype))
         if len(self._values) > self._MERGE_EVERY:
             self._merge()
 

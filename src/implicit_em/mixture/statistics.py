@@ -1,7 +1,7 @@
 r"""Streaming sufficient statistics of the EM step, summed chunk by chunk.
 
 For responsibilities $r_{tj}$ of the current parameters and the shared shift $s$
-(`Mixture.shift`) a chunk contributes
+(a fit's first mixture mean, fixed for the fit; see `fitting`) a chunk contributes
 
 $$
 N_j = \sum_t r_{tj}, \qquad F_j = \sum_t r_{tj}(x_t - s), \qquad
@@ -32,12 +32,13 @@ import torch
 from torch import Tensor
 
 from implicit_em.mixture.covariance import CovarianceModel
-from implicit_em.mixture.parameters import EStep, Mixture, log_likelihood_and_responsibilities
+from implicit_em.mixture.parameters import EStep, Mixture, responsibilities
 from implicit_em.mixture.workspace import Workspace
 
 __all__ = [
     "Statistics",
     "accumulate",
+    "accumulate_responsibilities",
     "empty_components",
     "m_step",
     "reference",
@@ -57,47 +58,54 @@ def reference(mixture: Mixture, shift: Tensor) -> Tensor:
 def zero_statistics(model: CovarianceModel, k: int, d: int, like: Tensor) -> Statistics:
     """Empty sums (`like`'s dtype and device): `n [K]`, `first [K, D]`, `second` (the
     type's shape), `log_likelihood`, `count`."""
-    shapes = {"full": (k, d, d), "tied": (d, d), "diag": (k, d), "spherical": (k,)}
     return {
         "n": like.new_zeros(k),
         "first": like.new_zeros(k, d),
-        "second": like.new_zeros(shapes[model.name]),
-        "log_likelihood": like.new_zeros(()),
+        "second": like.new_zeros(model.second_shape(k, d)),
+        "log_likelihood": like.new_zeros((), dtype=torch.float64),
         "count": like.new_zeros(()),
     }
 
 
 def accumulate(
     stats: Statistics,
-    y: Tensor,
+    rows: Tensor,
     features: Tensor,
     r: Tensor,
     model: CovarianceModel,
-    workspace: Workspace | None = None,
+    workspace: Workspace,
 ) -> None:
-    """Add the statistics of one chunk (shifted data `y`, the type's `features` of `y`,
-    responsibilities `r`) in place; `workspace` holds the chunk's scratch (a fresh one if
-    None)."""
-    workspace = Workspace() if workspace is None else workspace
-    first, second = model.moments(y, features, r, workspace)
+    """Add the statistics of one chunk (its `row_features` `rows`, the `features` of its
+    energies, responsibilities `r`) in place; `workspace` holds the chunk's scratch."""
+    first, second = model.moments(rows, features, r, workspace)
+    stats["n"] += r.sum(dim=0)
+    stats["first"] += first
+    stats["second"] += second
+    stats["count"] += rows.shape[0]
+
+
+def accumulate_responsibilities(
+    stats: Statistics, y: Tensor, ref: Tensor, r: Tensor, model: CovarianceModel
+) -> None:
+    """Add the statistics of shifted data `y` under given responsibilities `r` (no E-step:
+    the type's `responsibility_moments` about `ref`)."""
+    first, second = model.responsibility_moments(y, ref, r, Workspace())
     stats["n"] += r.sum(dim=0)
     stats["first"] += first
     stats["second"] += second
     stats["count"] += y.shape[0]
 
 
-def e_step(
-    stats: Statistics, x: Tensor, constants: EStep, workspace: Workspace | None = None
-) -> Tensor:
-    """E-step of a chunk: add its statistics and return its per-sample log-likelihood `[B]`.
+def e_step(stats: Statistics, rows: Tensor, constants: EStep, workspace: Workspace) -> Tensor:
+    """E-step of a chunk given its `row_features` `rows`: add its statistics and return its
+    per-sample log-likelihood `[B]`.
 
     `constants` are the pass's (`EStep.of`); `workspace` holds the chunk's
     intermediates (pass the same one for every chunk).
     """
-    workspace = Workspace() if workspace is None else workspace
-    log_p, r, y, features = log_likelihood_and_responsibilities(x, constants, workspace)
-    accumulate(stats, y, features, r, constants.model, workspace)
-    stats["log_likelihood"] += log_p.sum()
+    log_p, r, features = responsibilities(rows, constants, workspace)
+    accumulate(stats, rows, features, r, constants.model, workspace)
+    stats["log_likelihood"] += log_p.sum(dtype=torch.float64)
     return log_p
 
 

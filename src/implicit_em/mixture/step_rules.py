@@ -4,6 +4,9 @@ Each pass over the data calls `StepRule.begin` with the current parameters,
 `StepRule.accumulate` on every chunk (it adds *summable* tensors to `StepRule.sums`:
 sufficient statistics or gradients, plus the log-likelihood and the sample count, so chunks and
 ranks combine by addition), and `StepRule.step` once; only `step` differs in kind.
+`accumulate` is `accumulate_prepared` of `prepare`: what `prepare` makes of a chunk (for
+`em`, the covariance type's row features about a fixed shift) is the same at every pass, so
+a fit may keep it (`implicit_em.mixture.fitting.PreparedChunks`).
 
 With $\ell(\theta) = \sum_t \log\sum_j \pi_j\mathcal N(x_t\mid\mu_j,\Sigma_j)$ and
 $N_j = \sum_t r_{tj}$:
@@ -37,7 +40,7 @@ from abc import ABC, abstractmethod
 import torch
 from torch import Tensor
 
-from implicit_em.mixture.parameters import EStep, Mixture
+from implicit_em.mixture.parameters import EStep, Mixture, row_features
 from implicit_em.mixture.statistics import (
     e_step,
     empty_components,
@@ -68,6 +71,7 @@ class StepRule(ABC):
         self.reg_covar = reg_covar
         self.sums: dict[str, Tensor] = {}
         self.mixture: Mixture | None = None
+        self.workspace = Workspace()
 
     def begin(self, mixture: Mixture) -> None:
         """Start a pass at `mixture`: clear the sums."""
@@ -77,9 +81,22 @@ class StepRule(ABC):
             "count": mixture.means.new_zeros(()),
         }
 
+    def prepare(self, x: Tensor, workspace: Workspace | None = None) -> Tensor:
+        """What `accumulate_prepared` reads of a chunk `x[B, D]`, the same at every pass
+        (`x` itself unless a rule says otherwise); in `workspace`, or fresh if None."""
+        return x
+
+    def rows(self, prepared: Tensor) -> tuple[Tensor, Tensor | None]:
+        """The chunk's rows inside `prepared`, and the offset to add to them (or None)."""
+        return prepared, None
+
     @abstractmethod
+    def accumulate_prepared(self, prepared: Tensor) -> Tensor:
+        """Add a prepared chunk to `sums`; return its per-sample log-likelihood `[B]`."""
+
     def accumulate(self, x: Tensor) -> Tensor:
         """Add a chunk `x[B, D]` to `sums`; return its per-sample log-likelihood `[B]`."""
+        return self.accumulate_prepared(self.prepare(x, self.workspace))
 
     @abstractmethod
     def step(self) -> tuple[Mixture, Tensor]:
@@ -92,23 +109,35 @@ class StepRule(ABC):
 
 
 class EMRule(StepRule):
-    """Classical EM: E-step statistics per chunk, closed-form M-step per pass."""
+    """Classical EM: E-step statistics per chunk, closed-form M-step per pass.
 
-    def __init__(self, reg_covar: float) -> None:
+    The statistics are taken about a shift $s$: `shift` if given (fixed for every pass, so
+    the prepared chunks stay valid), else each pass's mixture mean.
+    """
+
+    def __init__(self, reg_covar: float, shift: Tensor | None = None) -> None:
         super().__init__(reg_covar)
-        self._workspace = Workspace()
+        self.shift = shift
 
     def begin(self, mixture: Mixture) -> None:
         super().begin(mixture)
-        self._constants = EStep.of(mixture, mixture.shift)
+        shift = mixture.shift if self.shift is None else self.shift
+        self._constants = EStep.of(mixture, shift.to(mixture.means))
         self._ref = reference(mixture, self._constants.shift)
         self.sums = zero_statistics(
             mixture.model, mixture.n_components, mixture.n_features, mixture.means
         )
 
-    def accumulate(self, x: Tensor) -> Tensor:
+    def prepare(self, x: Tensor, workspace: Workspace | None = None) -> Tensor:
         self._current()
-        return e_step(self.sums, x, self._constants, self._workspace)
+        return row_features(x, self._constants, workspace)
+
+    def rows(self, prepared: Tensor) -> tuple[Tensor, Tensor | None]:
+        return self._constants.model.data(prepared), self._constants.shift
+
+    def accumulate_prepared(self, prepared: Tensor) -> Tensor:
+        self._current()
+        return e_step(self.sums, prepared, self._constants, self.workspace)
 
     def step(self) -> tuple[Mixture, Tensor]:
         current = self._current()
@@ -137,7 +166,8 @@ class _AutogradRule(StepRule):
         for name, leaf in self._leaves.items():
             self.sums[name] = torch.zeros_like(leaf)
 
-    def accumulate(self, x: Tensor) -> Tensor:
+    def accumulate_prepared(self, prepared: Tensor) -> Tensor:
+        x = prepared
         with torch.enable_grad():
             nll = self._nll(x)
             grads = torch.autograd.grad(nll.sum(), list(self._leaves.values()))
@@ -265,10 +295,13 @@ FITTERS = ("em", "gd", "adam", "preconditioned")
 DEFAULT_LEARNING_RATES = {"gd": 0.5, "adam": 0.05}
 
 
-def make_step_rule(fitter: str, reg_covar: float, learning_rate: float | None) -> StepRule:
-    """The `StepRule` named `fitter` (`ValueError` for an unknown name)."""
+def make_step_rule(
+    fitter: str, reg_covar: float, learning_rate: float | None, shift: Tensor | None = None
+) -> StepRule:
+    """The `StepRule` named `fitter` (`ValueError` for an unknown name); `shift` fixes the
+    shift of `em`'s statistics (see `EMRule`)."""
     if fitter == "em":
-        return EMRule(reg_covar)
+        return EMRule(reg_covar, shift)
     if fitter == "preconditioned":
         return PreconditionedRule(reg_covar)
     if fitter in DEFAULT_LEARNING_RATES:

@@ -1,15 +1,15 @@
 r"""Intervals over independent seeds: the statistics every criterion of the report is judged on.
 
 * `mean_interval`: the mean of per-seed values with a two-sided interval, Student t
-  (:math:`\bar x \pm t_{1-\alpha/2,\,n-1}\, s/\sqrt n`) or bootstrap percentile (the
-  :math:`\alpha/2` and :math:`1-\alpha/2` quantiles of the means of `resamples` resamples drawn
+  ($\bar x \pm t_{1-\alpha/2,\,n-1}\, s/\sqrt n$) or bootstrap percentile (the
+  $\alpha/2$ and $1-\alpha/2$ quantiles of the means of `resamples` resamples drawn
   with replacement, from a fixed seed);
 * `share_interval`: a share of successes with its Wilson score interval or its exact
   Clopper–Pearson interval (beta quantiles);
 * `seeds_to_decide`: roughly how many seeds would shrink an interval enough to clear a threshold,
-  assuming its half-width falls as :math:`1/\sqrt n`.
+  assuming its half-width falls as $1/\sqrt n$.
 
-With fewer than two values a mean has no interval: it is :math:`(-\infty, \infty)`.
+With fewer than two values a mean has no interval: it is $(-\infty, \infty)$.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def mean_interval(
     """The mean of `values` with its `level` interval by `method` ("t" or "bootstrap").
 
     A non-finite value makes the estimate and both ends NaN; fewer than two values give
-    the interval :math:`(-\\infty, \\infty)`.
+    the interval $(-\\infty, \\infty)$.
     """
     if method not in MEAN_METHODS:
         raise ValueError(f"method must be one of {MEAN_METHODS}, got {method!r}")
@@ -108,9 +108,9 @@ def share_interval(successes: int, n: int, method: str = "wilson", level: float 
 def seeds_to_decide(interval: Interval, threshold: float) -> int | None:
     r"""Roughly how many seeds would put the whole interval on one side of `threshold`.
 
-    The half-width on the threshold's side, :math:`h`, is assumed to fall as
-    :math:`1/\sqrt n` while the estimate stays put, so :math:`n' = \lceil n\,(h/|\hat\theta -
-    \tau|)^2 \rceil`. None when that cannot be said: the estimate sits on the threshold, or the
+    The half-width on the threshold's side, $h$, is assumed to fall as
+    $1/\sqrt n$ while the estimate stays put, so $n' = \lceil n\,(h/|\hat\theta -
+    \tau|)^2 \rceil$. None when that cannot be said: the estimate sits on the threshold, or the
     interval is not finite (fewer than two seeds, or a NaN).
     """
     if not interval.finite or interval.n < 1:

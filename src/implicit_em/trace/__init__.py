@@ -5,8 +5,8 @@ See `Tracer` and `docs/trace.md`.
 
 from __future__ import annotations
 
+from implicit_em.trace.alarms import CollapseWarning, Thresholds
 from implicit_em.trace.integrations.wandb_sink import WandbSink
-from implicit_em.trace.records import CollapseWarning, Thresholds
 from implicit_em.trace.sinks import History, JSONLSink, MemorySink, TensorBoardSink, make_sink
 from implicit_em.trace.sites import SEARCHED
 from implicit_em.trace.tracer import NoSiteError, Tracer

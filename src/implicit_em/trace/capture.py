@@ -1,9 +1,13 @@
 r"""The capture of one measured step: which sites ran, named by module path, and what each kept.
 
 While installed (the forward and backward pass of a measured step), a
-`TorchFunctionMode` runs every torch function call exactly as it would
-run untraced and hands the result of each call that a site kind recognizes
-(`KINDS`) to that kind. Global module forward hooks keep the
+`TorchFunctionMode` runs every torch function call as it would run untraced and hands the
+result of each call that a site kind recognizes (`KINDS`) to that kind. The input a kind
+reads a gradient from (`SiteKind.aliased`: the logits of a loss, the values of an attention)
+is first replaced by a private alias made in the mode, `t.view_as(t)`: the same values, so
+the call computes the same result, but the alias feeds this call alone, so the gradient
+that reaches it is this call's alone even where `t` also feeds other losses (a z-loss, a
+distillation term, a second head). Global module forward hooks keep the
 stack of running module paths and remember which module produced which tensor: a site is named
 by the module that produced its input (`lm_head.ce`), else by the innermost running module
 (`transformer.h.0.attn`), with `#2`, `#3` for repeats in one pass. The optimizer's step
@@ -58,9 +62,6 @@ class Pass:
     scratch: dict[int, dict] = field(default_factory=dict)
     stack: list[str] = field(default_factory=list)
 
-    def nbytes(self) -> int:
-        return sum(s.kept.nbytes() for s in self.sites if s.kept is not None)
-
 
 _PROVENANCE = (
     Tensor.view,
@@ -83,14 +84,26 @@ _PROVENANCE = (
 
 
 class _Mode(TorchFunctionMode):
-    def __init__(self, table: dict[Callable, tuple[Callable, ...]]) -> None:
+    def __init__(
+        self,
+        table: dict[Callable, tuple[Callable, ...]],
+        aliased: dict[Callable, tuple[tuple[int, str], ...]],
+        alias: Callable[[Tensor], Tensor],
+    ) -> None:
         super().__init__()
         self.table = table
+        self.aliased = aliased
+        self.alias = alias
 
     def __torch_function__(
         self, func: Any, types: Any, args: Sequence = (), kwargs: Any = None
     ) -> Any:
         kwargs = kwargs or {}
+        for position, keyword in self.aliased.get(func, ()):
+            if position < len(args):
+                args = (*args[:position], self.alias(args[position]), *args[position + 1 :])
+            elif keyword in kwargs:
+                kwargs = {**kwargs, keyword: self.alias(kwargs[keyword])}
         out = func(*args, **kwargs)
         for observe in self.table.get(func, ()):
             observe(func, args, kwargs, out)
@@ -134,12 +147,19 @@ class SiteCapture:
         self.seen: set[str] = set()
         self.current = Pass()
         table: dict[Callable, list[Callable]] = {}
+        aliased: dict[Callable, set[tuple[int, str]]] = {}
         for kind in self.kinds:
             for fn in kind.functions:
                 table.setdefault(fn, []).append(self._observer(kind))
+            for fn, where in kind.aliased.items():
+                aliased.setdefault(fn, set()).add(where)
         for fn in _PROVENANCE:
             table.setdefault(fn, []).append(self._provenance)
-        self._mode = _Mode({fn: tuple(obs) for fn, obs in table.items()})
+        self._mode = _Mode(
+            {fn: tuple(obs) for fn, obs in table.items()},
+            {fn: tuple(sorted(w)) for fn, w in aliased.items()},
+            self._alias,
+        )
         self._handles: list[Any] = []
         self._optimizer_handle: Any = None
         self._stance: Any = None
@@ -239,6 +259,17 @@ class SiteCapture:
 
     def scratch(self, kind: SiteKind) -> dict:
         return self.current.scratch.setdefault(id(kind), {})
+
+    def _alias(self, t: Any) -> Any:
+        """A private alias `t.view_as(t)` of a tensor that requires grad (named as `t`);
+        anything else unchanged."""
+        if not (isinstance(t, Tensor) and t.requires_grad and torch.is_grad_enabled()):
+            return t
+        alias = t.view_as(t)
+        origin = _lookup(self.current.origins, t)
+        if origin is not None:
+            self.current.origins[id(alias)] = (weakref.ref(alias), origin)
+        return alias
 
     # -- naming -------------------------------------------------------------------------------
 

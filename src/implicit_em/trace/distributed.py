@@ -102,15 +102,15 @@ def _on_cpu(stats: list[Stats]) -> list[Stats]:
     return out
 
 
-def reduce_stats(stats: list[Stats], across_ranks: bool = True) -> list[Stats]:
+def reduce_stats(stats: list[Stats]) -> list[Stats]:
     """All-reduce the statistics of every site (returned in float64 on the CPU); a no-op on one
-    process or with `across_ranks=False`.
+    process.
 
     Every rank must have captured the same sites with the same shapes (as under DDP); a
     mismatch raises `RuntimeError` instead of silently mixing sites.
     """
     stats = _on_cpu(stats)
-    if not (across_ranks and is_distributed()):
+    if not is_distributed():
         return stats
     device = _collective_device()
     sums, maxima = _flatten(stats, False).to(device), _flatten(stats, True).to(device)

@@ -1,8 +1,7 @@
-r"""From the sites kept by buffered measured steps to the metrics of each, as Python numbers.
+r"""From the sites kept by a measured step to the metrics of each, as Python numbers.
 
-Sites whose kept records stack (same kind, options, shapes and dtypes: the same site over
-several steps, and equally shaped sites such as every attention layer of a model) are reduced
-together: their records are stacked along a new leading step axis and the kind computes their
+Sites whose kept records stack (same kind, options, shapes and dtypes: equally shaped sites
+such as every attention layer of a model) are reduced together: their records are stacked along a new leading step axis and the kind computes their
 statistics in one batched pass (tiny tensor operations cost microseconds each, so a batched
 pass costs about what one site's pass costs). The statistics, with the probe's, are all-reduced
 across ranks (`reduce_stats`) and finished into metrics.
@@ -23,9 +22,9 @@ __all__ = ["metric_values"]
 
 _CHUNK_BYTES = 1 << 23
 """Kept bytes stacked per batched pass (at least one record). Small records (attention rows)
-stack by the dozen; a large one (the logits of a language model) is reduced alone, since a
-pass over tensors larger than the caches costs more per element than several passes over
-smaller ones. Statistics are sums and maxima, so chunks concatenate exactly."""
+stack; a large one (the logits of a language model) is reduced alone, since a pass over
+tensors larger than the caches costs more per element than several passes over smaller
+ones. Statistics are sums and maxima, so chunks concatenate exactly."""
 
 _PROBE_FLAGS = {"churn": "churn_n", "attention_drift": "drift_rows", "value_drift": "value_prev_sq"}
 """Probe metrics and the statistic that must be positive for them to exist."""
@@ -35,7 +34,6 @@ def metric_values(
     sites: Sequence[Site],
     probes: Sequence[Stats] | None,
     dead_fraction: float,
-    across_ranks: bool = True,
     slots: Sequence[int] | None = None,
 ) -> list[dict[str, Any] | None]:
     """The metrics of every site (None for an unmeasured one); `probes`: the probe
@@ -55,7 +53,7 @@ def metric_values(
             for s, index in zip(stats, members, strict=True):
                 for key in probes[index[0]]:
                     s[key] = torch.stack([probes[i][key].double().cpu() for i in index])
-        stats = reduce_stats(stats, across_ranks)
+        stats = reduce_stats(stats)
     probed = probes is not None
     if slots is not None:
         return _slot_values(sites, members, stats, slots, probed, dead_fraction)

@@ -37,8 +37,10 @@ __all__ = [
     "finish_attention",
     "finish_probe",
     "finish_responsibility",
+    "log_z_stats",
     "per_step",
     "read_responsibilities",
+    "residual_tolerance",
     "responsibility_stats_steps",
 ]
 
@@ -51,6 +53,16 @@ def entropy(p: Tensor, dim: int = -1) -> Tensor:
     Entries $p_j \le 0$ (round-off in responsibilities read from gradients) contribute 0.
     """
     return -_p_log_p(p.clamp_min(0)).sum(dim=dim)
+
+
+def residual_tolerance(dtype: torch.dtype, steps: int, device: torch.device) -> Tensor:
+    r"""The tolerance of an identity residual read from tensors of `dtype`,
+    $\max(10^{-4}, 4\epsilon_{\text{dtype}})$ (float32 and float64 $10^{-4}$, float16
+    $3.9\cdot10^{-3}$, bfloat16 $3.1\cdot10^{-2}$), as a maximum statistic `tolerance_max`
+    `[steps]`. Round-off stays orders of magnitude below it; a gradient shared with
+    another loss does not."""
+    value = max(1e-4, 4 * torch.finfo(dtype).eps) if dtype.is_floating_point else 1e-4
+    return torch.full((steps,), value, dtype=torch.float64, device=device)
 
 
 def _p_log_p(p: Tensor) -> Tensor:
@@ -216,7 +228,9 @@ def finish_responsibility(stats: Stats, dead_fraction: float) -> dict[str, Tenso
     r"""Metrics from reduced statistics: mean mass $p = \text{mass}/n$, mean entropy,
     effective number of components $\exp H(p)$, dead components ($p_j <$
     `dead_fraction`$/K$), dominance $\max_j p_j$, wrong-class entropy and top share,
-    distance scale, and the identity residual $\max|r_{\text{grad}} - r_{\text{fwd}}|$.
+    distance scale, the identity residual $\max|r_{\text{grad}} - r_{\text{fwd}}|$ and,
+    where the statistics have them, the mean and largest $\log Z_i = \operatorname{LSE}(z_i)$
+    (`log_z`, `log_z_max`).
     Statistics may carry a leading step axis (as from `responsibility_stats_steps`).
     """
     n = stats["n"].clamp_min(1)
@@ -235,10 +249,26 @@ def finish_responsibility(stats: Stats, dead_fraction: float) -> dict[str, Tenso
         nw = stats["n_wrong"].clamp_min(1)
         out["wrong_entropy"] = stats["wrong_entropy"] / nw
         out["wrong_top"] = stats["wrong_top"] / nw
-    for key in ("residual_max", "nonfinite", "n_grad"):
+    for key in ("residual_max", "tolerance_max", "nonfinite", "n_grad"):
         if key in stats:
             out[key.removesuffix("_max")] = stats[key]
+    if "n_z" in stats:
+        out["log_z"] = stats["log_z"] / stats["n_z"].clamp_min(1)
+        out["log_z_max"] = torch.where(stats["n_z"] > 0, stats["log_z_max"], 0.0)
     return out
+
+
+def log_z_stats(logits: Tensor, rows: Tensor) -> Stats:
+    r"""$\log Z_i = \operatorname{LSE}_j z_{ij}$ of the `rows` (`[S, N]`, boolean) of logits
+    `[S, N, K]` whose $\log Z_i$ is finite: their number `n_z`, the sum `log_z` and the
+    maximum `log_z_max` ($-\infty$ without such a row), each `[S]` in float64."""
+    lse = torch.logsumexp(logits, -1)
+    rows = rows & torch.isfinite(lse)
+    return {
+        "n_z": rows.sum(-1).double(),
+        "log_z": torch.where(rows, lse, 0.0).sum(-1).double(),
+        "log_z_max": torch.where(rows, lse, -torch.inf).amax(-1).double(),
+    }
 
 
 def per_step(x: Tensor, op: str = "sum") -> Tensor:
@@ -278,7 +308,8 @@ def attention_stats_steps(
     Returns
     -------
     Stats
-        Sums: `rows`, `entropy` (and per head `head_entropy`), `routing_sq` =
+        Sums: `rows`, `entropy` (and per head `head_entropy`), per head `sink` =
+        $\sum_i \alpha_{i0}$ (the weight on key position 0), `routing_sq` =
         $\sum(\alpha\odot(a-\bar a))^2$, `value_sq` = $\sum_j\lVert\sum_i\alpha_{ij}g_i\rVert^2$,
         `nonfinite` gradient entries; maxima: `value_residual_max`, `grad_v_max`.
 
@@ -313,6 +344,7 @@ def _attention_stats_steps(
         "rows": torch.full((s,), rows, dtype=torch.float64, device=alpha.device),
         "entropy": head_entropy.sum(-1),
         "head_entropy": head_entropy,
+        "sink": alpha[..., 0].sum((1, 3)).double(),
         "nonfinite": zero,
     }
     used = alpha if used is None else used
@@ -341,7 +373,8 @@ def _attention_stats_steps(
 
 def finish_attention(stats: Stats) -> dict[str, Tensor]:
     r"""Metrics from reduced attention statistics: mean entropy (nats, overall and per head),
-    routing-gradient and value-update norms $\lVert\alpha\odot(a-\bar a)\rVert_F$,
+    per head the mean weight on key position 0 (`sink_share`) and the largest scaled score
+    (`max_logit`, from `max_logit_max` where the kind gives it), routing-gradient and value-update norms $\lVert\alpha\odot(a-\bar a)\rVert_F$,
     $\lVert\alpha^\top g\rVert_F$ and their ratio, and the relative value-update residual.
     Statistics may carry a leading step axis (as from `attention_stats_steps`)."""
     rows = stats["rows"].clamp_min(1)
@@ -349,8 +382,11 @@ def finish_attention(stats: Stats) -> dict[str, Tensor]:
     out = {
         "entropy": stats["entropy"] / rows,
         "head_entropy": stats["head_entropy"] * heads / rows.unsqueeze(-1),
+        "sink_share": stats["sink"] * heads / rows.unsqueeze(-1),
         "rows": stats["rows"],
     }
+    if "max_logit_max" in stats:
+        out["max_logit"] = stats["max_logit_max"]
     if "routing_sq" in stats:
         out["routing_norm"] = stats["routing_sq"].sqrt()
         out["n_grad"] = stats["n_grad"]
@@ -364,6 +400,8 @@ def finish_attention(stats: Stats) -> dict[str, Tensor]:
         out["value_residual"] = stats["value_residual_max"] / stats["grad_v_max"].clamp_min(1e-300)
     if "alpha_residual_max" in stats:
         out["alpha_residual"] = stats["alpha_residual_max"] / stats["output_max"].clamp_min(1e-300)
+    if "tolerance_max" in stats:
+        out["tolerance"] = stats["tolerance_max"]
     return out
 
 

@@ -1,4 +1,4 @@
-r"""Records of measured sites, and the collapse alarms raised from them.
+r"""Records of measured sites (the alarms raised from them: `implicit_em.trace.alarms`).
 
 A record is a flat dict, one row of `History.to_pandas`: a *site record* per traced site and
 measured step, and an *alarm record* per collapse alarm. A metric that could not be measured
@@ -12,9 +12,11 @@ how to read each metric.
 | `kind` | str | `"site"` |
 | `step` | int | the training step of the measurement (`Tracer.step_index`, counted from 0) |
 | `site` | str | the site's name, by module path: `lm_head.ce`, `head.mixture`, `transformer.h.3.attn` (`#2`, `#3` for a name seen again in one step) |
-| `type` | str | `"classification"`, `"mixture"` or `"attention"` |
+| `type` | str | `"classification"`, `"mixture"`, `"attention"` or `"router"` |
 | `missing` | list of str | the metrics that are `None` on this step: gradient metrics when no backward pass reached the site, probe metrics on the first measurement or when the probe did not reach the site |
 | `reason` | str | only for a site present in the step that its kind cannot measure (e.g. an `nn.MultiheadAttention` with `bias_k`): why; every metric is then `None` |
+| `tolerance` | float or None | the tolerance of the site's identity residual, $\max(10^{-4}, 4\epsilon)$ of its dtype |
+| `exact` | bool or None | the identity residual (`residual`; `value_residual` for attention) is within `tolerance`; `None` without one. Alarms are never raised from a record with `exact` False |
 
 Probe metrics (`churn`, `attention_drift`, `value_drift`) are fields only when the tracer has
 a `probe`; gradient metrics are `None` when no backward pass reached the site.
@@ -32,6 +34,8 @@ distances) and $p_j = \frac1N\sum_i r_{ij}$:
 | `dead` | float | $\#\{j : p_j < \text{dead\_fraction}/K\}$, components that (almost) never win |
 | `dominance` | float | $\max_j p_j$, the share of the busiest component |
 | `scale` | float | $\frac1N\sum_i \operatorname{std}_j z_{ij}$ over finite logits, the distance scale |
+| `log_z` | float | the mean of $\log Z_i = \operatorname{LSE}_j z_{ij}$ over the rows of positive weight (the logits' log-partition; the per-sample log-likelihood of a mixture) |
+| `log_z_max` | float | the largest $\log Z_i$ |
 | `rows` | float | $N$ (of the sampled rows when the site has more than `max_responsibility_rows`) |
 | `residual` | float | gradient: $\max_i \max_j \lvert r_{ij} - \operatorname{softmax}(z_i)_j\rvert$, the identity C1/R4 on this step |
 | `nonfinite` | float | rows with a non-finite gradient (among all rows), excluded from every average |
@@ -50,6 +54,8 @@ where the weights are a tensor of the model):
 |---|---|---|
 | `entropy` | float | mean over heads and queries of $H(\alpha_i)$ (nats) |
 | `head_entropy` | list of float | the same per head |
+| `max_logit` | list of float | per head, the largest scaled score $s_{ij} = q_i\cdot k_j/\sqrt{E_h}$ (plus any additive mask; masked entries left out) over the traced rows and queries; eager attention: the largest finite input of its softmax |
+| `sink_share` | list of float | per head, the mean over traced rows and queries of $\alpha_{i0}$, the weight on key position 0 |
 | `rows` | float | traced rows × heads × queries |
 | `routing_norm` | float | gradient: $\lVert \alpha \odot (a - \bar a)\rVert_F$, $\bar a_i = \sum_j \alpha_{ij} a_{ij}$, the E-step-like update of the scores |
 | `value_norm` | float | gradient: $\lVert \alpha^\top g\rVert_F$, the M-step-like update of the values |
@@ -60,6 +66,28 @@ where the weights are a tensor of the model):
 | `attention_drift` | float | probe: mean total variation $\frac12\sum_j\lvert\alpha_{ij}-\alpha'_{ij}\rvert$ per query since the previous measurement |
 | `value_drift` | float | probe: $\lVert v - v'\rVert_F / \lVert v'\rVert_F$ since the previous measurement |
 
+**Router sites** (`type` `"router"`). Over the sampled token rows with router logits $z_t$ and
+probabilities $p_t = \operatorname{softmax}(z_t)$ over $E$ experts, and over all rows the
+assignments ($k$ per token with a following `topk`, else the $\arg\max$); $f_i$ the share of
+the assignments routed to expert $i$, $P_i = \frac1N\sum_t p_{ti}$. Also the responsibility
+metrics of $p$ (`mass` $= P$, `entropy`, `effective_k`, `dead`, `dominance`, `scale`, `rows`,
+`nonfinite`, `churn`), and `K` $= E$:
+
+| field | type | meaning |
+|---|---|---|
+| `expert_load` | list of float | $f_i$, summing to 1 (also for top-$k$) |
+| `expert_prob` | list of float | $P_i$, the mean router probability of each expert |
+| `aux_balance` | float | $E\sum_i f_i P_i$: 1 when balanced, up to $E$ when collapsed (the Switch auxiliary loss without its coefficient) |
+| `load_cv` | float | $\operatorname{std}_i f_i / \operatorname{mean}_i f_i$ |
+| `max_load_ratio` | float | $\max_i f_i / \operatorname{mean}_i f_i$ |
+| `dead_experts` | float | experts with no assignment in the step |
+| `router_entropy_ratio` | float | $\exp(\bar H)/E$, $\bar H$ the mean per-token entropy of $p_t$: 1 uniform, $1/E$ one-hot |
+| `router_z` | float | $\frac1N\sum_t \operatorname{LSE}(z_t)^2$ (the ST-MoE router z-loss without its coefficient) |
+| `log_z` | float | $\frac1N\sum_t \operatorname{LSE}(z_t)$ |
+| `log_z_max` | float | $\max_t \operatorname{LSE}(z_t)$ |
+| `residual` | float | gradient: $\max\lvert\nabla_z - p\odot(\nabla_p - \langle p,\nabla_p\rangle)\rvert / \max\lvert\nabla_z\rvert$, the softmax Jacobian identity between the gradients of the logits and of the probabilities |
+| `top_k` | int | assignments per token ($k$ of the following `topk`, else 1) |
+
 **Alarm records**
 
 | field | type | meaning |
@@ -67,56 +95,20 @@ where the weights are a tensor of the model):
 | `kind` | str | `"alarm"` |
 | `step` | int | the step of the site record that raised it |
 | `site` | str | the site's name |
-| `alarm` | str | `"dominance"`, `"effective_k"`, `"dead_components"`, `"shrinking_scale"` (responsibility sites with $K > 1$) or `"nonfinite_gradient"` (any site) |
-| `value` | float | the measured value: `dominance`, `effective_k`, `dead`, `scale` or `nonfinite` |
-| `threshold` | float | the threshold crossed (`Thresholds`; 0 for dead components and non-finite gradients; `scale_ratio` times the site's first scale for a shrinking scale) |
-| `message` | str | a sentence naming the site, the alarm, value, threshold and step; logged and issued as a `CollapseWarning` the first time per site and alarm |
+| `alarm` | str | the rule that fired (`implicit_em.trace.alarms`): `"dominance"`, `"effective_k"`, `"dead_components"`, `"shrinking_scale"` (responsibility sites with $K > 1$), `"attention_entropy_collapse"`, `"attention_logit_growth"`, `"attention_sink"` (attention), `"log_z_drift"` (classification, router), `"expert_overload"`, `"dead_experts"` (router) or `"nonfinite_gradient"` (any site) |
+| `value` | float | the measured value (for a per-head rule, the worst head's, named in the message) |
+| `threshold` | float | the threshold crossed (`Thresholds`; 0 for dead components and non-finite gradients; a ratio times the site's first value for a relative rule) |
+| `message` | str | a sentence naming the site, the alarm, value, threshold, where the default comes from, the step and the usual fix; logged and issued as a `CollapseWarning` the first time per site and alarm |
 """
 
 from __future__ import annotations
 
-import logging
-import math
-import warnings
-from dataclasses import dataclass
 from typing import Any
 
 from implicit_em.trace.capture import Site
 from implicit_em.trace.sinks import Record
 
-__all__ = ["DEFAULT_THRESHOLDS", "Alarms", "CollapseWarning", "Thresholds", "site_record"]
-
-logger = logging.getLogger("implicit_em.trace")
-
-
-class CollapseWarning(UserWarning):
-    """A collapse alarm (issued once per site and alarm; every alarm is also a record)."""
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """Collapse alarms of responsibility sites with K > 1.
-
-    Parameters
-    ----------
-    dominance : float, default=0.9
-        Alarm when one component holds more than this share of the mass (`dominance`).
-    effective_k : float, default=1.5
-        Alarm when $\\exp H(\\bar r)$ (`effective_k`) falls below this.
-    dead_fraction : float, default=0.01
-        A component is dead when its mass is below `dead_fraction / K`; any dead component
-        raises an alarm.
-    scale_ratio : float, default=0.1
-        Alarm when the distance scale falls below this fraction of its first value.
-    """
-
-    dominance: float = 0.9
-    effective_k: float = 1.5
-    dead_fraction: float = 0.01
-    scale_ratio: float = 0.1
-
-
-DEFAULT_THRESHOLDS = Thresholds()
+__all__ = ["site_record"]
 
 
 def site_record(
@@ -129,7 +121,7 @@ def site_record(
     if values is None:
         record.update(dict.fromkeys(kind.metrics + (kind.probe_metrics if probe else ())))
         record["missing"] = sorted(record.keys() - {"kind", "step", "site", "type"})
-        record["reason"] = site.reason
+        record.update(exact=None, tolerance=None, reason=site.reason)
         return record
     has_gradient = kind.has_gradient(values)
     for m in kind.metrics + (kind.probe_metrics if probe else ()):
@@ -138,75 +130,7 @@ def site_record(
     if not has_gradient:
         record.update(dict.fromkeys(kind.gradient_metrics))
     record["missing"] = sorted(m for m in optional if record[m] is None)
+    residual, tolerance = record[kind.residual_metric], values.get("tolerance")
+    record["tolerance"] = tolerance
+    record["exact"] = None if residual is None or tolerance is None else residual <= tolerance
     return record
-
-
-class Alarms:
-    """Raises the collapse alarms of each record (a warning the first time per site and alarm)."""
-
-    def __init__(self, thresholds: Thresholds) -> None:
-        self.thresholds = thresholds
-        self._first_scale: dict[str, float] = {}
-        self._warned: set[tuple[str, str]] = set()
-
-    def __call__(self, record: Record) -> list[Record]:
-        site, t = record["site"], self.thresholds
-        checks: list[tuple[str, float, float, bool, str]] = []
-        if record.get("nonfinite"):
-            text = "non-finite gradient entries excluded from the metrics"
-            checks.append(("nonfinite_gradient", record["nonfinite"], 0.0, True, text))
-        if record["type"] != "attention" and record.get("K", 0) > 1 and record["rows"]:
-            dominance, effective_k = record["dominance"], record["effective_k"]
-            checks += [
-                (
-                    "dominance",
-                    dominance,
-                    t.dominance,
-                    dominance > t.dominance,
-                    "one component holds most of the mass",
-                ),
-                (
-                    "effective_k",
-                    effective_k,
-                    t.effective_k,
-                    effective_k < t.effective_k,
-                    "effective number of components collapsed",
-                ),
-                (
-                    "dead_components",
-                    record["dead"],
-                    0.0,
-                    record["dead"] > 0,
-                    "components with (almost) no responsibility",
-                ),
-            ]
-            scale = record["scale"]
-            first = self._first_scale.setdefault(site, scale)
-            if math.isfinite(scale) and first > 0:
-                low = t.scale_ratio * first
-                text = "the distance scale is shrinking"
-                checks.append(("shrinking_scale", scale, low, scale < low, text))
-        alarms = []
-        for name, value, threshold, fired, text in checks:
-            if not fired:
-                continue
-            message = (
-                f"{site}: {text} ({name}={value:.4g}, threshold {threshold:.4g}) "
-                f"at step {record['step']}"
-            )
-            alarms.append(
-                {
-                    "kind": "alarm",
-                    "step": record["step"],
-                    "site": site,
-                    "alarm": name,
-                    "value": value,
-                    "threshold": threshold,
-                    "message": message,
-                }
-            )
-            if (site, name) not in self._warned:
-                self._warned.add((site, name))
-                logger.warning(message)
-                warnings.warn(message, CollapseWarning, stacklevel=5)
-        return alarms

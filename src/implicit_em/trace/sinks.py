@@ -18,7 +18,8 @@ Record = dict[str, Any]
 
 
 class Sink(Protocol):
-    """Receives records in step order, a batch of measured steps at a time (`flush_every`)."""
+    """Receives alarm records at their step, site records in step order a batch of measured
+    steps at a time (`flush_every`)."""
 
     def write(self, records: Sequence[Record]) -> None: ...
 

@@ -6,7 +6,7 @@ site type $T$ present in the step (`classification`, `mixture`, `attention`, ...
 
 * `trace/T/METRIC/p50`, `trace/T/METRIC/p90`, `trace/T/METRIC/max`: the median, 90th
   percentile (linear interpolation between order statistics) and maximum over the type's sites
-  of each scalar metric (`step`, `K` and `rows` are bookkeeping and left out; a metric that is
+  of each scalar metric (`step`, `K`, `rows` and `tolerance` are bookkeeping and left out; a metric that is
   `None` at a site is left out at that site);
 * `trace/T/worst/SITE`: the health metric of the `top_k` worst sites by name, the lowest
   `effective_k` for responsibility sites (collapse drives it to 1) and the lowest `entropy`
@@ -14,8 +14,8 @@ site type $T$ present in the step (`classification`, `mixture`, `attention`, ...
 
 and `trace/alarms`, the number of alarm records of the step. So a step has at most
 $1 + \sum_T (3 M_T + k)$ keys, with $M_T$ the scalar metrics of type $T$ (`key_bound`), however
-deep the model: 10 for `classification`, 8 for `mixture`, 9 for `attention` (with a probe;
-fewer without), i.e. at most 91 keys with `top_k=3` and all three types present.
+deep the model: without a probe 11 for `classification`, 9 for `mixture` and 6 for
+`attention` (a probe adds its own), i.e. at most 88 keys with `top_k=3` and those three types.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from implicit_em.trace.sinks import Record
 
 __all__ = ["BOOKKEEPING", "HEALTH", "health_metric", "key_bound", "quantile", "summarize"]
 
-BOOKKEEPING = ("step", "K", "rows")
+BOOKKEEPING = ("step", "K", "rows", "tolerance")
 """Numeric record fields that are no health metric and are not summarized."""
 
 HEALTH = {"classification": "effective_k", "mixture": "effective_k", "attention": "entropy"}

@@ -10,11 +10,12 @@ tracer.history.to_pandas()
 
 On a measured step (every `every`-th, starting with the first) the capture
 (`implicit_em.trace.capture`) finds every site of the forward and backward pass and keeps
-what each needs; at `Tracer.step` the probe batch runs. Every `flush_every`
-measurements (and on leaving the `with` block) the buffered measurements are reduced to
-metrics (`implicit_em.trace.flush`), all-reduced under DDP, and written as records with
-their collapse alarms (`implicit_em.trace.records`). Between measured steps nothing is
-installed.
+what each needs. At that step's `Tracer.step` the probe batch runs, the sites are reduced to
+metrics (`implicit_em.trace.flush`: equally shaped sites in one batched pass), all-reduced
+under DDP, made records (`implicit_em.trace.records`) and checked by the alarm rules
+(`implicit_em.trace.alarms`); alarms reach every sink at once, site records every
+`flush_every` measurements (and on leaving the `with` block). Between measured steps
+nothing is installed.
 """
 
 from __future__ import annotations
@@ -22,23 +23,17 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from implicit_em.trace.alarms import DEFAULT_THRESHOLDS, Alarms, CollapseWarning, Thresholds
 from implicit_em.trace.capture import Pass, Site, SiteCapture
 from implicit_em.trace.distributed import rank
 from implicit_em.trace.flush import metric_values
 from implicit_em.trace.metrics import Stats
-from implicit_em.trace.records import (
-    DEFAULT_THRESHOLDS,
-    Alarms,
-    CollapseWarning,
-    Thresholds,
-    site_record,
-)
+from implicit_em.trace.records import site_record
 from implicit_em.trace.sinks import History, MemorySink, Record, Sink, make_sink
 from implicit_em.trace.sites import SEARCHED
 
@@ -52,24 +47,18 @@ class NoSiteError(RuntimeError):
 ProbeSpec = Tensor | tuple | dict | Callable[[], Any]
 
 
-@dataclass
-class _Measured:
-    """One measured step waiting for the next flush: its sites and their probe statistics."""
-
-    step: int
-    sites: list[Site]
-    probe: list[Stats] | None
-
-
 class Tracer:
     r"""Context manager that traces responsibility and attention sites during training.
 
     Inside the `with` block, call `step` once per training step, after the backward pass. On
     every `every`-th step (starting with the first) the tracer finds each site of the forward
-    and backward pass (a softmax cross-entropy, a mixture NLL, an attention layer), reads its
-    responsibilities back from the gradient and reduces them to the metrics of one record per
-    site; records and their collapse alarms go to the `sinks` and, with the `"memory"` sink,
-    to `history`. The fields of every record type are listed in `implicit_em.trace.records`.
+    and backward pass (a softmax cross-entropy, a mixture NLL, an attention layer, a
+    mixture-of-experts router), reads its responsibilities back from the gradient and reduces
+    them to the metrics of one record per site. The alarm rules (`implicit_em.trace.alarms`)
+    read each step's records at that step's `step` call: its alarms reach every sink, and
+    `alarms`, at once; site records go to the `sinks` (and, with the `"memory"` sink, to
+    `history`) in batches. The fields of every record type are listed in
+    `implicit_em.trace.records`.
 
     Parameters
     ----------
@@ -106,17 +95,17 @@ class Tracer:
         The per-component `mass` is recorded for sites with at most this many components
         (`None` above).
     thresholds : Thresholds, default=Thresholds()
-        The collapse alarm thresholds.
+        The thresholds of the alarm rules.
     rediscover : int or None, default=None
         Ignored, kept so that existing calls work (passing it warns): every measured step
         finds every site.
     flush_every : int, default=128
-        Measurements buffered before their metrics are computed (batched) and written;
-        records reach the sinks in batches of this many measured steps, and on leaving the
-        `with` block (also after an exception).
-    flush_bytes : int, default=2**28
-        Flush early once the buffered measurements keep this many bytes (256 MiB), so long
-        sequences and many sites cannot exhaust memory.
+        Measured steps whose site records are buffered before they are written: site records
+        reach the sinks in batches of this many measured steps, and on leaving the `with`
+        block (also after an exception). Alarms are written at their step.
+    flush_bytes : int or None, default=None
+        Ignored, kept so that existing calls work (passing it warns): each measured step's
+        kept tensors are reduced, and freed, at its `step` call.
 
     Attributes
     ----------
@@ -128,7 +117,7 @@ class Tracer:
     Raises
     ------
     ValueError
-        If `every`, `flush_every`, `flush_bytes`, `max_rows` or `max_responsibility_rows`
+        If `every`, `flush_every`, `max_rows` or `max_responsibility_rows`
         is not a positive integer, or
         a probe batch is given without the model.
     NoSiteError
@@ -163,13 +152,11 @@ class Tracer:
         thresholds: Thresholds = DEFAULT_THRESHOLDS,
         rediscover: int | None = None,
         flush_every: int = 128,
-        flush_bytes: int = 2**28,
+        flush_bytes: int | None = None,
     ) -> None:
         for arg, value in (("every", every), ("flush_every", flush_every)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{arg} must be a positive integer, got {value!r}")
-        if not isinstance(flush_bytes, int) or flush_bytes < 1:
-            raise ValueError(f"flush_bytes must be a positive integer, got {flush_bytes!r}")
         if not isinstance(max_rows, int) or max_rows < 1:
             raise ValueError(f"max_rows must be a positive integer, got {max_rows!r}")
         if max_responsibility_rows is not None and (
@@ -187,13 +174,18 @@ class Tracer:
                 DeprecationWarning,
                 stacklevel=2,
             )
+        if flush_bytes is not None:
+            warnings.warn(
+                "Tracer(flush_bytes=...) is ignored: each measured step is reduced at its step()",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         self.model = model
         self.every = every
         self.probe = probe
         self.max_components = max_components
         self.thresholds = thresholds
         self.flush_every = flush_every
-        self.flush_bytes = flush_bytes
         self.patterns = [sites] if isinstance(sites, str) else sites
         self._sink_specs = list(sinks)
         self.sinks: list[Sink] = []
@@ -202,10 +194,10 @@ class Tracer:
         self.measurements = 0
         self._active = False
         self._memory = MemorySink()
-        self._pending: list[_Measured] = []
-        self._pending_bytes = 0
+        self._pending: list[list[Record]] = []
         self._previous: dict[str, dict[str, Tensor]] = {}
-        self._alarms = Alarms(thresholds)
+        self._rules = Alarms(thresholds)
+        self._alarms: list[Record] = []
 
     # -- context ----------------------------------------------------------------------------------
 
@@ -223,11 +215,10 @@ class Tracer:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        """Measure a last unfinished step, write every buffered measurement and close the sinks.
+        """Measure a last unfinished step, write every buffered record and close the sinks.
 
-        After an exception the buffered measurements are still written, but not all-reduced
-        across ranks (another rank may never reach the collective): under DDP rank 0 then
-        writes its own shard's statistics for them.
+        After an exception the step in progress is dropped (another rank may never reach
+        its all-reduce) and the records of the steps measured before it are written.
         """
         try:
             if exc_type is None and self.capture.current.sites:
@@ -238,7 +229,7 @@ class Tracer:
             self.capture.stop()
             self._active = False
             try:
-                self._flush(across_ranks=exc_type is None)
+                self._flush()
             finally:
                 for sink in self.sinks:
                     sink.close()
@@ -247,22 +238,24 @@ class Tracer:
     def history(self) -> History:
         """Every record measured so far (with the `"memory"` sink).
 
-        Records reach it in batches of `flush_every` measured steps, and all of them on
-        leaving the `with` block.
+        Alarms reach it at their step; site records in batches of `flush_every` measured
+        steps, and all of them on leaving the `with` block.
         """
         return self._memory.history
 
     @property
     def alarms(self) -> list[Record]:
-        """The alarm records of `history`, in order."""
-        return self.history.alarms()
+        """Every alarm record so far, in order: current after each `step` call (whatever
+        the sinks)."""
+        return list(self._alarms)
 
     def step(self) -> None:
         """Mark the end of a training step (after `backward`, typically after `opt.step()`).
 
         On a measured step the sites captured since the previous call (and the probe batch,
-        if any) are kept for the next flush; every `flush_every` measurements they become
-        records in the sinks.
+        if any) become records; the alarm rules read them, and their alarms reach every
+        sink (and `alarms`) before this call returns. Site records are written every
+        `flush_every` measurements.
 
         Raises
         ------
@@ -321,42 +314,39 @@ class Tracer:
     # -- measurement ------------------------------------------------------------------------------
 
     def _measure(self) -> None:
-        """Keep the sites of the finished measured step (and its probe statistics) for the
-        next flush; flush once `flush_every` measurements (or `flush_bytes`) wait."""
+        """Reduce the sites of the finished measured step (and its probe statistics) to
+        records, write their alarms, and buffer the records for the next flush (once
+        `flush_every` measurements wait)."""
         done = self.capture.take()
         if not done.sites:
             if self.measurements == 0:
                 raise NoSiteError(self._no_site_message())
             return
         probe = None if self.probe is None else self._probe_stats(done.sites, self._run_probe())
-        self._pending.append(_Measured(self.step_index, done.sites, probe))
-        self._pending_bytes += done.nbytes()
+        slots, first = _slots(done.sites)
+        values = metric_values(done.sites, probe, self.thresholds.dead_fraction, slots=slots)
+        probed = self.probe is not None
+        records = [
+            site_record(self.step_index, site, v, probed, self.max_components)
+            for site, v in zip(first, values, strict=True)
+        ]
         self.measurements += 1
-        if len(self._pending) >= self.flush_every or self._pending_bytes >= self.flush_bytes:
+        self._pending.append(records)
+        alarms = [a for r in records for a in self._rules(r)]
+        if alarms:
+            self._alarms += alarms
+            for sink in self.sinks:
+                sink.write(alarms)
+        if len(self._pending) >= self.flush_every:
             self._flush()
 
-    def _flush(self, across_ranks: bool = True) -> None:
-        """Compute, reduce and write every buffered measurement, in step order."""
-        pending, self._pending, self._pending_bytes = self._pending, [], 0
-        if not pending:
-            return
-        sites = [s for m in pending for s in m.sites]
-        probes = None if self.probe is None else [p for m in pending for p in m.probe]
-        slots, firsts = _slots(pending)
-        values = metric_values(
-            sites, probes, self.thresholds.dead_fraction, across_ranks, slots=slots
-        )
-        out: list[Record] = []
-        i = 0
-        for m, first in zip(pending, firsts, strict=True):
-            records = []
-            for site in first:
-                probed = self.probe is not None
-                records.append(site_record(m.step, site, values[i], probed, self.max_components))
-                i += 1
-            out += records + [a for r in records for a in self._alarms(r)]
-        for sink in self.sinks:
-            sink.write(out)
+    def _flush(self) -> None:
+        """Write every buffered site record, in step order."""
+        pending, self._pending = self._pending, []
+        out = [r for records in pending for r in records]
+        if out:
+            for sink in self.sinks:
+                sink.write(out)
 
     def _no_site_message(self) -> str:
         where = "the traced code" if self.model is None else type(self.model).__name__
@@ -416,20 +406,16 @@ class Tracer:
         return out
 
 
-def _slots(pending: list[_Measured]) -> tuple[list[int] | None, list[list[Site]]]:
-    """The slot of every site (one per site name and measured step: `Tracer.micro_batch`
-    gives the micro-batches of a step equal names) and the first site of each slot, per
-    step; the slots are None when no name repeats within a step."""
+def _slots(sites: list[Site]) -> tuple[list[int] | None, list[Site]]:
+    """The slot of every site of a measured step (`Tracer.micro_batch` gives the sites of the
+    step's micro-batches equal names; one slot per name) and the first site of each slot; the
+    slots are None when no name repeats."""
+    index: dict[str, int] = {}
     slots: list[int] = []
-    firsts: list[list[Site]] = []
-    count = 0
-    for m in pending:
-        index: dict[str, int] = {}
-        first: list[Site] = []
-        for site in m.sites:
-            if site.name not in index:
-                index[site.name], count = count, count + 1
-                first.append(site)
-            slots.append(index[site.name])
-        firsts.append(first)
-    return (slots if count < len(slots) else None), firsts
+    first: list[Site] = []
+    for site in sites:
+        if site.name not in index:
+            index[site.name] = len(first)
+            first.append(site)
+        slots.append(index[site.name])
+    return (slots if len(first) < len(slots) else None), first

@@ -16,6 +16,8 @@ from implicit_em.report.experiments import (
     e10_windtunnel_bayes,
     e11_windtunnel_sigmoid,
     e12_two_timescales,
+    e13_score_gradients,
+    e14_distance_reading,
 )
 
 EXPERIMENTS = [
@@ -31,6 +33,8 @@ EXPERIMENTS = [
     e10_windtunnel_bayes.EXPERIMENT,
     e11_windtunnel_sigmoid.EXPERIMENT,
     e12_two_timescales.EXPERIMENT,
+    e13_score_gradients.EXPERIMENT,
+    e14_distance_reading.EXPERIMENT,
 ]
 
 __all__ = ["EXPERIMENTS"]

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from implicit_em.core import responsibilities
 from implicit_em.objectives import decorrelation_penalty, mixture_nll, variance_penalty
+from implicit_em.report.experiments._collapse_baselines import build_encoder, encoder_optimizer
 from implicit_em.report.experiments._neural import (
     Images,
     device_of,
@@ -23,8 +24,10 @@ VARIANTS = {
     "lse_var": "LSE + variance",
     "lse_var_decor": "LSE + variance + decorrelation",
     "var_decor": "variance + decorrelation alone",
+    "layernorm": "LSE alone, LayerNorm before the ReLU",
+    "weight_decay": "LSE alone, with weight decay (AdamW)",
 }
-"""The four objectives, by key."""
+"""The objectives by key; the last two are the paper's patches for collapse (C9)."""
 
 DEAD_VARIANCE = 0.01
 """A unit is dead when its variance over the training images is below this."""
@@ -40,7 +43,7 @@ def encoder_loss(d: Tensor, variant: str, config: dict[str, Any]) -> Tensor:
     """
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
-    if variant == "lse":
+    if variant in ("lse", "layernorm", "weight_decay"):
         return mixture_nll(d)
     volume = config["variance_weight"] * variance_penalty(d)
     if variant in ("lse_var_decor", "var_decor"):
@@ -92,15 +95,17 @@ def train_encoder(
     device = device_of(config)
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
-    encoder = nn.Linear(images.n_features, config["units"]).to(device)
-    optimizer = torch.optim.Adam(encoder.parameters(), lr=config["lr"])
+    kind = "layernorm" if variant == "layernorm" else "plain"
+    encoder = build_encoder(kind, images.n_features, config["units"]).to(device)
+    decay = config["weight_decay"] if variant == "weight_decay" else 0.0
+    optimizer = encoder_optimizer(list(encoder.parameters()), config["lr"], decay)
     monitor = images.x_train[: config["monitor"]]
     curve: dict[str, list[float]] = {"step": [], "dead_fraction": [], "l0": []}
     steps = config["steps"]
     batches = minibatches(len(images.y_train), config["batch"], steps, generator)
     with quiet_alarms(), Tracer(encoder, every=config["trace_every"]) as tracer:
         for step, index in enumerate(batches):
-            d = torch.relu(encoder(images.x_train[index.to(device)]))
+            d = encoder(images.x_train[index.to(device)])
             loss = encoder_loss(d, variant, config)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -108,7 +113,7 @@ def train_encoder(
             tracer.step()
             if step % config["curve_every"] == 0 or step == steps - 1:
                 with tracer.paused(), torch.no_grad():
-                    stats = feature_statistics(torch.relu(encoder(monitor)))
+                    stats = feature_statistics(encoder(monitor))
                 curve["step"].append(step)
                 curve["dead_fraction"].append(stats["dead_fraction"])
                 curve["l0"].append(stats["l0"])
@@ -118,8 +123,8 @@ def train_encoder(
     for alarm in tracer.alarms:
         alarms.setdefault(alarm["alarm"], int(alarm["step"]))
     with torch.no_grad():
-        f_train = torch.relu(encoder(images.x_train))
-        f_test = torch.relu(encoder(images.x_test))
+        f_train = encoder(images.x_train)
+        f_test = encoder(images.x_test)
     final = feature_statistics(f_train)
     on_test = feature_statistics(f_test)
     final["l0"], final["entropy"] = on_test["l0"], on_test["entropy"]
@@ -127,7 +132,7 @@ def train_encoder(
     final["probe"] = linear_probe_accuracy(
         f_train[:n_probe], images.y_train[:n_probe], f_test, images.y_test
     )
-    final["weight_norm"] = float(encoder.weight.detach().norm())
+    final["weight_norm"] = float(encoder.linear.weight.detach().norm())
     return {
         "final": final,
         "curve": curve,

@@ -1,10 +1,10 @@
-"""Models, scores and open-set metrics of E8: the heads with and without a null component."""
+"""Models of E8: the heads with and without a null component, the smoothing ablation, and the
+scores of a trained model (computed by `_open_set_scores`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -15,11 +15,13 @@ from implicit_em.report.experiments._neural import (
     MLPEncoder,
     minibatches,
 )
+from implicit_em.report.experiments._open_set_scores import knn, logit_scores, mahalanobis
 
 MODELS = {
     "softmax": "linear softmax head",
     "distance": "distance (prototype) head",
     "null": "distance head + null component",
+    "smoothing": "distance head + label smoothing, no null (ablation)",
 }
 SCORES = {
     "msp": "max softmax probability",
@@ -31,34 +33,6 @@ SCORES = {
 }
 CONFIDENT = 0.9
 """The closed-world claim counts unknown inputs given to a known class with more than this."""
-
-
-def open_set_metrics(score: np.ndarray, unknown: np.ndarray) -> dict[str, float]:
-    r"""AUROC, AUPR-in, AUPR-out and FPR at 95% TPR of a score for "unknown" (scikit-learn).
-
-    Convention: unknown inputs are the positive class and a larger `score` means "more likely
-    unknown". `aupr_out` is the average precision of detecting unknowns; `aupr_in` that of
-    detecting knowns with `-score`; `fpr95` is the share of known inputs flagged at the
-    smallest threshold that flags 95% of the unknowns.
-    """
-    from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
-
-    score = np.asarray(score, dtype=np.float64)
-    unknown = np.asarray(unknown, dtype=bool)
-    if score.shape != unknown.shape or score.ndim != 1:
-        raise ValueError("score and unknown must be 1-D arrays of the same length")
-    if unknown.all() or not unknown.any():
-        raise ValueError("open-set metrics need both known and unknown inputs")
-    if not np.isfinite(score).all():
-        raise ValueError("score has non-finite values")
-    # Every threshold is kept: a dropped collinear point may be the first to reach 95% TPR.
-    fpr, tpr, _ = roc_curve(unknown, score, drop_intermediate=False)
-    return {
-        "auroc": float(roc_auc_score(unknown, score)),
-        "aupr_in": float(average_precision_score(~unknown, -score)),
-        "aupr_out": float(average_precision_score(unknown, score)),
-        "fpr95": float(fpr[np.searchsorted(tpr, 0.95, side="left")]),
-    }
 
 
 class OpenSetClassifier(nn.Module):
@@ -93,6 +67,8 @@ class OpenSetClassifier(nn.Module):
         if self.kind == "softmax":
             return torch.nn.functional.cross_entropy(z, y)
         d = -z
+        if self.kind == "smoothing":
+            return cross_entropy(d, y, label_smoothing=null_target)
         if self.null is None:
             return cross_entropy(d, y)
         extended = self.null(d)
@@ -100,32 +76,6 @@ class OpenSetClassifier(nn.Module):
         target = torch.nn.functional.one_hot(y, k + 1).to(d.dtype) * (1.0 - null_target)
         target[:, k] += null_target
         return cross_entropy(extended, target)
-
-
-def _mahalanobis(h_train: Tensor, y_train: Tensor, h: Tensor, classes: int) -> Tensor:
-    """Squared Mahalanobis distance of `h` to the nearest class mean (shared covariance)."""
-    h_train, h = h_train.double(), h.double()
-    means = torch.zeros(classes, h.shape[1], dtype=h.dtype, device=h.device).index_add_(
-        0, y_train, h_train
-    )
-    means = means / torch.bincount(y_train, minlength=classes).clamp_min(1)[:, None].to(h.dtype)
-    centred = h_train - means[y_train]
-    cov = centred.T @ centred / len(h_train)
-    cov = cov + 1e-6 * cov.diagonal().mean() * torch.eye(
-        cov.shape[0], dtype=h.dtype, device=h.device
-    )
-    chol = torch.linalg.cholesky(cov)
-    diff = (h[:, None, :] - means[None]).reshape(-1, h.shape[1])
-    white = torch.linalg.solve_triangular(chol, diff.T, upper=False)
-    return (white**2).sum(0).reshape(len(h), classes).amin(1)
-
-
-def _nearest(bank: Tensor, h: Tensor, chunk: int = 2048) -> Tensor:
-    """Euclidean distance of each L2-normalized row of `h` to its nearest normalized bank row."""
-    bank = torch.nn.functional.normalize(bank.double(), dim=1)
-    h = torch.nn.functional.normalize(h.double(), dim=1)
-    best = torch.cat([(h[i : i + chunk] @ bank.T).amax(1) for i in range(0, len(h), chunk)])
-    return torch.sqrt((2.0 - 2.0 * best).clamp_min(0.0))
 
 
 def evaluate(
@@ -143,11 +93,9 @@ def evaluate(
     classes = z.shape[1]
     p = torch.softmax(z, dim=1)
     scores = {
-        "msp": -p.amax(1),
-        "energy": -torch.logsumexp(z, dim=1),
-        "max_logit": -z.amax(1),
-        "mahalanobis": _mahalanobis(h_train, y_train, h, classes),
-        "knn": _nearest(h_train[: config["knn_bank"]], h),
+        **logit_scores(z),
+        "mahalanobis": mahalanobis(h_train, y_train, h, classes),
+        "knn": knn(h_train[: config["knn_bank"]], h),
     }
     result: dict[str, Any] = {"predicted": p.argmax(1)}
     if model.null is None:

@@ -52,21 +52,28 @@ class WandbSink:
         self._owned = run is None and wandb.run is None
         self.run = run if run is not None else (wandb.run or wandb.init(**init))
         self.top_k = top_k
+        self._alarms: dict[int, list[Record]] = {}
         self.run.define_metric("trace/step")
         self.run.define_metric("trace/*", step_metric="trace/step")
 
     def write(self, records: Sequence[Record]) -> None:
+        """Raise an alert for each alarm at once; log a step's summary with its site records.
+
+        The tracer writes a step's alarms at that step and its site records later, in
+        batches: the alarms are kept until their step's site records arrive, so that the
+        step is logged once, its `trace/alarms` included."""
         steps: dict[int, list[Record]] = {}
         for r in records:
-            steps.setdefault(r["step"], []).append(r)
-        for step, batch in steps.items():
-            self.run.log({"trace/step": step, **summarize(batch, self.top_k)})
-            for alarm in (r for r in batch if r["kind"] == "alarm"):
+            if r["kind"] == "alarm":
                 self.run.alert(
-                    title=f"{alarm['alarm']} at {alarm['site']}"[:63],
-                    text=alarm["message"],
-                    level="WARN",
+                    title=f"{r['alarm']} at {r['site']}"[:63], text=r["message"], level="WARN"
                 )
+                self._alarms.setdefault(r["step"], []).append(r)
+            else:
+                steps.setdefault(r["step"], []).append(r)
+        for step, batch in steps.items():
+            batch += self._alarms.pop(step, [])
+            self.run.log({"trace/step": step, **summarize(batch, self.top_k)})
 
     def close(self) -> None:
         """Finish the run if this sink started it."""

@@ -11,6 +11,7 @@ from implicit_em.trace.sites.distance_cross_entropy import DistanceCrossEntropy
 from implicit_em.trace.sites.eager import EagerAttention
 from implicit_em.trace.sites.mha import MultiheadAttention
 from implicit_em.trace.sites.mixture_nll import MixtureNLL
+from implicit_em.trace.sites.router import Router
 from implicit_em.trace.sites.sdpa import SDPA
 
 __all__ = ["KINDS", "SEARCHED", "Kept", "SiteKind"]
@@ -22,6 +23,7 @@ KINDS: tuple[SiteKind, ...] = (
     EagerAttention(),
     MixtureNLL(),
     DistanceCrossEntropy(),
+    Router(),
 )
 """Every site kind, in the order in which they are searched."""
 

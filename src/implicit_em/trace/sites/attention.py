@@ -21,7 +21,26 @@ from implicit_em.core import responsibilities
 from implicit_em.trace.metrics import Stats, drift_stats, finish_attention, per_step
 from implicit_em.trace.sites.base import Kept, SiteKind
 
-__all__ = ["AttentionKind", "along", "attention_weights", "forward_residual", "heads"]
+__all__ = [
+    "AttentionKind",
+    "along",
+    "attention_weights",
+    "forward_residual",
+    "head_max",
+    "heads",
+    "weights_and_logit_max",
+]
+
+
+def _scores(
+    q: Tensor, k: Tensor, mask: Tensor | None, is_causal: bool, scale: float | None
+) -> tuple[Tensor, Tensor]:
+    """The scores `attention_scores(q, k, ...)` in at least float32, and their softmax along
+    the last axis (rows a mask excludes entirely are zeros)."""
+    dtype = torch.promote_types(q.dtype, torch.float32)
+    s = attention_scores(q.to(dtype), k.to(dtype), mask, is_causal, scale)
+    masked = mask is not None or is_causal
+    return s, responsibilities(-s) if masked else torch.softmax(s, dim=-1)
 
 
 def attention_weights(
@@ -29,10 +48,23 @@ def attention_weights(
 ) -> Tensor:
     r"""$\alpha = \operatorname{softmax}(s)$ of `attention_scores(q, k, ...)` along the
     last axis, in at least float32 (rows a mask excludes entirely are zeros)."""
-    dtype = torch.promote_types(q.dtype, torch.float32)
-    s = attention_scores(q.to(dtype), k.to(dtype), mask, is_causal, scale)
-    masked = mask is not None or is_causal
-    return responsibilities(-s) if masked else torch.softmax(s, dim=-1)
+    return _scores(q, k, mask, is_causal, scale)[1]
+
+
+def weights_and_logit_max(
+    q: Tensor, k: Tensor, mask: Tensor | None, is_causal: bool, scale: float | None
+) -> tuple[Tensor, Tensor]:
+    """`attention_weights` of stacked `q`, `k` (`[S, R, H, L, E]`) and `head_max` of their
+    scores, `[S, H]`."""
+    s, alpha = _scores(q, k, mask, is_causal, scale)
+    return alpha, head_max(s)
+
+
+def head_max(s: Tensor) -> Tensor:
+    r"""The largest finite entry of each head of scores `[S, R, H, Lq, Lk]`, `[S, H]` in
+    float64 (a masked entry, $-\infty$, never counts; $-\infty$ for a head without one)."""
+    s = torch.where(torch.isfinite(s), s, -torch.inf)
+    return s.amax(dim=(1, 3, 4)).double()
 
 
 def heads(t: Tensor) -> Tensor:
@@ -80,7 +112,8 @@ class AttentionKind(SiteKind):
     r"""Shared metrics, gradient test and drift probe of attention sites.
 
     Metrics: `entropy` (mean over heads and queries, nats), `head_entropy` (per head),
-    `rows`; with the gradient `routing_norm` $\lVert\alpha\odot(a-\bar a)\rVert_F$,
+    `max_logit` (per head, the largest scaled score $q\cdot k/\sqrt{E}$ over the traced rows),
+    `sink_share` (per head, the mean weight on key position 0), `rows`; with the gradient `routing_norm` $\lVert\alpha\odot(a-\bar a)\rVert_F$,
     `value_norm` $\lVert\alpha^\top g\rVert_F$, their ratio, `value_residual` and
     `nonfinite`; with recomputed weights `alpha_residual`. Probe: `attention_drift` and
     `value_drift`. Subclasses implement `weights_and_values` for one kept record."""
@@ -89,6 +122,8 @@ class AttentionKind(SiteKind):
     metrics = (
         "entropy",
         "head_entropy",
+        "max_logit",
+        "sink_share",
         "rows",
         "routing_norm",
         "nonfinite",
@@ -104,6 +139,7 @@ class AttentionKind(SiteKind):
         "value_residual",
         "nonfinite",
     )
+    residual_metric = "value_residual"
     probe_metrics = ("attention_drift", "value_drift")
 
     def weights_and_values(self, kept: Kept) -> tuple[Tensor, Tensor | None]:

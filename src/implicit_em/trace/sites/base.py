@@ -4,11 +4,16 @@ A *site kind* is one small unit (a file in this package, one line in its registr
 
 * `functions`: the torch functions (or `hook_point`) it
   recognizes; the capture calls `SiteKind.observe` after each such call, with its result;
+* `aliased`: for some of those functions, the argument (position, name) that the capture
+  replaces by a private alias before the call, so that a gradient hook on it sees this
+  call's gradient alone;
 * `observe`: names the site (`Context.name`), keeps copies of the few tensors its
   statistics need in a `Kept` record and asks for gradients (`Context.on_gradient`);
 * `statistics`: turns a stack of records (every tensor with a leading step axis `S`) into
   sums and maxima (`implicit_em.trace.metrics`), reduced across ranks under DDP;
 * `finish`: turns reduced statistics into the metrics of its records; `metrics` lists them,
+  `residual_metric` names the one that is the site's identity residual (its record is
+  `exact` when that residual is within its `tolerance`),
   and `gradient_metrics` those that exist only once the backward pass reached the site (the
   record lists them in `missing` otherwise);
 * `probe_state` / `probe_statistics`: what a probe measurement keeps, and its change since
@@ -106,7 +111,9 @@ class SiteKind:
     type: ClassVar[str]
     searched: ClassVar[str]
     functions: ClassVar[tuple[Callable, ...]]
+    aliased: ClassVar[dict[Callable, tuple[int, str]]] = {}
     metrics: ClassVar[tuple[str, ...]]
+    residual_metric: ClassVar[str]
     gradient_metrics: ClassVar[tuple[str, ...]]
     probe_metrics: ClassVar[tuple[str, ...]]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -66,6 +66,9 @@ class CrossEntropy(ResponsibilityKind):
     type = "classification"
     searched = "torch.nn.functional.cross_entropy; torch.nn.functional.nll_loss of a log_softmax"
     functions = (F.cross_entropy, F.nll_loss, *_LOG_SOFTMAX)
+    aliased: ClassVar[dict[Callable, tuple[int, str]]] = {
+        F.cross_entropy: (0, "input")
+    } | dict.fromkeys(_LOG_SOFTMAX, (0, "input"))
     metrics = (
         "mass",
         "entropy",
@@ -73,6 +76,8 @@ class CrossEntropy(ResponsibilityKind):
         "dead",
         "dominance",
         "scale",
+        "log_z",
+        "log_z_max",
         "rows",
         "wrong_entropy",
         "wrong_top",

@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from implicit_em.trace.metrics import Stats, attention_stats_steps
-from implicit_em.trace.sites.attention import AttentionKind, heads
+from implicit_em.trace.metrics import Stats, attention_stats_steps, residual_tolerance
+from implicit_em.trace.sites.attention import AttentionKind, head_max, heads
 from implicit_em.trace.sites.base import Context, Kept
 
 __all__ = ["EagerAttention", "EagerKept"]
@@ -33,11 +33,13 @@ _CARRY = (torch.where, Tensor.to, Tensor.masked_fill, Tensor.contiguous, F.dropo
 
 @dataclass(eq=False)
 class EagerKept(Kept):
-    """`alpha` `[R, H, Lq, Lk]`; from the matmul `used` (the weights after dropout) and
+    """`alpha` `[R, H, Lq, Lk]`, `logit_max` `[H]` (each head's largest finite input to the
+    softmax, the scaled and masked scores); from the matmul `used` (the weights after dropout) and
     `v` `[R, H, Lk, Ev]`; gradients `grad_alpha`, `g` `[R, H, Lq, Ev]` and
     `grad_v` once the backward pass reached them."""
 
     alpha: Tensor
+    logit_max: Tensor
     used: Tensor | None = None
     v: Tensor | None = None
     grad_alpha: Tensor | None = None
@@ -86,7 +88,10 @@ class EagerAttention(AttentionKind):
         if name is None:
             return
         r = ctx.max_rows
-        kept = EagerKept(alpha=heads(ctx.keep(out[:r])))
+        with torch.no_grad():
+            scores = heads(x[:r].detach()).unsqueeze(0)
+            logit_max = head_max(scores)[0]
+        kept = EagerKept(alpha=heads(ctx.keep(out[:r])), logit_max=logit_max)
         ctx.add(name, self, kept)
         followed[id(out)] = (weakref.ref(out), kept)
 
@@ -117,6 +122,7 @@ class EagerAttention(AttentionKind):
         g = None if k.g is None or v is None else k.g.float()
         grad_v = k.grad_v
         grad_v = None if grad_v is None or v is None or grad_v.shape != v.shape else grad_v.float()
+        tolerance = residual_tolerance(k.alpha.dtype, k.alpha.shape[0], k.alpha.device)
         return attention_stats_steps(
             alpha,
             v,
@@ -124,4 +130,4 @@ class EagerAttention(AttentionKind):
             None if k.grad_alpha is None else k.grad_alpha.float(),
             None if k.used is None else k.used.float(),
             grad_v,
-        )
+        ) | {"tolerance_max": tolerance, "max_logit_max": k.logit_max.double()}

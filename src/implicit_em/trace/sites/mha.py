@@ -24,12 +24,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from implicit_em.trace.metrics import Stats, attention_stats_steps
+from implicit_em.trace.metrics import Stats, attention_stats_steps, residual_tolerance
 from implicit_em.trace.sites.attention import (
     AttentionKind,
     along,
     attention_weights,
     forward_residual,
+    weights_and_logit_max,
 )
 from implicit_em.trace.sites.base import Context, Kept, binder
 
@@ -100,7 +101,8 @@ class MultiheadAttention(AttentionKind):
         return attention_weights(q, k, kept.mask, False, None), v
 
     def statistics(self, k: Kept) -> Stats:
-        alpha, v = self.weights_and_values(k)
+        q, kk, v = (_split(t, k.heads) for t in (k.q, k.k, k.v))
+        alpha, logit_max = weights_and_logit_max(q, kk, k.mask, False, None)
         alpha, v = alpha.float(), v.float()
         s, _, h, _, ev = v.shape
         g = None
@@ -113,7 +115,12 @@ class MultiheadAttention(AttentionKind):
         rebuilt = (alpha * (v * w).sum(-1).unsqueeze(-2)).sum(-1).sum(2)
         if k.out_bias is not None:
             rebuilt = rebuilt + along(k.out_bias).reshape(s, 1, 1)
-        return stats | forward_residual(rebuilt, along(k.output.transpose(1, 2)))
+        tolerance = residual_tolerance(k.output.dtype, s, k.output.device)
+        return (
+            stats
+            | forward_residual(rebuilt, along(k.output.transpose(1, 2)))
+            | {"tolerance_max": tolerance, "max_logit_max": logit_max}
+        )
 
 
 def _unsupported(p: dict) -> str | None:

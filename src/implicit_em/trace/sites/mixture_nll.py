@@ -54,6 +54,8 @@ class MixtureNLL(ResponsibilityKind):
         "dead",
         "dominance",
         "scale",
+        "log_z",
+        "log_z_max",
         "rows",
         "residual",
         "nonfinite",

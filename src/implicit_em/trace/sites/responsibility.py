@@ -20,7 +20,9 @@ from implicit_em.trace.metrics import (
     Targets,
     churn_stats,
     finish_responsibility,
+    log_z_stats,
     read_responsibilities,
+    residual_tolerance,
     responsibility_stats_steps,
 )
 from implicit_em.trace.sites.base import Context, Kept, SiteKind
@@ -72,16 +74,20 @@ def responsibility_statistics(
 
     With a gradient, rows are valid where $c_i$ is finite and non-zero, the gradient row
     finite and $w_i > 0$; the residual is
-    $\max_i\max_j|r_{ij} - \operatorname{softmax}(z_i)_j|$ over valid rows. Without one,
-    the forward softmax over the rows of positive weight, residual 0.
+    $\max_i\max_j|r_{ij} - \operatorname{softmax}(z_i)_j|$ over valid rows, with its
+    tolerance (`residual_tolerance` of the logits' dtype), and $\log Z_i$ of the rows of
+    positive weight (`log_z_stats`). Without one, the forward softmax
+    over the rows of positive weight, residual 0.
     """
+    tolerance = residual_tolerance(logits.dtype, logits.shape[0], logits.device)
     logits = to_float(logits)
     right = None if target is None else target.right()
     forward = torch.softmax(logits, dim=-1)
     if grad is None or c is None:
         stats = responsibility_stats_steps(forward, weight > 0, right, logits)
+        stats |= log_z_stats(logits, weight > 0)
         zero = torch.zeros(logits.shape[0], dtype=logits.dtype, device=logits.device)
-        stats.update(residual_max=zero, nonfinite=zero, n_grad=zero)
+        stats.update(residual_max=zero, tolerance_max=tolerance, nonfinite=zero, n_grad=zero)
         return stats
     grad = to_float(grad)
     finite = torch.isfinite(grad.sum(-1))  # a row sum is finite iff the row is (|sum| <= 2|c|)
@@ -89,7 +95,9 @@ def responsibility_statistics(
     r = read_responsibilities(grad, torch.where(valid, c, 0.0), target, sign)
     err = forward.sub_(r).abs_().amax(-1)
     stats = responsibility_stats_steps(r, valid, right, logits)
+    stats |= log_z_stats(logits, weight > 0)
     stats["residual_max"] = torch.where(valid, err, 0.0).amax(-1)
+    stats["tolerance_max"] = tolerance
     if nonfinite is None:  # every row was kept
         nonfinite = (~finite).sum(-1)
     stats["nonfinite"] = nonfinite.to(grad.dtype)
@@ -160,6 +168,7 @@ class ResponsibilityKind(SiteKind):
     assignments."""
 
     gradient_metrics = ("residual",)
+    residual_metric = "residual"
     probe_metrics = ("churn",)
 
     def finish(self, stats: Stats, dead_fraction: float) -> dict[str, Tensor]:

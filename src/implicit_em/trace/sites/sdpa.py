@@ -11,18 +11,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch.nn.functional as F
 from torch import Tensor
 
-from implicit_em.trace.metrics import Stats, attention_stats_steps
+from implicit_em.trace.metrics import Stats, attention_stats_steps, residual_tolerance
 from implicit_em.trace.sites.attention import (
     AttentionKind,
     along,
     attention_weights,
     forward_residual,
     heads,
+    weights_and_logit_max,
 )
 from implicit_em.trace.sites.base import Context, Kept
 
@@ -50,6 +51,9 @@ class SDPAKept(Kept):
 class SDPA(AttentionKind):
     searched = "torch.nn.functional.scaled_dot_product_attention"
     functions = (F.scaled_dot_product_attention,)
+    aliased: ClassVar[dict[Callable, tuple[int, str]]] = {
+        F.scaled_dot_product_attention: (2, "value")
+    }
 
     def observe(self, ctx: Context, func: Callable, args: Sequence, kwargs: dict, out: Any) -> None:
         p = dict(zip(_PARAMS, args, strict=False)) | kwargs
@@ -92,10 +96,13 @@ class SDPA(AttentionKind):
         return attention_weights(kept.q, kept.k, kept.mask, kept.is_causal, kept.scale), kept.v
 
     def statistics(self, k: Kept) -> Stats:
-        alpha = attention_weights(k.q, k.k, k.mask, k.is_causal, k.scale).float()
+        alpha, logit_max = weights_and_logit_max(k.q, k.k, k.mask, k.is_causal, k.scale)
+        alpha = alpha.float()
         v = k.v.float()
         grad_v = None if k.grad_v is None else k.grad_v.float()
         g = None if k.g is None else k.g.float()
         stats = attention_stats_steps(alpha, v, g, grad_v=grad_v)
         rebuilt = (alpha * along(v).unsqueeze(-2)).sum(-1)
-        return stats | forward_residual(rebuilt, along(k.output))
+        tolerance = residual_tolerance(k.q.dtype, k.q.shape[0], k.q.device)
+        extra = {"tolerance_max": tolerance, "max_logit_max": logit_max}
+        return stats | forward_residual(rebuilt, along(k.output)) | extra

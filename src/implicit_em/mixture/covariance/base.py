@@ -1,0 +1,301 @@
+r"""The protocol every covariance type implements, and what the matrix types and the vector
+types share.
+
+A type is one `CovarianceModel` subclass in its own module; its methods fall in four groups
+(the roles are stated in `implicit_em.mixture.covariance`):
+
+* **parameters**: `second_shape`, `n_parameters`, `precision_cholesky`, `precision`,
+  `from_precision`, `log_det`, `noise`;
+* **EM**: `row_width`, `row_features`, `data`, `operands`, `energies`, `features`,
+  `moments`, `responsibility_moments`, `unwhiten`, `estimate`;
+* **natural gradient** (`preconditioned`): `natural_energies`, `mean_step`,
+  `covariance_step`;
+* **unconstrained** (`gd`, `adam`): `raw`, `raw_energies`, `raw_precision_cholesky`.
+
+`MatrixCovariance` (`full`, `tied`) and `VectorCovariance` (`diag`, `spherical`) hold
+the methods their two types share.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from implicit_em.mixture.workspace import Workspace
+
+__all__ = [
+    "ILL_DEFINED_COVARIANCE",
+    "RESPONSIBILITY_ROWS",
+    "CovarianceModel",
+    "MatrixCovariance",
+    "VectorCovariance",
+    "eye",
+    "sym",
+]
+
+RESPONSIBILITY_ROWS = 4096
+"""Rows per chunk of `responsibility_moments` where a type takes them in chunks."""
+
+ILL_DEFINED_COVARIANCE = (
+    "Fitting the mixture model failed because some components have ill-defined empirical "
+    "covariance (for instance caused by singleton or collapsed samples). Try to decrease the "
+    "number of components, increase reg_covar, or scale the input data."
+)
+"""The error of a covariance that is not positive-definite (scikit-learn's wording)."""
+
+
+def eye(d: int, like: Tensor) -> Tensor:
+    """The `[D, D]` identity in `like`'s dtype and device."""
+    return torch.eye(d, dtype=like.dtype, device=like.device)
+
+
+def sym(a: Tensor) -> Tensor:
+    r"""$\tfrac12(A + A^\top)$ over the last two axes."""
+    return 0.5 * (a + a.mT)
+
+
+class CovarianceModel(ABC):
+    """One covariance type: its parameters, its EM step and its two gradient
+    parameterizations.
+
+    Attributes
+    ----------
+    name : str
+        `"full"`, `"tied"`, `"diag"` or `"spherical"`.
+    centered : bool
+        Whether the second moment is taken about the current means (else about the shift).
+    per_component : bool
+        Whether the covariance has a leading component axis (all but tied).
+    """
+
+    name: ClassVar[str]
+    centered: ClassVar[bool] = False
+    per_component: ClassVar[bool] = True
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+    # -- parameters ------------------------------------------------------------------------
+
+    @abstractmethod
+    def second_shape(self, k: int, d: int) -> tuple[int, ...]:
+        """The shape of the covariance (and of the summed second moment)."""
+
+    @abstractmethod
+    def n_parameters(self, k: int, d: int) -> int:
+        """Free covariance parameters (for BIC/AIC)."""
+
+    @abstractmethod
+    def precision_cholesky(self, cov: Tensor) -> Tensor:
+        """Covariance -> $U$ (`ValueError` if not positive definite)."""
+
+    @abstractmethod
+    def precision(self, prec_chol: Tensor) -> Tensor:
+        r"""$U$ -> $\Sigma^{-1} = UU^\top$."""
+
+    @abstractmethod
+    def from_precision(self, precision: Tensor) -> Tensor:
+        """Precision -> covariance."""
+
+    @abstractmethod
+    def log_det(self, prec_chol: Tensor, k: int, d: int) -> Tensor:
+        r"""$\log|\det U_j|$, `[K]`."""
+
+    @abstractmethod
+    def noise(self, cov: Tensor, labels: Tensor, z: Tensor) -> Tensor:
+        r"""$L_j z$ with $L_jL_j^\top = \Sigma_j$, `[n, D]`, for standard normal `z`."""
+
+    # -- EM --------------------------------------------------------------------------------
+
+    @abstractmethod
+    def row_width(self, k: int, d: int) -> int:
+        """The numbers per row of a chunk's features (sizes default chunks)."""
+
+    @abstractmethod
+    def row_features(self, y: Tensor, workspace: Workspace | None = None) -> Tensor:
+        """The per-row features of shifted data `y` that `energies` and `moments` read
+        (`[B, w]`, constant from pass to pass for a fixed shift, so a fit may keep them),
+        written into `workspace` (a fresh tensor if None)."""
+
+    @abstractmethod
+    def data(self, rows: Tensor) -> Tensor:
+        """The shifted data `y` `[B, D]` inside `row_features(y)` (a view)."""
+
+    @abstractmethod
+    def operands(self, m: Tensor, prec_chol: Tensor) -> tuple[Tensor, ...]:
+        """What the energies of every chunk of a pass share, for shifted means `m`."""
+
+    @abstractmethod
+    def energies(
+        self, rows: Tensor, operands: tuple[Tensor, ...], workspace: Workspace
+    ) -> tuple[Tensor, Tensor]:
+        """`(d [B, K], features)`: $d_j$ of the rows whose `row_features` are `rows`, and
+        the features the moments are built from, written into `workspace`."""
+
+    @abstractmethod
+    def features(self, y: Tensor, ref: Tensor) -> Tensor:
+        """The features of `moments` without an E-step (no whitening; the initial M-step)."""
+
+    @abstractmethod
+    def moments(
+        self, rows: Tensor, features: Tensor, r: Tensor, workspace: Workspace
+    ) -> tuple[Tensor, Tensor]:
+        r"""`(first, second)`: the chunk's sums $F_j = \sum_t r_{tj}y_t$ and second
+        moment, from its `row_features` `rows` and the `features` of `energies`."""
+
+    def responsibility_moments(
+        self, y: Tensor, ref: Tensor, r: Tensor, workspace: Workspace
+    ) -> tuple[Tensor, Tensor]:
+        """`moments` of shifted data `y` under given responsibilities `r` (no E-step: the
+        features about `ref`, unwhitened), the whole data at once."""
+        return self.moments(self.row_features(y), self.features(y, ref), r, workspace)
+
+    def unwhiten(self, second: Tensor, prec_chol: Tensor | None) -> Tensor:
+        """The summed second moment in data coordinates (the identity unless whitened)."""
+        return second
+
+    @abstractmethod
+    def estimate(
+        self, second: Tensor, n: Tensor, delta: Tensor, n_total: Tensor, reg: float
+    ) -> Tensor:
+        """The M-step's covariance from the summed statistics, with `delta` the new means
+        minus the reference of `second`."""
+
+    # -- natural gradient ------------------------------------------------------------------
+
+    @abstractmethod
+    def natural_energies(self, x: Tensor, means: Tensor, cov: Tensor) -> tuple[Tensor, Tensor]:
+        """`(d, log_det)`, differentiable in the covariance itself."""
+
+    @abstractmethod
+    def mean_step(self, cov: Tensor, grad: Tensor, n: Tensor) -> Tensor:
+        r"""$(\Sigma_j/N_j)\,g_{\mu_j}$."""
+
+    @abstractmethod
+    def covariance_step(
+        self, cov: Tensor, grad: Tensor, n: Tensor, delta: Tensor, n_total: Tensor, reg: float
+    ) -> Tensor:
+        r"""$\Sigma + \tfrac2{N_j}\Sigma g\Sigma$ moved to the new means
+        ($-\delta\delta^\top$), plus `reg`."""
+
+    # -- unconstrained ---------------------------------------------------------------------
+
+    @abstractmethod
+    def raw(self, prec_chol: Tensor) -> Tensor:
+        """$U$ -> an unconstrained tensor (log of the positive diagonal)."""
+
+    @abstractmethod
+    def raw_energies(self, x: Tensor, means: Tensor, raw: Tensor) -> tuple[Tensor, Tensor]:
+        """`(d, log_det)`, differentiable in all three."""
+
+    @abstractmethod
+    def raw_precision_cholesky(self, raw: Tensor) -> Tensor:
+        """The unconstrained tensor -> $U$."""
+
+
+class MatrixCovariance(CovarianceModel):
+    r"""What `full` and `tied` share: $U$ upper triangular with $\Sigma^{-1} = UU^\top$."""
+
+    def precision_cholesky(self, cov: Tensor) -> Tensor:
+        r"""Upper $U = L^{-\top}$ for $\Sigma = LL^\top$, batched over leading axes."""
+        lower, info = torch.linalg.cholesky_ex(cov)
+        if bool((info != 0).any()):
+            raise ValueError(ILL_DEFINED_COVARIANCE)
+        identity = eye(cov.shape[-1], cov).expand_as(cov)
+        return torch.linalg.solve_triangular(lower, identity, upper=False).mT
+
+    def precision(self, prec_chol: Tensor) -> Tensor:
+        return prec_chol @ prec_chol.mT
+
+    def from_precision(self, precision: Tensor) -> Tensor:
+        return torch.linalg.inv(precision)
+
+    def raw(self, prec_chol: Tensor) -> Tensor:
+        r"""$W = U^\top$ with the log of its diagonal (strictly lower part unchanged)."""
+        w = prec_chol.mT
+        log_diagonal = torch.log(torch.diagonal(w, dim1=-2, dim2=-1))
+        return torch.tril(w, -1) + torch.diag_embed(log_diagonal)
+
+
+class VectorCovariance(CovarianceModel):
+    r"""What `diag` and `spherical` share: $U = 1/\sigma$ elementwise.
+
+    Their energies are one quadratic form per component,
+    $\tfrac12\sum_d s_{jd}(y_d - m_{jd})^2 = [y^2, y]\,[\tfrac12 s, -s\odot m]^\top
+    + \tfrac12\sum_d s\,m^2$: one matmul of the features $[y^2, y]$, which also give both
+    moments in one matmul $r^\top[y^2, y]$.
+    """
+
+    def precision_cholesky(self, cov: Tensor) -> Tensor:
+        if not bool((cov > 0).all()):
+            raise ValueError(ILL_DEFINED_COVARIANCE)
+        return torch.rsqrt(cov)
+
+    def precision(self, prec_chol: Tensor) -> Tensor:
+        return prec_chol * prec_chol
+
+    def from_precision(self, precision: Tensor) -> Tensor:
+        return torch.reciprocal(precision)
+
+    def raw(self, prec_chol: Tensor) -> Tensor:
+        return torch.log(prec_chol)
+
+    def raw_precision_cholesky(self, raw: Tensor) -> Tensor:
+        return torch.exp(raw)
+
+    def row_width(self, k: int, d: int) -> int:
+        return 2 * d
+
+    @staticmethod
+    def quadratic_operands(m: Tensor, scale: Tensor) -> tuple[Tensor, Tensor]:
+        r"""$\tfrac12\sum_d s\,m^2$ `[K]` and $[\tfrac12 s, -s\odot m]^\top$ `[2D, K]`."""
+        weights = torch.cat([0.5 * scale, -(m * scale)], dim=1)
+        return 0.5 * (m * m * scale).sum(dim=1), weights.T
+
+    def features(self, y: Tensor, ref: Tensor) -> Tensor:
+        return self.row_features(y)
+
+    def row_features(self, y: Tensor, workspace: Workspace | None = None) -> Tensor:
+        """$[y^2, y]$, `[B, 2D]`."""
+        shape = (y.shape[0], 2 * y.shape[1])
+        out = y.new_empty(shape) if workspace is None else workspace.take("features", shape, y)
+        torch.mul(y, y, out=out[:, : y.shape[1]])
+        out[:, y.shape[1] :] = y
+        return out
+
+    def data(self, rows: Tensor) -> Tensor:
+        return rows[:, rows.shape[1] // 2 :]
+
+    def energies(
+        self, rows: Tensor, operands: tuple[Tensor, ...], workspace: Workspace
+    ) -> tuple[Tensor, Tensor]:
+        r"""The quadratic forms, `[B, K]`, clipped at 0, from one matmul of the features
+        $[y^2, y]$ (which are also the moments' features) written into `workspace`."""
+        offset, weights = operands
+        energies = workspace.take("energies", (rows.shape[0], weights.shape[1]), rows)
+        return torch.addmm(offset, rows, weights, out=energies).clamp_min_(0.0), rows
+
+    def responsibility_moments(
+        self, y: Tensor, ref: Tensor, r: Tensor, workspace: Workspace
+    ) -> tuple[Tensor, Tensor]:
+        """`moments` under given responsibilities, `RESPONSIBILITY_ROWS` rows at a time
+        (the features $[y^2, y]$ of each chunk in `workspace`)."""
+        total = None
+        for start in range(0, y.shape[0], RESPONSIBILITY_ROWS):
+            stop = start + RESPONSIBILITY_ROWS
+            rows = self.row_features(y[start:stop], workspace)
+            sums = self.moments(rows, rows, r[start:stop], workspace)
+            total = sums if total is None else (total[0] + sums[0], total[1] + sums[1])
+        return total
+
+    def moments(
+        self, rows: Tensor, features: Tensor, r: Tensor, workspace: Workspace
+    ) -> tuple[Tensor, Tensor]:
+        r"""$F_j = \sum_t r_{tj}y_t$ and $\sum_t r_{tj}y_t^2$ from one matmul
+        $r^\top[y^2, y]$, `([K, D], [K, D])`."""
+        moments = r.T @ features
+        dim = features.shape[1] // 2
+        return moments[:, dim:], moments[:, :dim]

@@ -1,0 +1,68 @@
+r"""Objectives over distances: each a pure function plus a thin `nn.Module`.
+
+Every objective takes distances `d` with the component axis at `dim` and is *minimized*.
+Its gradient with respect to `d` is stated per sample (before the batch reduction); a `"mean"`
+reduction divides it by the number of samples.
+
+| objective           | per-sample loss                               | $\partial/\partial d_j$                          |
+| ------------------- | --------------------------------------------- | ------------------------------------------------ |
+| [mixture_nll][]     | $-\log\sum_j \pi_j e^{-d_j + v_j}$            | $+r_j$                                           |
+| [cross_entropy][]   | $d_y + \log\sum_k e^{-d_k}$                   | $t_j - r_j$                                      |
+| [correntropy][]     | $\sum_j 1 - e^{-d_j^2/\sigma^2}$              | $\tfrac{2d_j}{\sigma^2}e^{-d_j^2/\sigma^2}$      |
+| [sigmoid_bce][]     | $\sum_j \mathrm{BCE}(\sigma(-d_j), t_j)$      | $t_j - \sigma(-d_j)$                             |
+
+Normalized objectives (the first two) couple the components through $r$; the
+unnormalized comparators (the last two) have a diagonal Hessian in `d`: no competition, no
+responsibility (claims C7, C8). [append_null][] adds a "none of the above" component that
+works with both normalized objectives, and [variance_penalty][] /
+[decorrelation_penalty][] are the batch surrogates of the missing log-det volume term (C9).
+
+One module per family: `mixture`, `classification`, `null`, `unnormalized` and `volume`;
+every name is importable from this package.
+
+Examples
+--------
+>>> import torch
+>>> from implicit_em import objectives, responsibilities
+>>> d = torch.rand(4, 3, requires_grad=True)
+>>> (grad,) = torch.autograd.grad(objectives.mixture_nll(d, reduction="sum"), d)
+>>> torch.allclose(grad, responsibilities(d.detach()))
+True
+"""
+
+from __future__ import annotations
+
+from implicit_em.objectives._reduction import Reduction
+from implicit_em.objectives.classification import CrossEntropy, cross_entropy, soft_targets
+from implicit_em.objectives.mixture import MixtureNLL, mixture_nll
+from implicit_em.objectives.null import NullComponent, append_null, null_responsibility
+from implicit_em.objectives.unnormalized import (
+    CorrentropyLoss,
+    SigmoidBCE,
+    correntropy,
+    sigmoid_bce,
+)
+from implicit_em.objectives.volume import (
+    VolumeSurrogate,
+    decorrelation_penalty,
+    variance_penalty,
+)
+
+__all__ = [
+    "CorrentropyLoss",
+    "CrossEntropy",
+    "MixtureNLL",
+    "NullComponent",
+    "Reduction",
+    "SigmoidBCE",
+    "VolumeSurrogate",
+    "append_null",
+    "correntropy",
+    "cross_entropy",
+    "decorrelation_penalty",
+    "mixture_nll",
+    "null_responsibility",
+    "sigmoid_bce",
+    "soft_targets",
+    "variance_penalty",
+]

@@ -1,0 +1,68 @@
+r"""E9's task and model: piecewise-linear data, linear experts with a softmax gate, and the
+measures of routing (see `e9_moe_gates`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["MixtureOfExperts", "expert_distances", "gate_kl", "matched_purity", "piecewise_task"]
+
+
+def piecewise_task(
+    n: int, config: dict[str, Any], generator: torch.Generator
+) -> tuple[Tensor, Tensor, Tensor]:
+    """`n` points of the task: `x` uniform on [-1, 1], its segment (equal widths) and
+    `y = slope[s] x + intercept[s] + noise * N(0, 1)`. Returns `x[n, 1]`, `y[n, 1]`, `segment[n]`."""
+    slopes = torch.tensor(config["slopes"], dtype=torch.float32)
+    intercepts = torch.tensor(config["intercepts"], dtype=torch.float32)
+    segments = len(slopes)
+    x = torch.rand(n, generator=generator) * 2.0 - 1.0
+    segment = torch.clamp(((x + 1.0) / 2.0 * segments).long(), 0, segments - 1)
+    y = (
+        slopes[segment] * x
+        + intercepts[segment]
+        + config["noise"] * torch.randn(n, generator=generator)
+    )
+    return x[:, None], y[:, None], segment
+
+
+class MixtureOfExperts(nn.Module):
+    """K linear experts on a scalar input and a softmax gate: one hidden tanh layer, or the
+    module `gate` mapping `x[N, 1]` to logits `[N, K]`."""
+
+    def __init__(self, experts: int, gate_hidden: int, gate: nn.Module | None = None) -> None:
+        super().__init__()
+        self.experts = nn.Linear(1, experts)
+        self.gate = gate or nn.Sequential(
+            nn.Linear(1, gate_hidden), nn.Tanh(), nn.Linear(gate_hidden, experts)
+        )
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """The experts' outputs `o[N, K]` and the gate's log-probabilities `log g[N, K]`."""
+        return self.experts(x), torch.log_softmax(self.gate(x), dim=-1)
+
+
+def expert_distances(y: Tensor, o: Tensor) -> Tensor:
+    r"""$d_i = \tfrac12 (y - o_i)^2$ for targets `y[N, 1]` and outputs `o[N, K]`."""
+    return 0.5 * (y - o) ** 2
+
+
+def gate_kl(h: Tensor, log_g: Tensor) -> Tensor:
+    r"""$\mathrm{KL}(h\,\Vert\,g) = \sum_i h_i(\log h_i - \log g_i)$ per row (nats)."""
+    return (torch.special.xlogy(h, h) - h * log_g).sum(-1)
+
+
+def matched_purity(route: Tensor, segment: Tensor, experts: int, segments: int) -> float:
+    """Share of points routed to the expert matched to their segment, under the one-to-one
+    matching of segments to experts that maximizes it (`scipy.optimize.linear_sum_assignment`)."""
+    from scipy.optimize import linear_sum_assignment
+
+    counts = torch.zeros(segments, experts, dtype=torch.float64)
+    counts.index_put_(
+        (segment.cpu(), route.cpu()), torch.ones(len(route), dtype=torch.float64), accumulate=True
+    )
+    rows, cols = linear_sum_assignment(counts.numpy(), maximize=True)
+    return float(counts.numpy()[rows, cols].sum() / len(route))

@@ -1,0 +1,117 @@
+"""Training E7's prototype classifiers: cross-entropy with label smoothing under the tracer,
+and the unnormalized comparators on the same model."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from implicit_em.core import responsibilities
+from implicit_em.objectives import cross_entropy
+from implicit_em.report.experiments._competition import head_loss, held_out_measures
+from implicit_em.report.experiments._neural import (
+    Images,
+    device_of,
+    expected_calibration_error,
+    minibatches,
+    quiet_alarms,
+)
+from implicit_em.report.experiments._prototypes import (
+    PrototypeClassifier,
+    competition,
+    wrong_class_entropy,
+)
+
+__all__ = ["train_classifier", "train_comparator"]
+
+
+def train_classifier(
+    images: Images, smoothing: float, seed: int, config: dict[str, Any]
+) -> dict[str, Any]:
+    """Train one prototype classifier with label smoothing `smoothing` under the tracer;
+    measure the competition on every batch and calibration on the test set."""
+    from implicit_em.trace import Tracer
+
+    device = device_of(config)
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    classes = len(images.classes)
+    model = PrototypeClassifier(images.n_features, config["hidden"], config["features"], classes)
+    model = model.to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
+    steps = config["steps"]
+    batch_rho, sample_rho, own_wrong_entropy = [], [], []
+    batches = minibatches(len(images.y_train), config["batch"], steps, generator)
+    with quiet_alarms(), Tracer(model, every=config["trace_every"]) as tracer:
+        for index in batches:
+            index = index.to(device)
+            x, y = images.x_train[index], images.y_train[index]
+            h = model.encoder(x)
+            d = model.head(h)
+            d.retain_grad()
+            loss = cross_entropy(d, y, label_smoothing=smoothing)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            with torch.no_grad():
+                c = competition(d.grad, h, model.head.prototypes, y, smoothing)
+                batch_rho.append(c["batch_rho"])
+                sample_rho.append(torch.nanmean(c["sample_rho"]))
+                own_wrong_entropy.append(wrong_class_entropy(c["r"], y).nanmean())
+            optimizer.step()
+            tracer.step()
+    frame = tracer.history.to_pandas()
+    sites = frame[(frame["kind"] == "site") & frame["wrong_entropy"].notna()]
+    own = torch.stack(own_wrong_entropy).tolist()
+    trace_steps = [int(s) for s in sites["step"]]
+    trace_wrong = [float(v) for v in sites["wrong_entropy"]]
+    # Steps at which no row had any wrong-class mass left to read have no entropy to compare.
+    gaps = [abs(own[s] - v) for s, v in zip(trace_steps, trace_wrong, strict=True)]
+    agreement = max((g for g in gaps if not math.isnan(g)), default=float("nan"))
+    with torch.no_grad():
+        d_test = model(images.x_test)
+        r = responsibilities(d_test.double())
+    confidence, predicted = r.max(dim=1)
+    correct = predicted == images.y_test
+    return {
+        "batch_rho": torch.stack(batch_rho).tolist(),
+        "sample_rho": torch.stack(sample_rho).tolist(),
+        "trace_steps": trace_steps,
+        "trace_wrong_entropy": trace_wrong,
+        "trace_residual": float(sites["residual"].max()) if len(sites) else float("nan"),
+        "trace_agreement": agreement,
+        "accuracy": float(correct.double().mean()),
+        "ece": expected_calibration_error(confidence, correct, bins=15),
+        "wrong_entropy": float(wrong_class_entropy(r, images.y_test).nanmean()),
+        "confidence": float(confidence.mean()),
+        "coupling": held_out_measures("ce", d_test, images.y_test)["coupling"],
+    }
+
+
+def train_comparator(images: Images, name: str, seed: int, config: dict[str, Any]) -> dict:
+    """Train the same prototype classifier with the unnormalized loss `name` (`ovr_sigmoid` or
+    `mse`, with a learnable shared bias $b$; Adam at `config["comparator_lr"]`) and measure it
+    on the test set. Its class coupling is NaN (the criterion then undecided) when it did not
+    learn the task (test accuracy below `config["comparator_min_accuracy"]`): a head that
+    learned nothing says nothing about coupling."""
+    device = device_of(config)
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    classes = len(images.classes)
+    model = PrototypeClassifier(images.n_features, config["hidden"], config["features"], classes)
+    model = model.to(device)
+    bias = torch.nn.Parameter(torch.tensor(1.0, device=device))
+    optimizer = torch.optim.Adam([*model.parameters(), bias], lr=config["comparator_lr"])
+    for index in minibatches(len(images.y_train), config["batch"], config["steps"], generator):
+        index = index.to(device)
+        loss = head_loss(name, model(images.x_train[index]), images.y_train[index], bias=bias)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    with torch.no_grad():
+        d_test = model(images.x_test)
+    measured = held_out_measures(name, d_test, images.y_test, bias=bias)
+    if measured["accuracy"] < config["comparator_min_accuracy"]:
+        measured["coupling"] = float("nan")
+    return measured

@@ -1,0 +1,208 @@
+r"""How much of a trained transformer's score gradient the paper's $-r$ form explains (R2, C5).
+
+For one attention head, queries $q_i$, keys $k_j$, values $v_j$, scores
+$s_{ij} = q_i^\top k_j/\sqrt{d_h}$ (causal), weights $\alpha = \operatorname{softmax}_j s$ and
+the upstream gradient $g_i = \partial L/\partial o_i$ of the head's output, the exact score
+gradient is the advantage law
+
+$$
+G_{ij} = \frac{\partial L}{\partial s_{ij}} = \alpha_{ij}(a_{ij} - \bar a_i), \qquad
+a_{ij} = g_i^\top v_j,\ \bar a_i = \textstyle\sum_k \alpha_{ik} a_{ik}.
+$$
+
+C5, as the paper states it, reads the weights as responsibilities whose gradient has the LSE
+form $\partial L/\partial s_{ij} \propto -\alpha_{ij}$ (the $-r$ form). Since adding a constant to
+a query's scores changes nothing, every row of $G$ sums to zero; the $-r$ form is given the same
+freedom and compared after removing each row's mean over its keys,
+$F_{ij} = -(\alpha_{ij} - 1/n_i)$. The share of $G$ that a form $F$ explains, with its best
+scale $c$ fitted per head, is the uncentred
+
+$$
+R^2(F) = 1 - \frac{\min_c \lVert G - cF\rVert^2}{\lVert G\rVert^2}
+       = \frac{\langle G, F\rangle^2}{\lVert G\rVert^2 \lVert F\rVert^2} \in [0, 1],
+$$
+
+over every (sequence, query, key) of the head with at least two keys. $G$ is autograd's, from
+the captured $q, k, v, g$; $R^2$ of the advantage form is then 1 up to rounding (a check of the
+capture, not a finding).
+
+The captures read a [GPT][implicit_em.windtunnel.models.GPT]'s attention modules through
+forward hooks on their input projection (`qkv`, or `query` / `key` / `value`) and their output
+projection (`proj`, whose input holds every head's output $o$ and receives $g$).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from implicit_em.attention import attention_gradients, attention_scores
+from implicit_em.core import responsibilities
+from implicit_em.windtunnel.train import CHECKPOINT, RunConfig, build_model, held_out, loss_fn
+
+__all__ = [
+    "HeadCapture",
+    "capture_heads",
+    "explained_share",
+    "head_shares",
+    "model_shares",
+    "windtunnel_shares",
+]
+
+
+@dataclass(frozen=True)
+class HeadCapture:
+    """One attention layer's tensors on one batch, per head: `[B, H, T, E]` each.
+
+    Attributes
+    ----------
+    q, k, v : Tensor
+        Queries, keys and values.
+    output : Tensor
+        The head outputs $o$ the model computed.
+    grad_output : Tensor
+        $g = \\partial L/\\partial o$.
+    """
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    output: Tensor
+    grad_output: Tensor
+
+
+def _heads(x: Tensor, n_head: int) -> Tensor:
+    b, t, c = x.shape
+    return x.view(b, t, n_head, c // n_head).transpose(1, 2).detach().double()
+
+
+def capture_heads(model: nn.Module, loss: Callable[[], Tensor]) -> list[HeadCapture]:
+    """Run `loss()` (a forward pass of `model` and its loss) and its backward pass, and return
+    every causal attention layer's per-head tensors, in the order of the layers.
+
+    A layer is a module with an `n_head`, a `proj` and either `qkv` or `query`, `key` and
+    `value` (the wind tunnel's `CausalSelfAttention`). Parameter gradients are left as the
+    backward pass writes them; the caller owns the model.
+
+    Raises
+    ------
+    ValueError
+        If `model` has no such layer.
+    """
+    layers = [m for m in model.modules() if hasattr(m, "n_head") and hasattr(m, "proj")]
+    if not layers:
+        raise ValueError("model has no attention layer with n_head and proj to capture")
+    found: list[dict[str, Tensor]] = [{} for _ in layers]
+    handles = []
+
+    def keep(store: dict[str, Tensor], name: str) -> Callable:
+        def hook(module: nn.Module, inputs: tuple[Tensor, ...], out: Tensor) -> None:
+            store[name] = out
+
+        return hook
+
+    def keep_output(store: dict[str, Tensor]) -> Callable:
+        def hook(module: nn.Module, inputs: tuple[Tensor, ...]) -> None:
+            o = inputs[0]
+            store["o"] = o
+            o.register_hook(lambda g: store.__setitem__("g", g))
+
+        return hook
+
+    for layer, store in zip(layers, found, strict=True):
+        if hasattr(layer, "qkv"):
+            handles.append(layer.qkv.register_forward_hook(keep(store, "qkv")))
+        else:
+            for name in ("query", "key", "value"):
+                handles.append(getattr(layer, name).register_forward_hook(keep(store, name)))
+        handles.append(layer.proj.register_forward_pre_hook(keep_output(store)))
+    try:
+        loss().backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    captures = []
+    for layer, store in zip(layers, found, strict=True):
+        if "qkv" in store:
+            q, k, v = store["qkv"].split(store["o"].shape[-1], dim=2)
+        else:
+            q, k, v = store["query"], store["key"], store["value"]
+        n = layer.n_head
+        captures.append(
+            HeadCapture(
+                *(_heads(x, n) for x in (q, k, v, store["o"], store["g"])),
+            )
+        )
+    return captures
+
+
+def explained_share(g: Tensor, form: Tensor) -> Tensor:
+    r"""$R^2 = \langle G, F\rangle^2 / (\lVert G\rVert^2\lVert F\rVert^2)$ over the last three
+    axes (`[..., B, T, T]` -> `[...]`): the share of `g` that `form` explains with its best
+    scale. NaN where either is identically zero."""
+    dims = (-3, -2, -1)
+    inner = (g * form).sum(dims)
+    norms = (g * g).sum(dims) * (form * form).sum(dims)
+    return torch.where(norms > 0, inner**2 / norms, torch.full_like(inner, float("nan")))
+
+
+def head_shares(capture: HeadCapture) -> dict[str, Tensor]:
+    """Per head (`[H]`): $R^2$ of the $-r$ form and of the advantage form against autograd's
+    score gradient, and the forward residual $\\max|\\alpha v - o|$ of the capture.
+
+    Queries with a single key (the first position) carry no score gradient and are left out.
+    """
+    q, k, v = (x.transpose(0, 1) for x in (capture.q, capture.k, capture.v))  # [H, B, T, E]
+    g = capture.grad_output.transpose(0, 1)
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    s = attention_scores(q, k, is_causal=True, scale=scale).requires_grad_(True)
+    alpha = responsibilities(-s)
+    (autograd,) = torch.autograd.grad(alpha @ v, s, g)
+    parts = attention_gradients(q, k, v, g, is_causal=True, scale=scale)
+    t = s.shape[-1]
+    causal = torch.ones(t, t, dtype=torch.bool, device=s.device).tril()
+    keys = causal.sum(-1, keepdim=True).to(s.dtype)  # n_i = i + 1 keys for query i
+    rows = (keys > 1).to(s.dtype)
+    alpha = alpha.detach()
+    minus_r = -torch.where(causal, alpha - 1.0 / keys, torch.zeros_like(alpha)) * rows
+    autograd = torch.where(causal, autograd, torch.zeros_like(autograd)) * rows
+    residual = (alpha @ v - capture.output.transpose(0, 1)).abs().amax((-3, -2, -1))
+    return {
+        "minus_r": explained_share(autograd, minus_r),
+        "advantage": explained_share(autograd, parts.scores * rows),
+        "forward_residual": residual,
+    }
+
+
+def model_shares(model: nn.Module, loss: Callable[[], Tensor]) -> list[dict[str, list[float]]]:
+    """[head_shares][] of every attention layer of `model` under `loss()`, as plain lists
+    (one dict per layer, one value per head)."""
+    return [
+        {key: [float(v) for v in value] for key, value in head_shares(capture).items()}
+        for capture in capture_heads(model, loss)
+    ]
+
+
+def windtunnel_shares(config: RunConfig, directory: Path) -> list[dict[str, list[float]]]:
+    """[model_shares][] of the wind-tunnel transformer trained in `directory` (its
+    `checkpoint.pt`), on the run's own held-out batch and training objective.
+
+    Raises
+    ------
+    FileNotFoundError
+        If `directory` holds no checkpoint.
+    """
+    path = Path(directory) / CHECKPOINT
+    if not path.exists():
+        raise FileNotFoundError(f"no wind-tunnel checkpoint at {path}")
+    model = build_model(config, config.make_task())
+    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=False)["model"])
+    batch = held_out(config)
+    return model_shares(
+        model, lambda: loss_fn(model(batch.tokens), batch, config.objective, config.targets)
+    )

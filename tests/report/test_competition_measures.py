@@ -1,0 +1,77 @@
+"""Controlled starts, coverage, the supervised head losses and the class-coupling measure."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from implicit_em.report.experiments import _competition as cp
+
+
+def test_one_cluster_start_draws_every_prototype_from_one_cluster() -> None:
+    x = torch.arange(40.0).reshape(20, 2)
+    labels = np.repeat([0, 1, 2, 3], 5)
+    start = cp.controlled_start(x, labels, 3, "one_cluster", seed=0, cluster=2)
+    allowed = {tuple(r) for r in x[10:15].tolist()}
+    assert all(tuple(r) in allowed for r in start.tolist())
+    assert len({tuple(r) for r in start.tolist()}) == 3
+    assert cp.controlled_start(x, labels, 6, "overcomplete", seed=1).shape == (6, 2)
+    with pytest.raises(ValueError, match="needs 6 rows"):
+        cp.controlled_start(x, labels, 6, "one_cluster", seed=0, cluster=0)
+    with pytest.raises(ValueError, match="kind must be"):
+        cp.controlled_start(x, labels, 2, "random", seed=0)
+
+
+def test_coverage_counts_centres_with_a_prototype_nearby() -> None:
+    centres = torch.tensor([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0]])
+    prototypes = torch.tensor([[0.1, 0.0], [0.2, 0.1], [4.0, 0.0]])
+    assert cp.coverage(prototypes, centres, 0.5) == 1
+    assert cp.coverage(prototypes, centres, 1.5) == 2
+
+
+def test_head_gradients_are_responsibilities_only_for_cross_entropy() -> None:
+    d = torch.rand(6, 4, dtype=torch.float64, requires_grad=True)
+    y = torch.tensor([0, 1, 2, 3, 0, 1])
+    r = torch.softmax(-d.detach(), dim=-1)
+    (g,) = torch.autograd.grad(cp.head_loss("ce", d, y) * 6, d)
+    torch.testing.assert_close(g, torch.nn.functional.one_hot(y, 4).double() - r)
+    (g,) = torch.autograd.grad(cp.head_loss("ovr_sigmoid", d, y, bias=1.0) * 6, d)
+    torch.testing.assert_close(
+        g, torch.nn.functional.one_hot(y, 4).double() - torch.sigmoid(1.0 - d.detach())
+    )
+    (g,) = torch.autograd.grad(cp.head_loss("mse", d, y, bias=0.5) * 6, d)
+    z = torch.exp(0.5 - d.detach())
+    torch.testing.assert_close(g, -2 * (z - torch.nn.functional.one_hot(y, 4)) * z)
+    with pytest.raises(ValueError, match="smoothing"):
+        cp.head_loss("mse", d, y, smoothing=0.1)
+    predicted, confidence = cp.head_confidence("ce", d.detach())
+    assert predicted.tolist() == d.detach().argmin(1).tolist()
+    assert ((confidence > 0) & (confidence <= 1)).all()
+
+
+def test_class_coupling_separates_normalized_from_independent_gradients() -> None:
+    g = torch.Generator().manual_seed(0)
+    d = 3 * torch.rand(2000, 5, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 5, (2000,), generator=g)
+    ce = torch.nn.functional.one_hot(y, 5).double() - torch.softmax(-d, dim=-1)
+    independent = torch.nn.functional.one_hot(y, 5).double() - torch.sigmoid(1.0 - d)
+    assert cp.class_coupling(ce, d, y) > 0.3
+    assert abs(cp.class_coupling(independent, d, y)) < 0.1
+    assert np.isnan(cp.class_coupling(torch.zeros_like(d), d, y))
+
+
+def test_blobs_are_four_labelled_clusters() -> None:
+    x, labels, centres = cp.blobs(400, 0)
+    assert x.shape == (400, 2) and centres.shape == (4, 2) and set(labels) == {0, 1, 2, 3}
+    for c in range(4):
+        assert torch.dist(x[torch.as_tensor(labels == c)].mean(0), centres[c]) < 0.2
+
+
+def test_held_out_measures_of_a_perfect_confident_head() -> None:
+    y = torch.arange(40) % 4
+    d = 10.0 * (1 - torch.nn.functional.one_hot(y, 4).double())
+    m = cp.held_out_measures("ce", d, y)
+    assert m["accuracy"] == 1.0 and m["ece"] < 1e-3
+    m = cp.held_out_measures("mse", d, y, bias=0.0)
+    assert m["accuracy"] == 1.0 and m["ece"] < 1e-3
