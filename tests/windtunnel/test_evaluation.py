@@ -10,7 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from implicit_em.windtunnel.config import RunConfig, build_model
-from implicit_em.windtunnel.evaluation import evaluate, held_out, plateau
+from implicit_em.windtunnel.evaluation import (
+    evaluate,
+    held_out,
+    plateau,
+    plateau_tolerance,
+    uniform_kl,
+)
 
 
 def test_plateau_compares_the_start_of_the_last_window_with_now() -> None:
@@ -32,6 +38,23 @@ def test_plateau_compares_the_start_of_the_last_window_with_now() -> None:
     # The best KL so far: a spike at the window's start does not make the run look converged.
     spiky = plateau(steps, [2.0, 1.0, 0.5, 0.3, 0.9, 0.29], 0.2, 0.02)
     assert not spiky.converged and spiky.relative_improvement == pytest.approx(0.01 / 0.3)
+
+
+def test_the_floor_tolerance_reads_the_improvement_as_a_share_of_the_floor() -> None:
+    config = RunConfig(task="bijection", task_params={"n_symbols": 4}, n_test=32)
+    floor = uniform_kl(held_out(config))
+    assert floor > 0
+    assert plateau_tolerance(config, floor) == config.plateau_atol  # off by default
+    share = RunConfig(plateau_floor_tol=0.005)
+    assert plateau_tolerance(share, 1.0) == pytest.approx(0.005)
+    assert plateau_tolerance(share, 1e-6) == share.plateau_atol  # never below plateau_atol
+    # 0.0133 -> 0.0104 bits over the window: 22% relative, 0.4% of a 0.69-bit floor.
+    steps, kl = [0, 800, 1000], [0.69, 0.0133, 0.0104]
+    assert not plateau(steps, kl, 0.2, 0.02).converged
+    assert plateau(steps, kl, 0.2, 0.02, atol=plateau_tolerance(share, 0.69)).converged
+    assert not plateau(steps, kl, 0.2, 0.02, atol=plateau_tolerance(share, 0.3)).converged
+    with pytest.raises(ValueError, match="plateau_floor_tol"):
+        RunConfig(plateau_floor_tol=-0.1)
 
 
 @given(st.lists(st.floats(1e-6, 10.0), min_size=2, max_size=30), st.floats(0.05, 0.95))

@@ -11,8 +11,9 @@ Beside the architecture and the optimizer, a configuration states:
   `"constant"`: warmup, then `lr`; see `optim`);
 * the plateau rule (`evaluation.plateau`): `steps` is a cap, and with `stop_at_plateau`
   the run ends at the first evaluation where the held-out KL improved by less than `plateau_tol`
-  (relative; or by less than `plateau_atol` bits) over the last `plateau_window` of the
-  steps done, once `min_steps` are done;
+  (relative; or by less than `plateau_atol` bits, or than `plateau_floor_tol` times the
+  uniform prediction's KL) over the last `plateau_window` of the steps done, once
+  `min_steps` are done;
 * an intervention (`freeze`, `freeze_at`): from step `freeze_at` on, the `"routing"`
   parameters (the attention's query and key projections) or the `"rest"` (every other
   parameter: values, output projections, MLPs, embeddings, norms, head) stop training.
@@ -83,6 +84,7 @@ class RunConfig:
     ckpt_every: int = 500
     plateau_tol: float = 0.02
     plateau_atol: float = 1e-5
+    plateau_floor_tol: float = 0.0
     plateau_window: float = 0.2
     min_steps: int = 0
     stop_at_plateau: bool = False
@@ -109,8 +111,10 @@ class RunConfig:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if min(self.steps, self.batch_size, self.eval_every, self.ckpt_every, self.n_test) < 1:
             raise ValueError("steps, batch_size, eval_every, ckpt_every and n_test must be >= 1")
-        if not (0 < self.plateau_window < 1 and self.plateau_tol >= 0):
-            raise ValueError("plateau_window must lie in (0, 1) and plateau_tol be >= 0")
+        if not (0 < self.plateau_window < 1 and min(self.plateau_tol, self.plateau_floor_tol) >= 0):
+            raise ValueError(
+                "plateau_window must lie in (0, 1), plateau_tol and plateau_floor_tol be >= 0"
+            )
         if self.freeze not in FREEZES:
             raise ValueError(f"freeze must be one of {FREEZES}, got {self.freeze!r}")
         if self.freeze and not split:

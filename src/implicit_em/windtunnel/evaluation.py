@@ -15,7 +15,12 @@ $$
 $$
 
 Near an exact fit the KL shrinks by orders of magnitude while nothing measurable changes, so an
-absolute improvement below $\epsilon$ = `atol` bits (1e-5 by default) also counts as a plateau.
+absolute improvement below $\epsilon$ bits also counts as a plateau: `plateau_tolerance` gives
+$\epsilon = \max(\epsilon_0, \phi\,F)$, with $\epsilon_0$ = `plateau_atol` (1e-5 bits by
+default), $F$ the uniform prediction's KL on the held-out set (the floor) and $\phi$ =
+`plateau_floor_tol` (0 by default). With $\phi > 0$ the rule reads the improvement in the
+units of a criterion stated as a share of the floor: an improvement below $\phi F$ over the
+window cannot move such a share by more than $\phi$.
 The best-so-far makes the rule blind to upward spikes of the KL (training on sampled answers
 is noisy), not to a slow, steady decline. A long plateau followed by a sudden drop (as
 attention circuits sometimes form) would pass the rule early; `min_steps` guards against that,
@@ -36,7 +41,7 @@ from implicit_em.windtunnel.config import RunConfig
 from implicit_em.windtunnel.metrics import position_errors, predictive_log_probs, sigma_sum_gap
 from implicit_em.windtunnel.tasks import Batch
 
-__all__ = ["Plateau", "evaluate", "held_out", "plateau"]
+__all__ = ["Plateau", "evaluate", "held_out", "plateau", "plateau_tolerance", "uniform_kl"]
 
 _EVAL_SEED_OFFSET = 1_000_003
 
@@ -73,7 +78,7 @@ def evaluate(model: nn.Module, test: Batch, objective: str, chunk: int = 1024) -
         "bits_mae": errors.bits_mae,
         "kl_bits": errors.kl_mean,
         "sigma_sum_gap": None if objective == "ce" else sigma_sum_gap(logits, test.mask),
-        "uniform_kl_bits": _uniform_kl(test),
+        "uniform_kl_bits": uniform_kl(test),
         "per_position": {
             "entropy_mae": curve(errors.entropy_mae),
             "kl": curve(errors.kl),
@@ -82,9 +87,15 @@ def evaluate(model: nn.Module, test: Batch, objective: str, chunk: int = 1024) -
     }
 
 
-def _uniform_kl(test: Batch) -> float:
+def uniform_kl(test: Batch) -> float:
+    """The KL of the uniform prediction on `test` (bits per supervised position): the floor."""
     uniform = torch.full_like(test.posterior, -math.log(test.posterior.shape[-1]))
     return position_errors(test.posterior, uniform, test.mask).kl_mean
+
+
+def plateau_tolerance(config: RunConfig, floor: float) -> float:
+    """The plateau rule's absolute tolerance in bits, given the `floor` (see the module)."""
+    return max(config.plateau_atol, config.plateau_floor_tol * floor)
 
 
 @dataclass(frozen=True)

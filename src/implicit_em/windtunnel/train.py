@@ -46,7 +46,14 @@ from implicit_em.windtunnel.checkpoint import (
     write_json,
 )
 from implicit_em.windtunnel.config import MODELS, SCALES, RunConfig, build_model, preset
-from implicit_em.windtunnel.evaluation import Plateau, evaluate, held_out, plateau
+from implicit_em.windtunnel.evaluation import (
+    Plateau,
+    evaluate,
+    held_out,
+    plateau,
+    plateau_tolerance,
+    uniform_kl,
+)
 from implicit_em.windtunnel.losses import loss_fn
 from implicit_em.windtunnel.models import count_parameters
 from implicit_em.windtunnel.optim import make_optimizer, set_learning_rates
@@ -113,8 +120,8 @@ def _record_evaluation(
     return ev
 
 
-def _plateau(progress: Progress, config: RunConfig) -> Plateau:
-    """The plateau rule on the evaluations so far."""
+def _plateau(progress: Progress, config: RunConfig, atol: float) -> Plateau:
+    """The plateau rule on the evaluations so far, with the absolute tolerance `atol`."""
     h = progress.history
     return plateau(
         h["eval_step"],
@@ -122,7 +129,7 @@ def _plateau(progress: Progress, config: RunConfig) -> Plateau:
         config.plateau_window,
         config.plateau_tol,
         config.min_steps,
-        config.plateau_atol,
+        atol,
     )
 
 
@@ -155,7 +162,8 @@ def _result(
     final: dict[str, Any],
     device: str,
 ) -> dict[str, Any]:
-    rule = _plateau(progress, config)
+    atol = plateau_tolerance(config, final["uniform_kl_bits"])
+    rule = _plateau(progress, config, atol)
     return {
         "status": "complete",
         "config": asdict(config),
@@ -171,7 +179,7 @@ def _result(
         "converged": rule.converged,
         "plateau": {
             "tol": config.plateau_tol,
-            "atol": config.plateau_atol,
+            "atol": atol,
             "window": config.plateau_window,
             "since": rule.since,
             "relative_improvement": rule.relative_improvement,
@@ -235,6 +243,7 @@ def run(
     optimizer = make_optimizer(model, config)
     data = torch.Generator().manual_seed(config.seed)
     test = held_out(config).to(device)
+    atol = plateau_tolerance(config, uniform_kl(test))
     if branch_from is not None and not (out / CHECKPOINT).exists():
         state = load_branch(Path(branch_from), cfg, model, optimizer, data)
     else:
@@ -273,7 +282,7 @@ def run(
                 with quiet():
                     ev = _record_evaluation(state, model, test, config)
                 bar.set_postfix(kl=f"{ev['kl_bits']:.4f}", bits_mae=f"{ev['bits_mae']:.4f}")
-                plateaued = config.stop_at_plateau and _plateau(state, config).converged
+                plateaued = config.stop_at_plateau and _plateau(state, config, atol).converged
             out_of_time = time_budget_s is not None and time.perf_counter() - start >= time_budget_s
             if state.step % config.ckpt_every == 0 or stop.requested or out_of_time:
                 state.elapsed += time.perf_counter() - start

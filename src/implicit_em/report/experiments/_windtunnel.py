@@ -1,14 +1,24 @@
 """Shared by E10-E12: the wind-tunnel configurations of each report size, and their units of work.
 
 A size's configuration names a preset (`scale`) with `train` overrides (the same for every
-task), the task sizes (`tasks`, None: the preset's), the `seeds` (E11 has its own
-`e11_seeds`), the `label` of its run directories, `runs_dir` (`outputs/windtunnel`, the CLI's
+task), the task sizes (`tasks`, None: the preset's), the `seeds` of E10, E11's `seeds` and
+the step budget of an objective that needs more than E10's (`e11`), E12's run length, freeze
+steps, snapshot period and seeds (`e12`), the `label` of its run directories, `runs_dir` (`outputs/windtunnel`, the CLI's
 default, so that runs made by `implicit-em windtunnel` are reused when the configuration
 matches; None: a folder inside the experiment's own output) and `workers`, the configurations
 trained at once in separate processes.
 
-Every run trains to a held-out KL plateau (`implicit_em.windtunnel.evaluation.plateau`), with
-the step cap and tolerance of its size; each experiment gates on every run having converged.
+**Converged runs.** E10 and E11 train each run for its whole step budget under a learning rate
+that warms up, then decays by a cosine to zero at the last step (`min_lr_ratio = 0`); E12, which
+measures timescales, holds the rate constant after warmup. Every run is then judged by the
+plateau rule (`implicit_em.windtunnel.evaluation.plateau`) at its last evaluation: over the last
+20% of its steps, its best held-out KL improved by less than 2% of itself, or by less than 0.5%
+of the task's floor (the uniform prediction's KL, `plateau_floor_tol`). Each experiment gates on
+every run having converged: an unconverged run makes the verdict `invalid`. Under a decay to
+zero, "converged" means converged for that budget (the KL no longer moves as the rate runs out),
+not that a longer schedule could not go lower; the floor tolerance states that what is left
+cannot move a criterion read as a share of the floor by more than half a point. Smoke runs
+check the machinery only: their tolerance is 100%.
 """
 
 from __future__ import annotations
@@ -23,7 +33,7 @@ from typing import Any
 from implicit_em.report.progress import progress
 from implicit_em.report.stats import mean_interval
 from implicit_em.windtunnel.config import RunConfig, preset
-from implicit_em.windtunnel.grid import run_configs, worker_pool
+from implicit_em.windtunnel.grid import GridRun, run_configs, run_grid, worker_pool
 
 RUNS_DIR = "outputs/windtunnel"
 TASKS = ("bijection", "hmm", "dice")
@@ -61,6 +71,15 @@ _SMOKE_TRAIN: dict[str, Any] = {
 """Smoke checks the machinery in seconds: long enough for the models to train, with the
 plateau rule's tolerance at 100% (every run counts as converged)."""
 
+_RULE: dict[str, Any] = {
+    "min_lr_ratio": 0.0,
+    "plateau_tol": 0.02,
+    "plateau_floor_tol": 0.005,
+    "plateau_window": 0.2,
+    "stop_at_plateau": False,
+}
+"""The schedule and the plateau rule of the quick and full sizes (see the module)."""
+
 _QUICK_TRAIN: dict[str, Any] = {
     "n_layer": 1,
     "n_head": 2,
@@ -68,20 +87,17 @@ _QUICK_TRAIN: dict[str, Any] = {
     "batch_size": 64,
     "lr": 3e-3,
     "warmup": 50,
-    "steps": 1000,
+    "steps": 1200,
     "eval_every": 100,
     "ckpt_every": 500,
     "n_test": 256,
-    "min_steps": 400,
-    "plateau_tol": 0.1,
-    "stop_at_plateau": True,
+    **_RULE,
 }
 _FULL_TRAIN: dict[str, Any] = {
     "steps": 4000,
     "eval_every": 200,
     "ckpt_every": 500,
-    "min_steps": 1500,
-    "stop_at_plateau": True,
+    **_RULE,
 }
 
 CONFIGS: dict[str, dict[str, Any]] = {
@@ -90,8 +106,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "train": _SMOKE_TRAIN,
         "tasks": _SMOKE_TASKS,
         "seeds": [0],
-        "e11_seeds": [0],
-        "e12": {"steps": 120, "freeze_at": [60], "snapshot_every": 20},
+        "e11": {"seeds": [0], "steps": {}},
+        "e12": {"steps": 120, "freeze_at": [60], "snapshot_every": 20, "seeds": [0]},
         "label": "report-smoke",
         "runs_dir": None,
         "workers": 1,
@@ -101,8 +117,13 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "train": _QUICK_TRAIN,
         "tasks": _QUICK_TASKS,
         "seeds": [0, 1, 2],
-        "e11_seeds": [0, 1, 2, 3, 4],
-        "e12": {"steps": 800, "freeze_at": [200, 400, 600], "snapshot_every": 50},
+        "e11": {"seeds": [0, 1, 2, 3, 4], "steps": {"brier": 4800}},
+        "e12": {
+            "steps": 1200,
+            "freeze_at": [200, 400, 600],
+            "snapshot_every": 50,
+            "seeds": [0, 1, 2],
+        },
         "label": "report-quick",
         "runs_dir": RUNS_DIR,
         "workers": 2,
@@ -112,8 +133,13 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "train": _FULL_TRAIN,
         "tasks": None,
         "seeds": [0, 1, 2, 3, 4],
-        "e11_seeds": [0, 1, 2, 3, 4],
-        "e12": {"steps": 3000, "freeze_at": [500, 1000, 2000], "snapshot_every": 100},
+        "e11": {"seeds": [0, 1, 2, 3, 4], "steps": {"brier": 16000}},
+        "e12": {
+            "steps": 4000,
+            "freeze_at": [500, 1000, 2000],
+            "snapshot_every": 100,
+            "seeds": [0, 1, 2],
+        },
         "label": "reference-cpu",
         "runs_dir": RUNS_DIR,
         "workers": 2,
@@ -127,8 +153,34 @@ def task_config(config: dict[str, Any], task: str, **overrides: Any) -> RunConfi
     return preset(task, config["scale"], **{**config["train"], **sizes, **overrides})
 
 
+def base_config(config: dict[str, Any]) -> RunConfig:
+    """The bijection configuration of a report size (E10's, which E13 reads too)."""
+    return task_config(config, "bijection")
+
+
 def runs_dir(config: dict[str, Any], out: Path) -> Path:
     return Path(config["runs_dir"]) if config["runs_dir"] else out / "runs"
+
+
+def grid(
+    config: dict[str, Any],
+    out: Path,
+    models: Sequence[str],
+    objectives: Sequence[str],
+    **run_options: Any,
+) -> dict[GridRun, dict[str, Any]]:
+    """Train (or reuse) every model x objective x seed of the size's bijection configuration."""
+    return run_grid(
+        base_config(config),
+        config["label"],
+        runs_dir(config, out),
+        config["seeds"],
+        models=models,
+        objectives=objectives,
+        device=config.get("device", "cpu"),
+        progress=progress,
+        **run_options,
+    )
 
 
 @contextmanager
@@ -156,6 +208,31 @@ def train(
         **run_options,
     )
     return [summary(r) for r in results]
+
+
+def train_all(
+    config: dict[str, Any],
+    out: Path,
+    configs: Sequence[RunConfig],
+    workers: Executor | None,
+    **run_options: Any,
+) -> None:
+    """Train every configuration of an experiment in one batch, longest first.
+
+    The workers stay busy across seeds (a seed's unit alone may hold fewer runs than there are
+    workers); the units then read the finished runs from their directories. A killed batch loses
+    at most the steps since each running configuration's last checkpoint.
+    """
+    longest_first = sorted(configs, key=lambda c: -c.steps)
+    run_configs(
+        longest_first,
+        config["label"],
+        runs_dir(config, out),
+        device=config.get("device", "cpu"),
+        progress=progress,
+        pool=workers,
+        **run_options,
+    )
 
 
 def summary(result: dict[str, Any]) -> dict[str, Any]:
