@@ -8,7 +8,8 @@ Beside the architecture and the optimizer, a configuration states:
 
 * the objective (`"ce"`, normalized; `"sigmoid"` and `"brier"`, unnormalized; see `losses`);
 * the learning-rate schedule (`"cosine"`: warmup, then a cosine to `min_lr_ratio * lr`;
-  `"constant"`: warmup, then `lr`; see `optim`);
+  `"constant"`: warmup, then `lr`; `"wsd"`: warmup, `lr` held, then a linear decay to zero
+  over the last `decay_fraction` of the steps; see `optim`);
 * the plateau rule (`evaluation.plateau`): `steps` is a cap, and with `stop_at_plateau`
   the run ends at the first evaluation where the held-out KL improved by less than `plateau_tol`
   (relative; or by less than `plateau_atol` bits, or than `plateau_floor_tol` times the
@@ -49,7 +50,7 @@ __all__ = [
 
 MODELS = ("transformer", "mlp-prefix", "mlp-pos")
 OBJECTIVES = ("ce", "sigmoid", "brier")
-SCHEDULES = ("cosine", "constant")
+SCHEDULES = ("cosine", "constant", "wsd")
 FREEZES = ("", "routing", "rest")
 _MODEL_ALIASES = {"mlp": "mlp-prefix"}
 
@@ -76,6 +77,7 @@ class RunConfig:
     lr: float = 1e-3
     schedule: str = "cosine"
     min_lr_ratio: float = 0.02
+    decay_fraction: float = 0.2
     warmup: int = 200
     weight_decay: float = 0.01
     grad_clip: float = 1.0
@@ -109,6 +111,10 @@ class RunConfig:
             raise ValueError(f"targets must be 'sample' or 'posterior', got {self.targets!r}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if not 0 < self.decay_fraction < 1:
+            raise ValueError(f"decay_fraction must lie in (0, 1), got {self.decay_fraction}")
+        if self.schedule == "wsd" and self.stop_at_plateau:
+            raise ValueError("a 'wsd' run is judged before its decay: stop_at_plateau=False")
         if min(self.steps, self.batch_size, self.eval_every, self.ckpt_every, self.n_test) < 1:
             raise ValueError("steps, batch_size, eval_every, ckpt_every and n_test must be >= 1")
         if not (0 < self.plateau_window < 1 and min(self.plateau_tol, self.plateau_floor_tol) >= 0):
@@ -121,6 +127,13 @@ class RunConfig:
             raise ValueError("freeze needs model='transformer' and split_qkv=True")
         if self.freeze_at < 0:
             raise ValueError(f"freeze_at must be >= 0, got {self.freeze_at}")
+
+    @property
+    def decay_start(self) -> int:
+        """The step from which `"wsd"` decays (the cap for the other schedules)."""
+        if self.schedule != "wsd":
+            return self.steps
+        return self.steps - round(self.decay_fraction * self.steps)
 
     def make_task(self) -> Task:
         return make_task(self.task, **self.task_params)

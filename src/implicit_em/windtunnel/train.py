@@ -11,7 +11,8 @@ whose state is checkpointed.
 
 `steps` is a cap: with `stop_at_plateau` the run ends at the first evaluation where the
 plateau rule (`evaluation.plateau`) holds. Every result reports `converged`: whether the rule
-holds at its last evaluation. Objectives (`losses`), schedules, parameter groups and
+holds at its last evaluation, or, under the `"wsd"` schedule, at the start of its decay (also
+evaluated). Objectives (`losses`), schedules, parameter groups and
 interventions (`optim`) and the presets (`config`) are stated in their modules.
 
 Targets: `"sample"` (the bijection's default, as in the reference protocol) trains on the
@@ -121,11 +122,16 @@ def _record_evaluation(
 
 
 def _plateau(progress: Progress, config: RunConfig, atol: float) -> Plateau:
-    """The plateau rule on the evaluations so far, with the absolute tolerance `atol`."""
+    """The plateau rule on the evaluations so far, with the absolute tolerance `atol`.
+
+    A `"wsd"` run is judged on its evaluations up to the start of its decay: whether the KL
+    had reached its plateau at the constant rate (the decay then lowers it further).
+    """
     h = progress.history
+    n = sum(step <= config.decay_start for step in h["eval_step"])
     return plateau(
-        h["eval_step"],
-        h["eval_kl"],
+        h["eval_step"][:n],
+        h["eval_kl"][:n],
         config.plateau_window,
         config.plateau_tol,
         config.min_steps,
@@ -181,6 +187,7 @@ def _result(
             "tol": config.plateau_tol,
             "atol": atol,
             "window": config.plateau_window,
+            "judged_at": min(progress.step, config.decay_start),
             "since": rule.since,
             "relative_improvement": rule.relative_improvement,
         },
@@ -278,7 +285,10 @@ def run(
             state.running = (state.running[0] + loss, state.running[1] + 1)
             bar.update(1)
             plateaued = False
-            if state.step % config.eval_every == 0 or state.step == config.steps:
+            if state.step % config.eval_every == 0 or state.step in (
+                config.steps,
+                config.decay_start,
+            ):
                 with quiet():
                     ev = _record_evaluation(state, model, test, config)
                 bar.set_postfix(kl=f"{ev['kl_bits']:.4f}", bits_mae=f"{ev['bits_mae']:.4f}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +24,20 @@ TRAINED = 0.5
 def _units(config: dict[str, Any], out: Path) -> dict[int, dict[str, Any]]:
     """Per seed, the summaries of the transformer's runs under each objective (one unit each)."""
     units = {}
-    steps = config["e11"]["steps"]
-    by_seed = {}
-    for seed in config["e11"]["seeds"]:
-        base = wt.task_config(config, "bijection", model="transformer", seed=seed)
-        by_seed[seed] = [
-            replace(base, objective=o, steps=steps.get(o, base.steps)) for o in OBJECTIVES
+    by_seed = {
+        seed: [
+            wt.task_config(
+                config,
+                "bijection",
+                model="transformer",
+                objective=o,
+                seed=seed,
+                **wt.budget(config["e11"], o),
+            )
+            for o in OBJECTIVES
         ]
+        for seed in config["e11"]["seeds"]
+    }
     with wt.pool(config) as workers:
         wt.train_all(config, out, [c for configs in by_seed.values() for c in configs], workers)
         for seed, configs in by_seed.items():
@@ -129,10 +135,9 @@ EXPERIMENT = Experiment(
         "The E10 bijection transformer (sampled answers), trained three times per seed: with "
         "cross-entropy, with independent binary cross-entropies per answer and with the "
         "squared error of the same sigmoids against one-hot targets (neither has a partition "
-        "function), each under E10's cosine decay to zero and gated on E10's plateau rule. The "
-        "Brier loss, whose gradient vanishes on saturated sigmoids, is still improving at E10's "
-        "budget, so it gets 4x the steps and is judged by the "
-        "same rule. Sigmoid outputs are normalized only to be evaluated. All three losses are "
+        "function), each under E10's schedule and gated on E10's plateau rule. The Brier loss, "
+        "whose gradient vanishes on saturated sigmoids, trains more slowly, so it gets a longer "
+        "budget (4,800 steps at quick size, 16,000 at full) and is judged by the same rule. Sigmoid outputs are normalized only to be evaluated. All three losses are "
         "proper scoring rules. Quick: 5 seeds; full: 5 seeds at the reference-cpu preset "
         "(V = 20, L = 19)."
     ),
