@@ -43,16 +43,14 @@ MODEL_NAMES = {
 }
 TASK_NAMES = {"bijection": "bijection", "hmm": "HMM filter", "dice": "dice (Laplace)"}
 
-_SMOKE_TASKS = {
+_SMALL_TASKS = {
     "bijection": {"n_symbols": 4, "n_pairs": 3, "replacement": False},
     "hmm": {"n_states": 2, "n_observations": 2, "length": 4, "levels": 10, "floor": 1},
     "dice": {"n_faces": 2, "length": 6},
 }
-_QUICK_TASKS = {
-    "bijection": {"n_symbols": 6, "n_pairs": 5, "replacement": False},
-    "hmm": {"n_states": 2, "n_observations": 2, "length": 8, "levels": 10, "floor": 1},
-    "dice": {"n_faces": 2, "length": 12},
-}
+"""The tasks of the smoke and quick sizes. Quick pilot runs on larger ones (bijection V = 6,
+L = 5; HMM T = 8; dice T = 12) were still learning at the quick budget: their mean held-out KL
+still fell by 0.6-1% of the floor per fifth of the steps."""
 _SMOKE_TRAIN: dict[str, Any] = {
     "n_layer": 1,
     "n_head": 2,
@@ -87,7 +85,7 @@ _QUICK_TRAIN: dict[str, Any] = {
     "batch_size": 64,
     "lr": 3e-3,
     "warmup": 50,
-    "steps": 1800,
+    "steps": 2250,
     "eval_every": 90,
     "ckpt_every": 500,
     "n_test": 256,
@@ -104,7 +102,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "smoke": {
         "scale": "reference-cpu",
         "train": _SMOKE_TRAIN,
-        "tasks": _SMOKE_TASKS,
+        "tasks": _SMALL_TASKS,
         "seeds": [0],
         "e10": {"steps": {}},
         "e11": {"seeds": [0], "steps": {}},
@@ -116,10 +114,10 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "quick": {
         "scale": "reference-cpu",
         "train": _QUICK_TRAIN,
-        "tasks": _QUICK_TASKS,
+        "tasks": _SMALL_TASKS,
         "seeds": [0, 1, 2],
         "e10": {"steps": {"mlp-pos": 600}},
-        "e11": {"seeds": [0, 1, 2, 3, 4], "steps": {"brier": 4800}},
+        "e11": {"seeds": [0, 1, 2, 3, 4], "steps": {"brier": 6750}},
         "e12": {
             "steps": 1600,
             "freeze_at": [200, 400, 600],

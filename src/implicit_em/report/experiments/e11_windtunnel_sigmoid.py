@@ -137,7 +137,7 @@ EXPERIMENT = Experiment(
         "squared error of the same sigmoids against one-hot targets (neither has a partition "
         "function), each under E10's schedule and gated on E10's plateau rule. The Brier loss, "
         "whose gradient vanishes on saturated sigmoids, trains more slowly, so it gets a longer "
-        "budget (4,800 steps at quick size, 16,000 at full) and is judged by the same rule. Sigmoid outputs are normalized only to be evaluated. All three losses are "
+        "budget (6,750 steps at quick size, 16,000 at full) and is judged by the same rule. Sigmoid outputs are normalized only to be evaluated. All three losses are "
         "proper scoring rules. Quick: 5 seeds; full: 5 seeds at the reference-cpu preset "
         "(V = 20, L = 19)."
     ),
