@@ -11,9 +11,9 @@ matches; None: a folder inside the experiment's own output) and `workers`, the c
 trained at once in separate processes.
 
 **Converged runs.** Every run is judged by the plateau rule
-(`implicit_em.windtunnel.evaluation.plateau`): over the last 20% of the steps judged, its best
-held-out KL improved by less than 2% of itself, or by less than 0.5% of the task's floor (the
-uniform prediction's KL, `plateau_floor_tol`). E10 and E11 train under warmup-stable-decay
+(`implicit_em.windtunnel.evaluation.plateau`): the mean held-out KL of the last 20% of the steps
+judged fell by less than 2% from the mean of the 20% before, or by less than 0.5% of the task's
+floor (the uniform prediction's KL, `plateau_floor_tol`). E10 and E11 train under warmup-stable-decay
 (`"wsd"`): the rate is held until 80% of the budget, where the rule is read (has the KL reached
 its plateau at that rate?), then decays linearly to zero to read off the final KL. E12, which
 measures timescales, holds the rate to the end and reads the rule there. Each experiment gates

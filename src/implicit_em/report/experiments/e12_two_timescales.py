@@ -190,8 +190,8 @@ EXPERIMENT = Experiment(
         "the value projections at 10x the learning rate and the same weight decay per step. "
         "The full run is gated on E10's plateau rule: at a constant rate the KL of training on "
         "sampled answers settles at a noise level set by the rate, and the rule asks that its "
-        "best value moved by under 2% of itself or 0.5% of the floor over the last 20% of the "
-        "steps (the shares below are in units of about the floor, so such a move shifts them "
+        "mean over the last 20% of the steps fell by under 2%, or under 0.5% of the floor, from "
+        "the 20% before (the shares below are in units of about the floor, so such a move shifts them "
         "by about half a point). Quick: 1,600 steps, t = 200, 400, 600; full: reference-cpu, "
         "4,000 steps, t = 500, 1,000, 2,000; 3 seeds at both sizes."
     ),
