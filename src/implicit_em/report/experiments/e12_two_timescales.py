@@ -248,5 +248,5 @@ EXPERIMENT = Experiment(
             "the values are learned on the same timescale, not as C12's E-step then M-step."
         ),
     },
-    minutes={"smoke": 0.5, "quick": 1.5, "full": 31.0},
+    minutes={"smoke": 0.5, "quick": 1.3, "full": 31.0},
 )
