@@ -39,6 +39,19 @@ def test_constant_schedule_holds_the_peak_after_warmup() -> None:
     assert {learning_rate(c, s) for s in range(10, 200)} == {1e-2}
 
 
+def test_wsd_holds_the_peak_then_decays_linearly_to_zero() -> None:
+    c = replace(SPLIT, schedule="wsd", decay_fraction=0.2)
+    assert c.decay_start == 80
+    assert {learning_rate(c, s) for s in range(10, 80)} == {1e-2}
+    assert learning_rate(c, 90) == pytest.approx(5e-3)
+    assert learning_rate(c, 99) == pytest.approx(5e-4) and learning_rate(c, 100) == 0.0
+    assert replace(SPLIT, schedule="cosine").decay_start == 100  # the cap: no decay phase
+    with pytest.raises(ValueError, match="decay_fraction"):
+        replace(c, decay_fraction=1.0)
+    with pytest.raises(ValueError, match="stop_at_plateau"):
+        replace(c, stop_at_plateau=True)
+
+
 def test_value_multiplier_speeds_the_step_but_not_the_decay() -> None:
     config = replace(SPLIT, value_lr_mult=10.0)
     model = build_model(config, config.make_task())

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from implicit_em.cli import app
 from implicit_em.windtunnel.cli import compare_table
 from implicit_em.windtunnel.config import RunConfig, build_model, preset
+from implicit_em.windtunnel.evaluation import plateau
 from implicit_em.windtunnel.losses import loss_fn
 from implicit_em.windtunnel.models import count_parameters
 from implicit_em.windtunnel.tasks import Bijection
@@ -436,3 +437,15 @@ def test_an_intervention_branched_from_a_kept_state_equals_one_run_from_scratch(
             progress=False,
             branch_from=state_path(tmp_path / "base", 4),
         )
+
+
+def test_a_wsd_run_is_judged_at_the_start_of_its_decay(tmp_path: Path) -> None:
+    config = replace(TINY, model="mlp", steps=30, schedule="wsd", decay_fraction=0.3)
+    result = run(config, tmp_path, progress=False)
+    h = result["history"]
+    assert config.decay_start == 21 and 21 in h["eval_step"]  # evaluated where the decay starts
+    assert result["plateau"]["judged_at"] == 21
+    n = h["eval_step"].index(21) + 1
+    before = plateau(h["eval_step"][:n], h["eval_kl"][:n], 0.2, config.plateau_tol, atol=1e-5)
+    assert result["converged"] == before.converged
+    assert result["plateau"]["since"] == before.since == 12

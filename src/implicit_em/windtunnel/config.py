@@ -8,11 +8,13 @@ Beside the architecture and the optimizer, a configuration states:
 
 * the objective (`"ce"`, normalized; `"sigmoid"` and `"brier"`, unnormalized; see `losses`);
 * the learning-rate schedule (`"cosine"`: warmup, then a cosine to `min_lr_ratio * lr`;
-  `"constant"`: warmup, then `lr`; see `optim`);
+  `"constant"`: warmup, then `lr`; `"wsd"`: warmup, `lr` held, then a linear decay to zero
+  over the last `decay_fraction` of the steps; see `optim`);
 * the plateau rule (`evaluation.plateau`): `steps` is a cap, and with `stop_at_plateau`
   the run ends at the first evaluation where the held-out KL improved by less than `plateau_tol`
-  (relative; or by less than `plateau_atol` bits) over the last `plateau_window` of the
-  steps done, once `min_steps` are done;
+  (relative; or by less than `plateau_atol` bits, or than `plateau_floor_tol` times the
+  uniform prediction's KL) over the last `plateau_window` of the steps done, once
+  `min_steps` are done;
 * an intervention (`freeze`, `freeze_at`): from step `freeze_at` on, the `"routing"`
   parameters (the attention's query and key projections) or the `"rest"` (every other
   parameter: values, output projections, MLPs, embeddings, norms, head) stop training.
@@ -48,7 +50,7 @@ __all__ = [
 
 MODELS = ("transformer", "mlp-prefix", "mlp-pos")
 OBJECTIVES = ("ce", "sigmoid", "brier")
-SCHEDULES = ("cosine", "constant")
+SCHEDULES = ("cosine", "constant", "wsd")
 FREEZES = ("", "routing", "rest")
 _MODEL_ALIASES = {"mlp": "mlp-prefix"}
 
@@ -75,6 +77,7 @@ class RunConfig:
     lr: float = 1e-3
     schedule: str = "cosine"
     min_lr_ratio: float = 0.02
+    decay_fraction: float = 0.2
     warmup: int = 200
     weight_decay: float = 0.01
     grad_clip: float = 1.0
@@ -83,6 +86,7 @@ class RunConfig:
     ckpt_every: int = 500
     plateau_tol: float = 0.02
     plateau_atol: float = 1e-5
+    plateau_floor_tol: float = 0.0
     plateau_window: float = 0.2
     min_steps: int = 0
     stop_at_plateau: bool = False
@@ -107,16 +111,29 @@ class RunConfig:
             raise ValueError(f"targets must be 'sample' or 'posterior', got {self.targets!r}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if not 0 < self.decay_fraction < 1:
+            raise ValueError(f"decay_fraction must lie in (0, 1), got {self.decay_fraction}")
+        if self.schedule == "wsd" and self.stop_at_plateau:
+            raise ValueError("a 'wsd' run is judged before its decay: stop_at_plateau=False")
         if min(self.steps, self.batch_size, self.eval_every, self.ckpt_every, self.n_test) < 1:
             raise ValueError("steps, batch_size, eval_every, ckpt_every and n_test must be >= 1")
-        if not (0 < self.plateau_window < 1 and self.plateau_tol >= 0):
-            raise ValueError("plateau_window must lie in (0, 1) and plateau_tol be >= 0")
+        if not (0 < self.plateau_window < 1 and min(self.plateau_tol, self.plateau_floor_tol) >= 0):
+            raise ValueError(
+                "plateau_window must lie in (0, 1), plateau_tol and plateau_floor_tol be >= 0"
+            )
         if self.freeze not in FREEZES:
             raise ValueError(f"freeze must be one of {FREEZES}, got {self.freeze!r}")
         if self.freeze and not split:
             raise ValueError("freeze needs model='transformer' and split_qkv=True")
         if self.freeze_at < 0:
             raise ValueError(f"freeze_at must be >= 0, got {self.freeze_at}")
+
+    @property
+    def decay_start(self) -> int:
+        """The step from which `"wsd"` decays (the cap for the other schedules)."""
+        if self.schedule != "wsd":
+            return self.steps
+        return self.steps - round(self.decay_fraction * self.steps)
 
     def make_task(self) -> Task:
         return make_task(self.task, **self.task_params)

@@ -4,21 +4,29 @@ The held-out set is `n_test` sequences from a generator of its own (seeded by th
 plus a fixed offset), the same at every evaluation, so the held-out KL is a deterministic
 function of the weights.
 
-**Plateau rule.** At an evaluation at step $s$ (with $s \ge$ `min_steps`), let $s_0$ be the
-last evaluation step at or before $(1 - w)\,s$ (the start of the last fraction $w$ =
-`plateau_window` of the steps done), and $m(s) = \min_{s' \le s} \mathrm{KL}(s')$ the best
-held-out KL so far. The run has converged when the best KL improved by less than a fraction
-$\tau$ = `plateau_tol` over that window (or by less than $\epsilon$ in absolute terms):
+**Plateau rule.** At an evaluation at step $s$ (with $s \ge$ `min_steps`), split the steps
+done into windows of the last fraction $w$ = `plateau_window`: $B = ((1-w)s,\ s]$, the last
+window, and $A = ((1-2w)s,\ (1-w)s]$, the one before it. With $\bar K_A$ and $\bar K_B$ the mean
+held-out KL of the evaluations in each, the run has converged when the mean fell by less than a
+fraction $\tau$ = `plateau_tol` (or by less than $\epsilon$ in absolute terms):
 
 $$
-\frac{m(s_0) - m(s)}{m(s_0)} < \tau .
+\frac{\bar K_A - \bar K_B}{\bar K_A} < \tau .
 $$
+
+Means over windows, not single evaluations: training on sampled answers makes the held-out KL
+fluctuate from one evaluation to the next, and a rule on single values (or on the best value so
+far, which keeps creeping down by lucky draws at a constant rate) passes and fails by chance.
+A steady decline shows as a fall of the mean; fluctuations around a level do not.
 
 Near an exact fit the KL shrinks by orders of magnitude while nothing measurable changes, so an
-absolute improvement below $\epsilon$ = `atol` bits (1e-5 by default) also counts as a plateau.
-The best-so-far makes the rule blind to upward spikes of the KL (training on sampled answers
-is noisy), not to a slow, steady decline. A long plateau followed by a sudden drop (as
-attention circuits sometimes form) would pass the rule early; `min_steps` guards against that,
+absolute improvement below $\epsilon$ bits also counts as a plateau: `plateau_tolerance` gives
+$\epsilon = \max(\epsilon_0, \phi\,F)$, with $\epsilon_0$ = `plateau_atol` (1e-5 bits by
+default), $F$ the uniform prediction's KL on the held-out set (the floor) and $\phi$ =
+`plateau_floor_tol` (0 by default). With $\phi > 0$ the rule reads the improvement in the
+units of a criterion stated as a share of the floor: an improvement below $\phi F$ over the
+window cannot move such a share by more than $\phi$. A long plateau followed by a sudden drop
+(as attention circuits sometimes form) would pass the rule early; `min_steps` guards against that,
 and a run that never meets the rule by its step cap reports `converged = False`.
 """
 
@@ -36,7 +44,7 @@ from implicit_em.windtunnel.config import RunConfig
 from implicit_em.windtunnel.metrics import position_errors, predictive_log_probs, sigma_sum_gap
 from implicit_em.windtunnel.tasks import Batch
 
-__all__ = ["Plateau", "evaluate", "held_out", "plateau"]
+__all__ = ["Plateau", "evaluate", "held_out", "plateau", "plateau_tolerance", "uniform_kl"]
 
 _EVAL_SEED_OFFSET = 1_000_003
 
@@ -73,7 +81,7 @@ def evaluate(model: nn.Module, test: Batch, objective: str, chunk: int = 1024) -
         "bits_mae": errors.bits_mae,
         "kl_bits": errors.kl_mean,
         "sigma_sum_gap": None if objective == "ce" else sigma_sum_gap(logits, test.mask),
-        "uniform_kl_bits": _uniform_kl(test),
+        "uniform_kl_bits": uniform_kl(test),
         "per_position": {
             "entropy_mae": curve(errors.entropy_mae),
             "kl": curve(errors.kl),
@@ -82,15 +90,22 @@ def evaluate(model: nn.Module, test: Batch, objective: str, chunk: int = 1024) -
     }
 
 
-def _uniform_kl(test: Batch) -> float:
+def uniform_kl(test: Batch) -> float:
+    """The KL of the uniform prediction on `test` (bits per supervised position): the floor."""
     uniform = torch.full_like(test.posterior, -math.log(test.posterior.shape[-1]))
     return position_errors(test.posterior, uniform, test.mask).kl_mean
 
 
+def plateau_tolerance(config: RunConfig, floor: float) -> float:
+    """The plateau rule's absolute tolerance in bits, given the `floor` (see the module)."""
+    return max(config.plateau_atol, config.plateau_floor_tol * floor)
+
+
 @dataclass(frozen=True)
 class Plateau:
-    """The plateau rule at the last evaluation: `converged`, the window's first step `since`
-    and the `relative_improvement` of the held-out KL over it (None before a window exists)."""
+    """The plateau rule at the last evaluation: `converged`, `since` (the last evaluation step
+    before the last window) and the `relative_improvement` of the window means (None before
+    both windows hold an evaluation)."""
 
     converged: bool
     since: int | None
@@ -110,10 +125,15 @@ def plateau(
         raise ValueError("steps and kl must have the same length")
     if not steps or steps[-1] < min_steps:
         return Plateau(False, None, None)
-    start = (1.0 - window) * steps[-1]
-    earlier = [i for i, s in enumerate(steps[:-1]) if s <= start]
-    if not earlier or not all(math.isfinite(k) for k in kl):
-        return Plateau(False, steps[earlier[-1]] if earlier else None, None)
-    first, last = min(kl[: earlier[-1] + 1]), min(kl)
-    improvement = (first - last) / first if first > 0 else 0.0
-    return Plateau(improvement < tol or first - last < atol, steps[earlier[-1]], improvement)
+    end = steps[-1]
+    start = (1.0 - window) * end
+    earlier = [s for s in steps[:-1] if s <= start]
+    since = earlier[-1] if earlier else None
+    before = [k for s, k in zip(steps, kl, strict=True) if start - window * end < s <= start]
+    last = [k for s, k in zip(steps, kl, strict=True) if s > start]
+    if not before or not all(math.isfinite(k) for k in kl):
+        return Plateau(False, since, None)
+    mean_before, mean_last = sum(before) / len(before), sum(last) / len(last)
+    fall = mean_before - mean_last
+    improvement = fall / mean_before if mean_before > 0 else 0.0
+    return Plateau(improvement < tol or fall < atol, since, improvement)

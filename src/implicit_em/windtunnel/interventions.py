@@ -67,6 +67,11 @@ def sufficient_freeze_step(
 def _branch(config: RunConfig, directory: Path, start: Path, device: str) -> tuple[float, float]:
     """Train one intervention from its branch point; its final held-out KL and training time."""
     result = run(config, directory, device=device, progress=False, branch_from=start)
+    if result["status"] != "complete":
+        raise RuntimeError(
+            f"the {config.freeze}-frozen branch from step {config.freeze_at} stopped at step "
+            f"{result['steps']}; rerun to resume it"
+        )
     return result["kl_bits"], result["wall_time_s"]
 
 

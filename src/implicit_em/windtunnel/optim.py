@@ -5,8 +5,13 @@ The schedule at step $s$ (peak $\eta$, warmup $w$, cap $S$, floor ratio $\rho$):
 $$
 \eta_s = \eta\,\frac{s+1}{w}\quad (s < w), \qquad
 \eta_s = \eta\bigl(\rho + (1-\rho)\tfrac12(1 + \cos(\pi \min(1, \tfrac{s-w}{S-w})))\bigr)
-\ \text{(cosine)} \quad\text{or}\quad \eta_s = \eta\ \text{(constant)}.
+\ \text{(cosine)} \quad\text{or}\quad \eta_s = \eta\ \text{(constant)},
 $$
+
+or, warmup-stable-decay (`"wsd"`, decay from $D = S - \operatorname{round}(f S)$ with $f$ =
+`decay_fraction`): $\eta_s = \eta$ for $w \le s < D$ and $\eta_s = \eta\,(S - s)/(S - D)$ for
+$s \ge D$, a linear decay to zero at the cap. The plateau rule of a `"wsd"` run is read at $D$,
+before the decay (see `train`).
 
 A split transformer (`split_qkv`) has three groups, one per part: `"routing"` (the query and
 key projections), `"values"` (the value projections) and `"rest"`; any other model has one
@@ -49,6 +54,11 @@ def learning_rate(config: RunConfig, step: int) -> float:
         return config.lr * (step + 1) / config.warmup
     if config.schedule == "constant":
         return config.lr
+    if config.schedule == "wsd":
+        start = config.decay_start
+        if step < start:
+            return config.lr
+        return config.lr * max(0, config.steps - step) / (config.steps - start)
     progress = (step - config.warmup) / max(1, config.steps - config.warmup)
     cosine = 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
     return config.lr * (config.min_lr_ratio + (1.0 - config.min_lr_ratio) * cosine)

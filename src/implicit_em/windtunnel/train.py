@@ -11,7 +11,8 @@ whose state is checkpointed.
 
 `steps` is a cap: with `stop_at_plateau` the run ends at the first evaluation where the
 plateau rule (`evaluation.plateau`) holds. Every result reports `converged`: whether the rule
-holds at its last evaluation. Objectives (`losses`), schedules, parameter groups and
+holds at its last evaluation, or, under the `"wsd"` schedule, at the start of its decay (also
+evaluated). Objectives (`losses`), schedules, parameter groups and
 interventions (`optim`) and the presets (`config`) are stated in their modules.
 
 Targets: `"sample"` (the bijection's default, as in the reference protocol) trains on the
@@ -46,7 +47,14 @@ from implicit_em.windtunnel.checkpoint import (
     write_json,
 )
 from implicit_em.windtunnel.config import MODELS, SCALES, RunConfig, build_model, preset
-from implicit_em.windtunnel.evaluation import Plateau, evaluate, held_out, plateau
+from implicit_em.windtunnel.evaluation import (
+    Plateau,
+    evaluate,
+    held_out,
+    plateau,
+    plateau_tolerance,
+    uniform_kl,
+)
 from implicit_em.windtunnel.losses import loss_fn
 from implicit_em.windtunnel.models import count_parameters
 from implicit_em.windtunnel.optim import make_optimizer, set_learning_rates
@@ -113,16 +121,21 @@ def _record_evaluation(
     return ev
 
 
-def _plateau(progress: Progress, config: RunConfig) -> Plateau:
-    """The plateau rule on the evaluations so far."""
+def _plateau(progress: Progress, config: RunConfig, atol: float) -> Plateau:
+    """The plateau rule on the evaluations so far, with the absolute tolerance `atol`.
+
+    A `"wsd"` run is judged on its evaluations up to the start of its decay: whether the KL
+    had reached its plateau at the constant rate (the decay then lowers it further).
+    """
     h = progress.history
+    n = sum(step <= config.decay_start for step in h["eval_step"])
     return plateau(
-        h["eval_step"],
-        h["eval_kl"],
+        h["eval_step"][:n],
+        h["eval_kl"][:n],
         config.plateau_window,
         config.plateau_tol,
         config.min_steps,
-        config.plateau_atol,
+        atol,
     )
 
 
@@ -155,7 +168,8 @@ def _result(
     final: dict[str, Any],
     device: str,
 ) -> dict[str, Any]:
-    rule = _plateau(progress, config)
+    atol = plateau_tolerance(config, final["uniform_kl_bits"])
+    rule = _plateau(progress, config, atol)
     return {
         "status": "complete",
         "config": asdict(config),
@@ -171,8 +185,9 @@ def _result(
         "converged": rule.converged,
         "plateau": {
             "tol": config.plateau_tol,
-            "atol": config.plateau_atol,
+            "atol": atol,
             "window": config.plateau_window,
+            "judged_at": min(progress.step, config.decay_start),
             "since": rule.since,
             "relative_improvement": rule.relative_improvement,
         },
@@ -235,6 +250,7 @@ def run(
     optimizer = make_optimizer(model, config)
     data = torch.Generator().manual_seed(config.seed)
     test = held_out(config).to(device)
+    atol = plateau_tolerance(config, uniform_kl(test))
     if branch_from is not None and not (out / CHECKPOINT).exists():
         state = load_branch(Path(branch_from), cfg, model, optimizer, data)
     else:
@@ -269,11 +285,14 @@ def run(
             state.running = (state.running[0] + loss, state.running[1] + 1)
             bar.update(1)
             plateaued = False
-            if state.step % config.eval_every == 0 or state.step == config.steps:
+            if state.step % config.eval_every == 0 or state.step in (
+                config.steps,
+                config.decay_start,
+            ):
                 with quiet():
                     ev = _record_evaluation(state, model, test, config)
                 bar.set_postfix(kl=f"{ev['kl_bits']:.4f}", bits_mae=f"{ev['bits_mae']:.4f}")
-                plateaued = config.stop_at_plateau and _plateau(state, config).converged
+                plateaued = config.stop_at_plateau and _plateau(state, config, atol).converged
             out_of_time = time_budget_s is not None and time.perf_counter() - start >= time_budget_s
             if state.step % config.ckpt_every == 0 or stop.requested or out_of_time:
                 state.elapsed += time.perf_counter() - start

@@ -1,82 +1,172 @@
-"""Shared by E10-E12: the wind-tunnel configurations of each report size and their runs.
+"""Shared by E10-E12: the wind-tunnel configurations of each report size, and their units of work.
 
-A size's configuration names a preset (`scale`) with `overrides`, the `seeds`, the `label`
-of its run directories and `runs_dir`: `outputs/windtunnel` (the CLI's default, so that runs
-made by `implicit-em windtunnel --scale reference-cpu --compare` are reused when the
-configuration matches) or `None` for a folder inside the experiment's own output (smoke size).
+A size's configuration names a preset (`scale`) with `train` overrides (the same for every
+task), the task sizes (`tasks`, None: the preset's) and a task's own budget (`task_steps`),
+the `seeds` of E10 and the budget of a
+model that needs fewer steps (`e10`), E11's `seeds` and the budget of an objective that needs
+more (`e11`), E12's run length, freeze
+steps, snapshot period and seeds (`e12`), the `label` of its run directories, `runs_dir` (`outputs/windtunnel`, the CLI's
+default, so that runs made by `implicit-em windtunnel` are reused when the configuration
+matches; None: a folder inside the experiment's own output) and `workers`, the configurations
+trained at once in separate processes.
+
+**Converged runs.** Every run is judged by the plateau rule
+(`implicit_em.windtunnel.evaluation.plateau`): the mean held-out KL of the last 20% of the steps
+judged fell by less than 2% from the mean of the 20% before, or by less than 0.5% of the task's
+floor (the uniform prediction's KL, `plateau_floor_tol`). E10 and E11 train under warmup-stable-decay
+(`"wsd"`): the rate is held until 80% of the budget, where the rule is read (has the KL reached
+its plateau at that rate?), then decays linearly to zero to read off the final KL. E12, which
+measures timescales, holds the rate to the end and reads the rule there. Each experiment gates
+on every run having converged: an unconverged run makes the verdict `invalid`. Smoke runs check
+the machinery only: their tolerance is 100%.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from implicit_em.report.progress import progress
-from implicit_em.windtunnel.grid import GridRun, run_grid
-from implicit_em.windtunnel.train import RunConfig, preset
+from implicit_em.report.stats import mean_interval
+from implicit_em.windtunnel.config import RunConfig, preset
+from implicit_em.windtunnel.grid import GridRun, run_configs, run_grid, worker_pool
 
 RUNS_DIR = "outputs/windtunnel"
+TASKS = ("bijection", "hmm", "dice")
 MODEL_NAMES = {
     "transformer": "transformer",
     "mlp-prefix": "prefix MLP",
     "mlp-pos": "position-wise MLP",
 }
+TASK_NAMES = {"bijection": "bijection", "hmm": "HMM filter", "dice": "dice (Laplace)"}
 
-_QUICK_OVERRIDES: dict[str, Any] = {
-    "task_params": {"n_symbols": 6, "n_pairs": 5, "replacement": False},
-    "n_layer": 2,
-    "n_head": 2,
-    "n_embd": 32,
-    "steps": 600,
-    "warmup": 100,
-    "eval_every": 200,
-    "ckpt_every": 600,
-    "n_test": 256,
+_SMALL_TASKS = {
+    "bijection": {"n_symbols": 4, "n_pairs": 3, "replacement": False},
+    "hmm": {"n_states": 2, "n_observations": 2, "length": 4, "levels": 10, "floor": 1},
+    "dice": {"n_faces": 2, "length": 6},
 }
-_SMOKE_OVERRIDES: dict[str, Any] = {
-    "task_params": {"n_symbols": 4, "n_pairs": 3, "replacement": False},
+"""The tasks of the smoke and quick sizes. Quick pilot runs on larger ones (bijection V = 6,
+L = 5; HMM T = 8; dice T = 12) were still learning at the quick budget: their mean held-out KL
+still fell by 0.5-1.1% of the floor per fifth of the steps."""
+_SMOKE_TRAIN: dict[str, Any] = {
     "n_layer": 1,
     "n_head": 2,
     "n_embd": 16,
-    "steps": 20,
-    "warmup": 5,
-    "eval_every": 10,
-    "ckpt_every": 20,
-    "n_test": 32,
-    "batch_size": 16,
+    "batch_size": 32,
+    "lr": 1e-2,
+    "steps": 120,
+    "warmup": 10,
+    "eval_every": 20,
+    "ckpt_every": 60,
+    "n_test": 64,
+    "min_steps": 40,
+    "plateau_tol": 1.0,
+}
+"""Smoke checks the machinery in seconds: long enough for the models to train, with the
+plateau rule's tolerance at 100% (every run counts as converged)."""
+
+_RULE: dict[str, Any] = {
+    "schedule": "wsd",
+    "decay_fraction": 0.2,
+    "plateau_tol": 0.02,
+    "plateau_floor_tol": 0.005,
+    "plateau_window": 0.2,
+    "stop_at_plateau": False,
+}
+"""The schedule and the plateau rule of the quick and full sizes (see the module)."""
+
+_QUICK_TRAIN: dict[str, Any] = {
+    "n_layer": 1,
+    "n_head": 2,
+    "n_embd": 32,
+    "batch_size": 64,
+    "lr": 3e-3,
+    "warmup": 50,
+    "steps": 2250,
+    "eval_every": 90,
+    "ckpt_every": 500,
+    "n_test": 256,
+    **_RULE,
+}
+_FULL_TRAIN: dict[str, Any] = {
+    "steps": 4000,
+    "eval_every": 200,
+    "ckpt_every": 500,
+    **_RULE,
 }
 
 CONFIGS: dict[str, dict[str, Any]] = {
     "smoke": {
         "scale": "reference-cpu",
-        "overrides": _SMOKE_OVERRIDES,
+        "train": _SMOKE_TRAIN,
+        "tasks": _SMALL_TASKS,
+        "task_steps": {},
         "seeds": [0],
+        "e10": {"steps": {}},
+        "e11": {"seeds": [0], "steps": {}},
+        "e12": {"steps": 120, "freeze_at": [60], "snapshot_every": 20, "seeds": [0]},
         "label": "report-smoke",
         "runs_dir": None,
+        "workers": 1,
     },
     "quick": {
         "scale": "reference-cpu",
-        "overrides": _QUICK_OVERRIDES,
+        "train": _QUICK_TRAIN,
+        "tasks": _SMALL_TASKS,
+        "task_steps": {"bijection": 4050},
         "seeds": [0, 1, 2],
+        "e10": {"steps": {"mlp-pos": 600}},
+        "e11": {"seeds": [0, 1, 2, 3, 4], "steps": {"brier": 6750}},
+        "e12": {
+            "steps": 1600,
+            "freeze_at": [200, 400, 600],
+            "snapshot_every": 50,
+            "seeds": [0, 1, 2],
+        },
         "label": "report-quick",
         "runs_dir": RUNS_DIR,
+        "workers": 2,
     },
     "full": {
         "scale": "reference-cpu",
-        "overrides": {},
+        "train": _FULL_TRAIN,
+        "tasks": None,
+        "task_steps": {},
         "seeds": [0, 1, 2, 3, 4],
+        "e10": {"steps": {"mlp-pos": 1000}},
+        "e11": {"seeds": [0, 1, 2, 3, 4], "steps": {"brier": 16000}},
+        "e12": {
+            "steps": 4000,
+            "freeze_at": [500, 1000, 2000],
+            "snapshot_every": 100,
+            "seeds": [0, 1, 2],
+        },
         "label": "reference-cpu",
         "runs_dir": RUNS_DIR,
+        "workers": 2,
     },
 }
 
 
+def task_config(config: dict[str, Any], task: str, **overrides: Any) -> RunConfig:
+    """The configuration of `task` at a report size (`overrides` replace any field)."""
+    sizes = {} if config["tasks"] is None else {"task_params": config["tasks"][task]}
+    sizes |= {"steps": config["task_steps"][task]} if task in config["task_steps"] else {}
+    return preset(task, config["scale"], **{**config["train"], **sizes, **overrides})
+
+
+def budget(part: dict[str, Any], name: str) -> dict[str, int]:
+    """`{"steps": n}` when the experiment's `part` of the size gives `name` its own budget."""
+    return {"steps": part["steps"][name]} if name in part["steps"] else {}
+
+
 def base_config(config: dict[str, Any]) -> RunConfig:
-    """The bijection configuration of a report size."""
-    return preset("bijection", config["scale"], **config["overrides"])
+    """The bijection configuration of a report size (E10's, which E13 reads too)."""
+    return task_config(config, "bijection")
 
 
 def runs_dir(config: dict[str, Any], out: Path) -> Path:
@@ -88,12 +178,11 @@ def grid(
     out: Path,
     models: Sequence[str],
     objectives: Sequence[str],
-    base: RunConfig | None = None,
     **run_options: Any,
 ) -> dict[GridRun, dict[str, Any]]:
-    """Run (or reuse) every model x objective x seed of the size's configuration."""
+    """Train (or reuse) every model x objective x seed of the size's bijection configuration."""
     return run_grid(
-        base or base_config(config),
+        base_config(config),
         config["label"],
         runs_dir(config, out),
         config["seeds"],
@@ -105,13 +194,76 @@ def grid(
     )
 
 
-def seed_mean(
-    results: dict[GridRun, dict[str, Any]], model: str, objective: str, key: str
-) -> float:
-    """Mean of `key` over the seeds of one model and objective."""
-    return statistics.fmean(
-        r[key] for (m, o, _), r in results.items() if (m, o) == (model, objective)
+@contextmanager
+def pool(config: dict[str, Any]) -> Iterator[Executor | None]:
+    """The worker processes of a report size (None: train in this process)."""
+    with worker_pool(config.get("workers", 1)) as workers:
+        yield workers
+
+
+def train(
+    config: dict[str, Any],
+    out: Path,
+    configs: Sequence[RunConfig],
+    workers: Executor | None,
+    **run_options: Any,
+) -> list[dict[str, Any]]:
+    """Train (or reuse) `configs` in the size's run directories; a summary of each."""
+    results = run_configs(
+        configs,
+        config["label"],
+        runs_dir(config, out),
+        device=config.get("device", "cpu"),
+        progress=progress,
+        pool=workers,
+        **run_options,
     )
+    return [summary(r) for r in results]
+
+
+def train_all(
+    config: dict[str, Any],
+    out: Path,
+    configs: Sequence[RunConfig],
+    workers: Executor | None,
+    **run_options: Any,
+) -> None:
+    """Train every configuration of an experiment in one batch, longest first.
+
+    The workers stay busy across seeds (a seed's unit alone may hold fewer runs than there are
+    workers); the units then read the finished runs from their directories. A killed batch loses
+    at most the steps since each running configuration's last checkpoint.
+    """
+    longest_first = sorted(configs, key=lambda c: -c.steps)
+    run_configs(
+        longest_first,
+        config["label"],
+        runs_dir(config, out),
+        device=config.get("device", "cpu"),
+        progress=progress,
+        pool=workers,
+        **run_options,
+    )
+
+
+def summary(result: dict[str, Any]) -> dict[str, Any]:
+    """What the experiments read of a run's result (plain JSON for a unit)."""
+    keys = (
+        "kl_bits",
+        "bits_mae",
+        "uniform_kl_bits",
+        "context_free_bits",
+        "sigma_sum_gap",
+        "converged",
+        "steps",
+        "wall_time_s",
+        "n_parameters",
+    )
+    return {
+        **{k: result[k] for k in keys},
+        "kl_initial": result["history"]["eval_kl"][0],
+        "per_position_kl": result["per_position"]["kl"],
+    }
 
 
 def ratio(a: float, b: float) -> float:
@@ -121,13 +273,18 @@ def ratio(a: float, b: float) -> float:
     return math.inf if a > 0 else 1.0
 
 
-def floor_per_position(result: dict[str, Any], n_symbols: int) -> tuple[list[int], list[float]]:
-    """The context-free error at each supervised position: log2 V minus the mean exact entropy."""
-    entropy = result["per_position"]["entropy"]
-    pairs = [(t, math.log2(n_symbols) - h) for t, h in enumerate(entropy) if h is not None]
-    return [t for t, _ in pairs], [v for _, v in pairs]
-
-
-def supervised(curve: list[float | None], floor: float = 1e-6) -> tuple[list[int], list[float]]:
+def supervised(curve: list[float | None], floor: float = 1e-7) -> tuple[list[int], list[float]]:
+    """The positions with a value, and the values clipped below at `floor` (for a log axis)."""
     pairs = [(t, max(v, floor)) for t, v in enumerate(curve) if v is not None]
     return [t for t, _ in pairs], [v for _, v in pairs]
+
+
+def per_seed(units: dict[int, Any], read: Callable[[Any], float]) -> list[float]:
+    """`read(unit)` for every seed's unit, in seed order."""
+    return [read(units[s]) for s in sorted(units)]
+
+
+def interval_text(values: Sequence[float]) -> str:
+    """`mean [low, high]` of a 95% Student t interval over seeds, for tables."""
+    i = mean_interval(list(values), "t")
+    return f"{i.estimate:.4g} [{i.low:.3g}, {i.high:.3g}]"
