@@ -113,6 +113,9 @@ def test_claim_verdicts():
     assert got["C9"]["verdict"] == "inconclusive"
     assert got["m1"]["verdict"] == "stands"
     assert got["C10"]["verdict"] == "not tested"  # only an invalid experiment bears on it
+    assert got["C10"]["excluded"] == [{"experiment": "E4", "verdict": "invalid"}]
+    assert got["C10"]["experiments"] == [] and got["C10"]["evidence"] == []
+    assert got["T1"]["excluded"] == [] and got["C4"]["excluded"] == []
     assert got["C6"]["verdict"] == "supported"
     assert got["R4"]["verdict"] == "answered"
     assert got["T1"]["verdict"] == "not tested"
@@ -160,3 +163,25 @@ def test_select_orders_and_rejects_unknown_ids():
     assert [e.id for e in select(["e3", " E1"])] == ["E1", "E3"]
     with pytest.raises(ValueError, match=r"unknown experiment id\(s\) E99; known: E1, E2"):
         select(["E1", "E99"])
+
+
+def test_claim_rows_name_the_experiments_that_cast_no_vote(tmp_path):
+    from implicit_em.report.render import render_html, render_markdown
+
+    entries = [_entry("E4", "invalid", ("C10", "met", "supports"))]
+    document = {
+        "meta": {
+            "size": "quick",
+            "date": "today",
+            "machine": "here",
+            "version": "0",
+            "seconds": 0.0,
+            "compared_with": None,
+        },
+        "claims": {"C10": "a claim"},
+        "claim_verdicts": claim_verdicts(["C10"], entries),
+        "experiments": [],
+    }
+    row = next(line for line in render_markdown(document).splitlines() if line.startswith("| C10"))
+    assert "**not tested**" in row and "E4 invalid (its criteria are not read)" in row
+    assert "E4 invalid (its criteria are not read)" in render_html(document, tmp_path)

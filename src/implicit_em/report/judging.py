@@ -352,13 +352,17 @@ def claim_verdicts(
     `experiments` are results.json entries (`id`, `verdict`, `criteria`). Each criterion votes
     `for` (met and supports, or not met and refutes), `against` or `undecided`; all `for`:
     supported (objections: stands), all `against`: refuted (answered), both: mixed; undecided
-    votes that could change that: inconclusive; no criteria: not tested.
+    votes that could change that: inconclusive; no criteria: not tested. An invalid or not-run
+    experiment with criteria on the item casts no vote; it is listed under `excluded` (id and
+    verdict), so that "not tested" never hides an experiment that ran and failed its gates.
     """
     out = []
     for item in items:
-        votes, ids, evidence = [], [], []
+        votes, ids, evidence, excluded = [], [], [], []
         for e in experiments:
             if e["verdict"] in ("invalid", "not run"):
+                if any(c["claim"] == item for c in e["criteria"]):
+                    excluded.append({"experiment": e["id"], "verdict": e["verdict"]})
                 continue
             for c in e["criteria"]:
                 if c["claim"] != item:
@@ -394,6 +398,7 @@ def claim_verdicts(
                 "verdict": _item_verdict(item, votes),
                 "experiments": ids,
                 "evidence": evidence,
+                "excluded": excluded,
             }
         )
     return out

@@ -114,6 +114,14 @@ def _evidence(c: Mapping[str, Any]) -> str:
     )
 
 
+def _excluded(c: Mapping[str, Any]) -> list[str]:
+    """The experiments bearing on a claim row that cast no vote, as the row shows them."""
+    return [
+        f"{x['experiment']} {x['verdict']} (its criteria are not read)"
+        for x in c.get("excluded", [])
+    ]
+
+
 def _full_mark(entry: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
     """How this verdict compares with the published full run ('' at full size or when equal)."""
     if meta["size"] == "full" or meta.get("compared_with") is None:
@@ -181,7 +189,7 @@ def render_markdown(document: Mapping[str, Any]) -> str:
         _rule_row(len(items)),
     ]
     for c in document["claim_verdicts"]:
-        evidence = "; ".join(_evidence(x) for x in c["evidence"])
+        evidence = "; ".join([*(_evidence(x) for x in c["evidence"]), *_excluded(c)])
         full = [full_cell(c.get("full_verdict"), published)] if smaller else []
         lines.append(
             _row(
@@ -329,7 +337,7 @@ def render_html(document: Mapping[str, Any], root: Path) -> str:
         f"<td>{_verdict(c['verdict'])} {_esc(_full_mark(c, meta))}</td><td>"
         + ", ".join(f"<a href='#{_esc(i)}'>{_esc(i)}</a>" for i in c["experiments"])
         + "</td><td>"
-        + "<br>".join(_esc(_evidence(x)) for x in c["evidence"])
+        + "<br>".join(_esc(line) for line in [*map(_evidence, c["evidence"]), *_excluded(c)])
         + "</td></tr>"
         for c in document["claim_verdicts"]
     )
