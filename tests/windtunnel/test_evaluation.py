@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from implicit_em.windtunnel.config import RunConfig, build_model
@@ -46,16 +46,15 @@ def test_plateau_compares_the_mean_of_the_last_window_with_the_one_before() -> N
 
 
 @given(st.lists(st.floats(1e-6, 10.0), min_size=2, max_size=30), st.floats(0.05, 0.45))
+@example([1.0, 1.0, 1.0, 6.0, 1.0, 5.0], 0.4)  # a step on the lower bound, in float arithmetic
 def test_plateau_agrees_with_its_definition(kl: list[float], window: float) -> None:
     steps = [10 * i for i in range(len(kl))]
     rule = plateau(steps, kl, window, 0.02, atol=0.0)
     end = steps[-1]
-    last = [k for s, k in zip(steps, kl, strict=True) if s > (1 - window) * end]
-    before = [
-        k
-        for s, k in zip(steps, kl, strict=True)
-        if (1 - 2 * window) * end < s <= (1 - window) * end
-    ]
+    start = (1 - window) * end  # the bounds as the definition computes them, so that
+    lower = start - window * end  # a step at a bound falls on the same side in both
+    last = [k for s, k in zip(steps, kl, strict=True) if s > start]
+    before = [k for s, k in zip(steps, kl, strict=True) if lower < s <= start]
     if not before:
         assert rule.relative_improvement is None and not rule.converged
     else:
