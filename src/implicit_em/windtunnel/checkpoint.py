@@ -135,18 +135,7 @@ def load_checkpoint(
         return Progress()
     state = torch.load(path, map_location="cpu", weights_only=False)
     refuse_other(path, state["config"], config)
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    data.set_state(state["data_rng"])
-    return Progress(
-        history=state["history"],
-        step=state["step"],
-        elapsed=state["elapsed"],
-        sessions=state["sessions"],
-        running=tuple(state["running"]),
-        trace=state["trace"],
-        snapshots=state["snapshots"],
-    )
+    return _restore(state, model, optimizer, data, state["elapsed"], state["sessions"])
 
 
 def load_branch(
@@ -169,14 +158,27 @@ def load_branch(
         raise ValueError(f"{path} is not a branch point of this run (differs in: {sorted(other)})")
     if state["step"] > config["freeze_at"]:
         raise ValueError(f"{path} is at step {state['step']}, past freeze_at={config['freeze_at']}")
+    return _restore(state, model, optimizer, data, elapsed=0.0, sessions=0)
+
+
+def _restore(
+    state: dict[str, Any],
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    data: torch.Generator,
+    elapsed: float,
+    sessions: int,
+) -> Progress:
+    """Load a saved `state` into `model`, `optimizer` and `data`; its progress, with the
+    given `elapsed` time and `sessions` count."""
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     data.set_state(state["data_rng"])
     return Progress(
         history=state["history"],
         step=state["step"],
-        elapsed=0.0,
-        sessions=0,
+        elapsed=elapsed,
+        sessions=sessions,
         running=tuple(state["running"]),
         trace=state["trace"],
         snapshots=state["snapshots"],
