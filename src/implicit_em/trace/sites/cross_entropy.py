@@ -24,6 +24,7 @@ from torch import Tensor
 from implicit_em.trace.metrics import Stats, Targets
 from implicit_em.trace.sites.base import Context, Kept, binder
 from implicit_em.trace.sites.responsibility import (
+    RESPONSIBILITY_METRICS,
     ResponsibilityKind,
     keep_gradient_rows,
     responsibility_statistics,
@@ -70,12 +71,7 @@ class CrossEntropy(ResponsibilityKind):
         F.cross_entropy: (0, "input")
     } | dict.fromkeys(_LOG_SOFTMAX, (0, "input"))
     metrics = (
-        "mass",
-        "entropy",
-        "effective_k",
-        "dead",
-        "dominance",
-        "scale",
+        *RESPONSIBILITY_METRICS,
         "log_z",
         "log_z_max",
         "rows",

@@ -21,6 +21,7 @@ from implicit_em.hook_points import hook_point
 from implicit_em.trace.metrics import Stats
 from implicit_em.trace.sites.base import Context, Kept
 from implicit_em.trace.sites.responsibility import (
+    RESPONSIBILITY_METRICS,
     ResponsibilityKind,
     distance_statistics,
     keep_distance_gradients,
@@ -48,12 +49,7 @@ class MixtureNLL(ResponsibilityKind):
     searched = "implicit_em.objectives.mixture_nll"
     functions = (hook_point,)
     metrics = (
-        "mass",
-        "entropy",
-        "effective_k",
-        "dead",
-        "dominance",
-        "scale",
+        *RESPONSIBILITY_METRICS,
         "log_z",
         "log_z_max",
         "rows",

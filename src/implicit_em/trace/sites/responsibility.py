@@ -29,6 +29,7 @@ from implicit_em.trace.metrics import (
 from implicit_em.trace.sites.base import Context, Kept, SiteKind
 
 __all__ = [
+    "RESPONSIBILITY_METRICS",
     "ResponsibilityKind",
     "distance_statistics",
     "keep_distance_gradients",
@@ -156,6 +157,10 @@ def distance_statistics(k: Kept, target: Tensor | None, sign: float) -> Stats:
     if k.grad is not None:
         c = torch.zeros_like(weight) if k.factor is None else k.factor.to(weight.dtype)
     return responsibility_statistics(k.logits, target, weight, c, k.grad, sign, k.nonfinite)
+
+
+RESPONSIBILITY_METRICS = ("mass", "entropy", "effective_k", "dead", "dominance", "scale")
+"""The metrics every responsibility site reports, in the order its records list them."""
 
 
 class ResponsibilityKind(SiteKind):

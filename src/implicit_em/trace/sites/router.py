@@ -43,6 +43,7 @@ from implicit_em.trace.metrics import (
 )
 from implicit_em.trace.sites.base import Context, Kept
 from implicit_em.trace.sites.responsibility import (
+    RESPONSIBILITY_METRICS,
     ResponsibilityKind,
     row_stride,
     sample_rows,
@@ -92,12 +93,7 @@ class Router(ResponsibilityKind):
         "router_z",
         "log_z",
         "log_z_max",
-        "mass",
-        "entropy",
-        "effective_k",
-        "dead",
-        "dominance",
-        "scale",
+        *RESPONSIBILITY_METRICS,
         "rows",
         "residual",
         "nonfinite",
