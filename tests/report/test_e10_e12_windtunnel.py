@@ -128,3 +128,49 @@ def test_e12_smoke_reports_interventions_in_shares_of_the_kl_gain(tmp_path) -> N
     routing, rest = (float(cell.split()[0]) for cell in row[1:3])
     assert difference == pytest.approx(routing - rest, abs=1e-3)
     assert n["final_kl_single_lr"] != n["final_kl_values_10x"]  # the two schedules differ
+
+
+def _judged_run(kl: list[float], floor: float = 1.0, recorded: bool = False) -> dict:
+    """A run's result as `summary` reads it: evaluations every 100 steps up to 1,000."""
+    steps = [100 * (i + 1) for i in range(len(kl))]
+    before = [k for s, k in zip(steps, kl, strict=True) if 600 < s <= 800]
+    last = [k for s, k in zip(steps, kl, strict=True) if s > 800]
+    mb, ml = sum(before) / len(before), sum(last) / len(last)
+    return {
+        "converged": recorded,
+        "uniform_kl_bits": floor,
+        "history": {"eval_step": steps, "eval_kl": kl},
+        "plateau": {
+            "tol": 0.02,
+            "atol": 0.005 * floor,
+            "window": 0.2,
+            "judged_at": steps[-1],
+            "relative_improvement": (mb - ml) / mb,
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("last_two_windows", "converged"),
+    [
+        ((0.100, 0.100, 0.092, 0.092), True),  # fell 0.8% of the floor: within 1%
+        ((0.100, 0.100, 0.085, 0.085), False),  # fell 1.5% of the floor, 15% relative
+        ((0.0010, 0.0010, 0.00099, 0.00099), True),  # fell 1% relative
+    ],
+)
+def test_the_gate_reads_the_fall_at_one_percent_of_the_floor(last_two_windows, converged):
+    kl = [0.5, 0.4, 0.3, 0.2, 0.15, 0.12, *last_two_windows]
+    judged = wt.convergence(_judged_run(kl))
+    assert judged["converged"] is converged
+    assert judged["converged_run"] is False
+    assert judged["plateau_fall_floor"] == pytest.approx(kl[6] - kl[8])
+    assert wt.converged_text([judged]) == (
+        f"{int(converged)}/1 (0/1 at 0.5%; ≤ {100 * (kl[6] - kl[8]):.2g}%)"
+    )
+
+
+def test_budget_prefers_a_task_s_own_steps():
+    part = {"steps": {"mlp-pos": 600, "bijection/mlp-prefix": 16000}}
+    assert wt.budget(part, "mlp-prefix", "bijection") == {"steps": 16000}
+    assert wt.budget(part, "mlp-prefix", "hmm") == {}
+    assert wt.budget(part, "mlp-pos", "hmm") == {"steps": 600}

@@ -89,3 +89,12 @@ def test_smoke_run(tmp_path):
     assert E7.judge(outcome).verdict not in ("not run", "invalid")
     for criterion in E7.rule.criteria:
         assert len(outcome.samples[criterion.number]) >= len(E7.configs["smoke"]["seeds"])
+
+
+def test_coupling_gaps_read_only_the_seeds_where_the_comparator_learned():
+    from implicit_em.report.experiments.e7_competition import _learned_gaps
+
+    nan = float("nan")
+    assert _learned_gaps([0.9, 0.8, 0.7], [0.1, nan, 0.2]) == pytest.approx([0.8, 0.5])
+    assert all(math.isnan(g) for g in _learned_gaps([0.9, 0.8, 0.7], [0.1, nan, nan]))
+    assert _learned_gaps([0.9, 0.8], [nan, 0.3]) == pytest.approx([0.5])

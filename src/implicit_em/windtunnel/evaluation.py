@@ -104,12 +104,13 @@ def plateau_tolerance(config: RunConfig, floor: float) -> float:
 @dataclass(frozen=True)
 class Plateau:
     """The plateau rule at the last evaluation: `converged`, `since` (the last evaluation step
-    before the last window) and the `relative_improvement` of the window means (None before
-    both windows hold an evaluation)."""
+    before the last window), the `relative_improvement` of the window means and their `fall`
+    in bits, $\bar K_A - \bar K_B$ (both None before both windows hold an evaluation)."""
 
     converged: bool
     since: int | None
     relative_improvement: float | None
+    fall: float | None = None
 
 
 def plateau(
@@ -136,4 +137,4 @@ def plateau(
     mean_before, mean_last = sum(before) / len(before), sum(last) / len(last)
     fall = mean_before - mean_last
     improvement = fall / mean_before if mean_before > 0 else 0.0
-    return Plateau(improvement < tol or fall < atol, since, improvement)
+    return Plateau(improvement < tol or fall < atol, since, improvement, fall)
