@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from implicit_em.cli import app
 from implicit_em.report import Criterion, Experiment, Rule
-from implicit_em.report.build import write_report
+from implicit_em.report.build import published_seconds, write_report
 from implicit_em.report.freshness import published_document, refresh_command, stale_experiments
 from implicit_em.report.publish import publish
 from implicit_em.report.runner import run_experiments
@@ -176,6 +176,25 @@ def test_the_announcement_names_each_experiment_with_its_expected_time(tmp_path,
     again: list[str] = []
     run_experiments(two, "full", tmp_path, log=again.append)
     assert again == ["2 experiment(s) at size 'full': 2 cached, 0 to run"]
+
+
+def test_the_announcement_states_the_published_times_where_there_are_some(tmp_path, two):
+    document = {
+        "experiments": [
+            {"id": "X1", "size": "full", "seconds": 95.0},
+            {"id": "X2", "size": "quick", "seconds": 3.0},  # another size: not a measurement
+        ]
+    }
+    measured = published_seconds(document, "full")
+    assert measured == {"X1": 95.0}
+    lines: list[str] = []
+    run_experiments(two, "full", tmp_path, log=lines.append, measured=measured)
+    assert lines[0].endswith("2 to run (about 14 min on a 2-core CPU)")
+    assert lines[1:] == [
+        "  X1   about 2 min   synthetic X1 (as published)",
+        "  X2   about 12 min  synthetic X2",
+    ]
+    assert published_seconds(None, "full") == {}
 
 
 def test_the_cli_check_says_what_is_stale_and_exits_1(tmp_path, two):

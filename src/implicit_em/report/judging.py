@@ -319,7 +319,8 @@ class Rule:
             for choice in itertools.product(("met", "not met"), repeat=len(undecided))
             for it in [iter(choice)]
         }
-        shown = "; ".join(f"{e.show()}: {e.status}" for e in evaluations)
+        # A number read for two claims (for one, against another) is shown once.
+        shown = "; ".join(dict.fromkeys(f"{e.show()}: {e.status}" for e in evaluations))
         if len(outcomes) == 1:
             return Judgement(outcomes.pop(), shown)
         needs = ", ".join(

@@ -21,7 +21,7 @@ import shutil
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -274,11 +274,13 @@ def run_experiments(
     device: str = "cpu",
     log: Callable[[str], None] = print,
     force: bool = False,
+    measured: Mapping[str, float] | None = None,
 ) -> list[Result]:
     """Run (or load from the cache) each experiment at `size`; crashes become `not run`.
 
-    Before anything runs, `log` announces the expected time of each experiment to run (its
-    `minutes` at this size) and their total.
+    Before anything runs, `log` announces the expected time of each experiment to run and
+    their total: the seconds `measured` for it at this size (by experiment id: the published
+    full run's), else its registered `minutes`.
     """
     if size not in SIZES:
         raise ValueError(f"size must be one of {SIZES}, got {size!r}")
@@ -299,15 +301,22 @@ def run_experiments(
         )
         planned.append((experiment, config, key, cached))
     to_run = [p for p in planned if p[3] is None]
-    minutes = sum(p[0].minutes[size] for p in to_run)
-    expected = f" (about {duration(minutes * 60)} on a 2-core CPU)" if to_run else ""
+    measured = measured or {}
+
+    def expected_seconds(experiment: Experiment) -> float:
+        return measured.get(experiment.id, experiment.minutes[size] * 60)
+
+    total = sum(expected_seconds(p[0]) for p in to_run)
+    expected = f" (about {duration(total)} on a 2-core CPU)" if to_run else ""
     log(
         f"{len(planned)} experiment(s) at size {size!r}: {len(planned) - len(to_run)} cached, "
         f"{len(to_run)} to run{expected}"
     )
     for experiment, *_ in to_run:
+        source = " (as published)" if experiment.id in measured else ""
         log(
-            f"  {experiment.id:<4} about {duration(experiment.minutes[size] * 60):<7} {experiment.title}"
+            f"  {experiment.id:<4} about {duration(expected_seconds(experiment)):<7} "
+            f"{experiment.title}{source}"
         )
     results = []
     bar = tqdm(planned, desc="report", unit="exp", dynamic_ncols=True)
