@@ -103,7 +103,7 @@ def plateau_tolerance(config: RunConfig, floor: float) -> float:
 
 @dataclass(frozen=True)
 class Plateau:
-    """The plateau rule at the last evaluation: `converged`, `since` (the last evaluation step
+    r"""The plateau rule at the last evaluation: `converged`, `since` (the last evaluation step
     before the last window), the `relative_improvement` of the window means and their `fall`
     in bits, $\bar K_A - \bar K_B$ (both None before both windows hold an evaluation)."""
 
