@@ -243,7 +243,7 @@ class SiteCapture:
         self.current.sites.append(Site(name, kind, None, reason))
 
     def keep(self, t: Tensor) -> Tensor:
-        return t.detach().clone()
+        return t.detach().clone(memory_format=torch.contiguous_format)
 
     def on_gradient(self, t: Any, fn: Callable[[Tensor], None]) -> None:
         if not (isinstance(t, Tensor) and t.requires_grad):

@@ -95,7 +95,8 @@ class Context(Protocol):
         """Record a site present in this pass that cannot be measured, with the reason."""
 
     def keep(self, t: Tensor) -> Tensor:
-        """A detached copy of `t` that later steps cannot change."""
+        """A detached contiguous copy of `t` that later steps cannot change (contiguous, so
+        that the batched products of the flush read it without another copy)."""
 
     def on_gradient(self, t: Any, fn: Callable[[Tensor], None]) -> None:
         """Call `fn(gradient of t)` if `t` requires grad and the backward pass of this
