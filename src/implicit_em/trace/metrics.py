@@ -293,7 +293,7 @@ def attention_stats_steps(
     grad_alpha: Tensor | None = None,
     used: Tensor | None = None,
     grad_v: Tensor | None = None,
-    log_alpha: Tensor | None = None,
+    head_entropy: Tensor | None = None,
 ) -> Stats:
     r"""Sufficient statistics of the attention weights of `S` measurements on the traced rows.
 
@@ -314,10 +314,10 @@ def attention_stats_steps(
         The weights actually multiplied with `v` (after dropout), default `alpha`.
     grad_v : Tensor, optional
         Autograd's $\partial L/\partial v$ for the value-update identity residual.
-    log_alpha : Tensor, optional
-        $\log\alpha$ where it is finite at every weight (e.g. `log_softmax` of scores
-        masked with a finite number): the entropies are then $-\sum\alpha\log\alpha$
-        from it, without an elementwise logarithm.
+    head_entropy : Tensor, optional
+        $\sum_i H(\alpha_i)$ over the rows of each head, `[S, H]` in float64, where the
+        caller has it (from the scores: `weights_entropy_logit_max`); else it is
+        $-\sum\alpha\log\alpha$ of `alpha`.
 
     Returns
     -------
@@ -333,11 +333,11 @@ def attention_stats_steps(
     at the end); only if one is not are the statistics recomputed with the non-finite rows of
     $a$ and entries of $g$ set aside and counted in `nonfinite`.
     """
-    stats = _attention_stats_steps(alpha, v, g, grad_alpha, used, grad_v, log_alpha, False)
+    stats = _attention_stats_steps(alpha, v, g, grad_alpha, used, grad_v, head_entropy, False)
     sums = [stats[k] for k in ("routing_sq", "value_sq", "value_residual_max") if k in stats]
     if not sums or bool(torch.isfinite(torch.stack(sums)).all()):
         return stats
-    return _attention_stats_steps(alpha, v, g, grad_alpha, used, grad_v, log_alpha, True)
+    return _attention_stats_steps(alpha, v, g, grad_alpha, used, grad_v, head_entropy, True)
 
 
 def _attention_stats_steps(
@@ -347,13 +347,13 @@ def _attention_stats_steps(
     grad_alpha: Tensor | None,
     used: Tensor | None,
     grad_v: Tensor | None,
-    log_alpha: Tensor | None,
+    head_entropy: Tensor | None,
     exact: bool,
 ) -> Stats:
     """The pass of `attention_stats_steps`; `exact` sets non-finite gradients aside."""
     s = alpha.shape[0]
-    alpha_log_alpha = _p_log_p(alpha) if log_alpha is None else alpha * log_alpha  # alpha >= 0
-    head_entropy = -alpha_log_alpha.sum((1, 3, 4)).double()
+    if head_entropy is None:
+        head_entropy = -_p_log_p(alpha).sum((1, 3, 4)).double()  # alpha >= 0
     rows = float(alpha[0].numel() // alpha.shape[-1])
     zero = torch.zeros(s, dtype=torch.float64, device=alpha.device)
     stats: Stats = {
