@@ -13,12 +13,14 @@ from hypothesis import strategies as st
 from implicit_em.attention import attention_scores
 from implicit_em.trace.metrics import (
     Targets,
+    along,
     attention_stats_steps,
     entropy,
     finish_attention,
     finish_responsibility,
     log_partition,
     read_responsibilities,
+    residual_tolerance,
     responsibility_stats_steps,
 )
 from implicit_em.trace.sites.attention import (
@@ -108,6 +110,49 @@ def test_attention_norms_match_autograd(seed, lq, lk):
     assert math.isclose(float(m["value_norm"]), float(gv.norm()), rel_tol=1e-9, abs_tol=1e-12)
     assert float(m["value_residual"]) < 1e-12
     assert 0.0 <= float(m["entropy"]) <= math.log(lk) + 1e-9
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    lq=st.integers(1, 6),
+    lk=st.integers(1, 6),
+    shared=st.sampled_from([0.0, 1e-3, 1.0]),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+)
+def test_value_update_read_from_autograd_matches_the_product(seed, lq, lk, shared, dtype):
+    """With autograd's dL/dv and a tolerance, `value_sq` is |dL/dv|^2 while the identity
+    holds along u, and the product alpha^T g once it does not (dL/dv shared with another
+    loss); the residual is the identity along u either way, and `grad_alpha` is not written."""
+    g = torch.Generator().manual_seed(seed)
+    s = torch.randn(2, 1, 3, lq, lk, generator=g, dtype=dtype)
+    alpha = torch.softmax(s, -1)
+    v = torch.randn(2, 1, 3, lk, 4, generator=g, dtype=dtype)
+    go = torch.randn(2, 1, 3, lq, 4, generator=g, dtype=dtype)
+    product = alpha.transpose(-2, -1) @ go
+    grad_v = product + shared * torch.randn(product.shape, generator=g, dtype=dtype)
+    tolerance = residual_tolerance(dtype, 2, torch.device("cpu"))
+    grad_alpha = go @ v.transpose(-2, -1)
+    kept = grad_alpha.clone()
+    fast = attention_stats_steps(alpha, v, go, grad_alpha, grad_v=grad_v, tolerance=tolerance)
+    reference = attention_stats_steps(alpha, v, go, grad_v=grad_v)
+    assert torch.equal(grad_alpha, kept)
+    torch.testing.assert_close(fast["routing_sq"], reference["routing_sq"])
+    seen = along(grad_v)
+    residual = (along(product) - seen).abs().amax((1, 2, 3))
+    torch.testing.assert_close(fast["value_residual_max"], residual.double(), atol=1e-6, rtol=1e-4)
+    torch.testing.assert_close(fast["grad_v_max"], seen.abs().amax((1, 2, 3)).double())
+    within = bool((fast["value_residual_max"] <= tolerance * fast["grad_v_max"]).all())
+    if within:
+        expected = grad_v.square().sum((1, 2, 3, 4)).double()
+        torch.testing.assert_close(fast["value_sq"], expected, rtol=1e-5, atol=0)
+        torch.testing.assert_close(fast["value_sq"], reference["value_sq"], rtol=1e-3, atol=0)
+    else:
+        assert torch.equal(fast["value_sq"], reference["value_sq"])
+    if shared == 0.0:
+        assert within
+    if shared == 1.0:
+        assert not within
 
 
 def test_attention_stats_set_nonfinite_gradients_aside_per_step():

@@ -25,7 +25,6 @@ from implicit_em.trace.sites.base import Kept, SiteKind
 
 __all__ = [
     "AttentionKind",
-    "along",
     "attention_weights",
     "causal_scores",
     "forward_residual",
@@ -136,19 +135,6 @@ def heads(t: Tensor) -> Tensor:
     return t
 
 
-_DIRECTIONS: dict[tuple[int, torch.device], Tensor] = {}
-
-
-def _direction(n: int, device: torch.device) -> Tensor:
-    """A fixed random unit vector of length `n` (float32, seeded: the same in every run)."""
-    u = _DIRECTIONS.get((n, device))
-    if u is None:
-        u = torch.randn(n, generator=torch.Generator().manual_seed(n))
-        u = (u / u.norm()).to(device)
-        _DIRECTIONS[(n, device)] = u
-    return u
-
-
 def forward_residual(rebuilt: Tensor, seen: Tensor) -> Stats:
     r"""The forward residual of `S` stacked sites: the output $\hat y$ rebuilt from the
     weights against the output $y$ the model computed, both seen along a fixed random unit
@@ -160,11 +146,6 @@ def forward_residual(rebuilt: Tensor, seen: Tensor) -> Stats:
         "alpha_residual_max": per_step((rebuilt - seen).abs(), "amax").double(),
         "output_max": per_step(seen.abs(), "amax").double(),
     }
-
-
-def along(t: Tensor) -> Tensor:
-    """$u \\cdot t$ over the last axis, for the fixed direction $u$ of its length."""
-    return t.float() @ _direction(t.shape[-1], t.device)
 
 
 class AttentionKind(SiteKind):

@@ -24,10 +24,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from implicit_em.trace.metrics import Stats, attention_stats_steps, residual_tolerance
+from implicit_em.trace.metrics import (
+    Stats,
+    along,
+    attention_stats_steps,
+    residual_tolerance,
+)
 from implicit_em.trace.sites.attention import (
     AttentionKind,
-    along,
     attention_weights,
     forward_residual,
     weights_entropy_logit_max,

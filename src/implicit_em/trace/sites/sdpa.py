@@ -16,10 +16,14 @@ from typing import Any, ClassVar
 import torch.nn.functional as F
 from torch import Tensor
 
-from implicit_em.trace.metrics import Stats, attention_stats_steps, residual_tolerance
+from implicit_em.trace.metrics import (
+    Stats,
+    along,
+    attention_stats_steps,
+    residual_tolerance,
+)
 from implicit_em.trace.sites.attention import (
     AttentionKind,
-    along,
     attention_weights,
     forward_residual,
     heads,
@@ -102,8 +106,10 @@ class SDPA(AttentionKind):
         alpha, v = alpha.float(), k.v.float()
         grad_v = None if k.grad_v is None else k.grad_v.float()
         g = None if k.g is None else k.g.float()
-        stats = attention_stats_steps(alpha, v, g, grad_v=grad_v, head_entropy=head_entropy)
-        rebuilt = (alpha @ along(v).unsqueeze(-1)).squeeze(-1)
         tolerance = residual_tolerance(k.q.dtype, k.q.shape[0], k.q.device)
+        stats = attention_stats_steps(
+            alpha, v, g, grad_v=grad_v, head_entropy=head_entropy, tolerance=tolerance
+        )
+        rebuilt = (alpha @ along(v).unsqueeze(-1)).squeeze(-1)
         extra = {"tolerance_max": tolerance, "max_logit_max": logit_max}
         return stats | forward_residual(rebuilt, along(k.output)) | extra
