@@ -166,6 +166,8 @@ def read_responsibilities(
     r = grad * (sign / torch.where(informative, row_factor, 1.0)).unsqueeze(-1)
     if target is not None:
         (target if isinstance(target, Targets) else Targets(dense=target)).add_to(r)
+    if bool(informative.all()):
+        return r
     return r.masked_fill_(~informative.unsqueeze(-1), 0.0)  # a NaN row too
 
 
@@ -189,7 +191,8 @@ def responsibility_stats_steps(
     of $r \log r$ serves both entropies.
     """
     w = valid.to(r.dtype)
-    r.mul_(valid.unsqueeze(-1))
+    if not bool(valid.all()):
+        r.mul_(valid.unsqueeze(-1))
     stats: Stats = {
         "n": w.sum(-1),
         "mass": r.sum(-2),
