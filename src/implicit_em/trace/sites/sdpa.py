@@ -110,6 +110,7 @@ class SDPA(AttentionKind):
         stats = attention_stats_steps(
             alpha, v, g, grad_v=grad_v, head_entropy=head_entropy, tolerance=tolerance
         )
-        rebuilt = (alpha @ along(v).unsqueeze(-1)).squeeze(-1)
+        # u . o_i = sum_j alpha_ij (u . v_j), as a row vector times alpha^T (the faster product)
+        rebuilt = (along(v).unsqueeze(-2) @ alpha.transpose(-2, -1)).squeeze(-2)
         extra = {"tolerance_max": tolerance, "max_logit_max": logit_max}
         return stats | forward_residual(rebuilt, along(k.output)) | extra
