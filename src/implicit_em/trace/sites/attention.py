@@ -195,9 +195,9 @@ class AttentionKind(SiteKind):
     def probe_state(self, kept: Kept) -> dict[str, Tensor]:
         with torch.no_grad():
             alpha, v = self.weights_and_values(kept)
-        state = {"alpha": alpha.float()}
+        state = {"alpha": alpha.to(torch.float32, copy=True)}  # copies: `kept` is reused
         if v is not None:
-            state["v"] = v.float()
+            state["v"] = v.to(torch.float32, copy=True)
         return state
 
     def probe_statistics(

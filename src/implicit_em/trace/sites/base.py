@@ -16,8 +16,9 @@ A *site kind* is one small unit (a file in this package, one line in its registr
   `exact` when that residual is within its `tolerance`),
   and `gradient_metrics` those that exist only once the backward pass reached the site (the
   record lists them in `missing` otherwise);
-* `probe_state` / `probe_statistics`: what a probe measurement keeps, and its change since
-  the previous one (churn, drift).
+* `probe_state` / `probe_statistics`: what a probe measurement keeps (tensors of its own,
+  not views of the record's: those buffers are reused by the next measured step), and its
+  change since the previous one (churn, drift).
 """
 
 from __future__ import annotations
