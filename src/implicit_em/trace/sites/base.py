@@ -96,8 +96,10 @@ class Context(Protocol):
         """Record a site present in this pass that cannot be measured, with the reason."""
 
     def keep(self, t: Tensor) -> Tensor:
-        """A detached contiguous copy of `t` that later steps cannot change (contiguous, so
-        that the batched products of the flush read it without another copy)."""
+        """A detached contiguous copy of `t` that later steps cannot change until this
+        measured step is reduced to records (contiguous, so that the batched products of the
+        flush read it without another copy); its buffer is then reused by a later measured
+        step."""
 
     def on_gradient(self, t: Any, fn: Callable[[Tensor], None]) -> None:
         """Call `fn(gradient of t)` if `t` requires grad and the backward pass of this
