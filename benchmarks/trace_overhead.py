@@ -284,7 +284,7 @@ def breakdown(cfg: Config, passes: int) -> None:
         def run() -> None:
             capture.start()
             forward_backward()
-            capture.take()
+            capture.release([capture.take()])
 
         return run
 

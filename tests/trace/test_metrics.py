@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
@@ -12,15 +13,23 @@ from hypothesis import strategies as st
 from implicit_em.attention import attention_scores
 from implicit_em.trace.metrics import (
     Targets,
+    along,
     attention_stats_steps,
     entropy,
     finish_attention,
     finish_responsibility,
     log_partition,
     read_responsibilities,
+    residual_tolerance,
     responsibility_stats_steps,
 )
-from implicit_em.trace.sites.attention import causal_scores, head_max, weights_and_logit_max
+from implicit_em.trace.sites.attention import (
+    attention_weights,
+    causal_scores,
+    head_max,
+    shifted_scores_entropy,
+    weights_entropy_logit_max,
+)
 
 shapes = st.tuples(st.integers(1, 16), st.integers(2, 9))
 
@@ -103,6 +112,49 @@ def test_attention_norms_match_autograd(seed, lq, lk):
     assert 0.0 <= float(m["entropy"]) <= math.log(lk) + 1e-9
 
 
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    lq=st.integers(1, 6),
+    lk=st.integers(1, 6),
+    shared=st.sampled_from([0.0, 1e-3, 1.0]),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+)
+def test_value_update_read_from_autograd_matches_the_product(seed, lq, lk, shared, dtype):
+    """With autograd's dL/dv and a tolerance, `value_sq` is |dL/dv|^2 while the identity
+    holds along u, and the product alpha^T g once it does not (dL/dv shared with another
+    loss); the residual is the identity along u either way, and `grad_alpha` is not written."""
+    g = torch.Generator().manual_seed(seed)
+    s = torch.randn(2, 1, 3, lq, lk, generator=g, dtype=dtype)
+    alpha = torch.softmax(s, -1)
+    v = torch.randn(2, 1, 3, lk, 4, generator=g, dtype=dtype)
+    go = torch.randn(2, 1, 3, lq, 4, generator=g, dtype=dtype)
+    product = alpha.transpose(-2, -1) @ go
+    grad_v = product + shared * torch.randn(product.shape, generator=g, dtype=dtype)
+    tolerance = residual_tolerance(dtype, 2, torch.device("cpu"))
+    grad_alpha = go @ v.transpose(-2, -1)
+    kept = grad_alpha.clone()
+    fast = attention_stats_steps(alpha, v, go, grad_alpha, grad_v=grad_v, tolerance=tolerance)
+    reference = attention_stats_steps(alpha, v, go, grad_v=grad_v)
+    assert torch.equal(grad_alpha, kept)
+    torch.testing.assert_close(fast["routing_sq"], reference["routing_sq"])
+    seen = along(grad_v)
+    residual = (along(product) - seen).abs().amax((1, 2, 3))
+    torch.testing.assert_close(fast["value_residual_max"], residual.double(), atol=1e-6, rtol=1e-4)
+    torch.testing.assert_close(fast["grad_v_max"], seen.abs().amax((1, 2, 3)).double())
+    within = bool((fast["value_residual_max"] <= tolerance * fast["grad_v_max"]).all())
+    if within:
+        expected = grad_v.square().sum((1, 2, 3, 4)).double()
+        torch.testing.assert_close(fast["value_sq"], expected, rtol=1e-5, atol=0)
+        torch.testing.assert_close(fast["value_sq"], reference["value_sq"], rtol=1e-3, atol=0)
+    else:
+        assert torch.equal(fast["value_sq"], reference["value_sq"])
+    if shared == 0.0:
+        assert within
+    if shared == 1.0:
+        assert not within
+
+
 def test_attention_stats_set_nonfinite_gradients_aside_per_step():
     gen = torch.Generator().manual_seed(0)
     s, r, h, length, e = 3, 2, 2, 5, 4
@@ -161,28 +213,52 @@ def test_log_partition_from_the_softmax_is_the_logsumexp(shape, seed, scale):
     assert not torch.isfinite(log_partition(z, torch.softmax(z, -1))[0])
 
 
-@settings(max_examples=30, deadline=None)
-@given(seed=st.integers(0, 10_000), lq=st.integers(1, 9), extra=st.integers(0, 3))
-def test_causal_fast_path_matches_the_masked_weights(seed, lq, extra):
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    lq=st.integers(1, 9),
+    extra=st.integers(0, 3),
+    causal=st.booleans(),
+    scale=st.sampled_from([0.01, 1.0, 3.0, 30.0, 300.0]),
+)
+def test_fast_path_matches_the_masked_weights(seed, lq, extra, causal, scale):
+    """The weights, the per-head entropy sums from the shifted scores and the head maxima
+    agree with the masked scores' softmax, its entropy and `head_max`, also at large scores."""
     g = torch.Generator().manual_seed(seed)
     lk = lq + extra
-    q = torch.randn(2, 1, 3, lq, 4, generator=g) * 3
-    k = torch.randn(2, 1, 3, lk, 4, generator=g) * 3
-    s = attention_scores(q, k, is_causal=True)
-    alpha, log_alpha, logit_max = weights_and_logit_max(q, k, None, True, None)
-    assert log_alpha is not None
-    assert torch.allclose(alpha, torch.softmax(s, -1), atol=1e-6)
-    assert torch.equal(logit_max, head_max(s))
-    h = -(alpha * log_alpha).sum(-1)
-    assert torch.isfinite(h).all()
-    assert torch.allclose(h, entropy(torch.softmax(s, -1)), atol=1e-5)
-    assert torch.equal(causal_scores(q, k, None) > -1e30, torch.isfinite(s))
+    q = torch.randn(2, 1, 3, lq, 4, generator=g) * scale
+    k = torch.randn(2, 1, 3, lk, 4, generator=g)
+    s = attention_scores(q.double(), k.double(), is_causal=causal)
+    alpha, head_entropy, logit_max = weights_entropy_logit_max(q, k, None, causal, None)
+    assert head_entropy is not None and head_entropy.dtype == torch.float64
+    reference = torch.softmax(s, -1)
+    assert torch.allclose(alpha.double(), reference, atol=1e-6)
+    torch.testing.assert_close(logit_max, head_max(s), rtol=1e-6, atol=1e-6 * scale)
+    expected = entropy(reference).sum((1, 3))
+    assert torch.allclose(head_entropy, expected, rtol=1e-5, atol=1e-5 * lq)
+    assert bool((head_entropy >= 0).all())
+    if causal:
+        assert torch.equal(causal_scores(q, k, None) > -1e30, torch.isfinite(s))
 
 
-def test_nonfinite_scores_take_the_careful_path():
+def test_shifted_scores_entropy_is_the_entropy_of_the_weights():
+    t = torch.tensor([[0.0, -1.0, -2.0], [0.0, 0.0, -torch.finfo(torch.float32).max]])
+    alpha = torch.softmax(t, -1)
+    got = shifted_scores_entropy(alpha[None, None, None], t[None, None, None].clone())
+    assert math.isclose(float(got.squeeze()), float(entropy(alpha).sum()), rel_tol=1e-6)
+    t[0, 1] = -math.inf
+    bad = shifted_scores_entropy(torch.softmax(t, -1)[None, None, None], t[None, None, None])
+    assert not torch.isfinite(bad).any()
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
+def test_nonfinite_scores_take_the_careful_path(value):
     q, k = torch.randn(1, 1, 2, 5, 4), torch.randn(1, 1, 2, 5, 4)
-    q[0, 0, 1, 2, 0] = math.inf
-    _, log_alpha, logit_max = weights_and_logit_max(q, k, None, True, None)
-    assert log_alpha is None
-    assert torch.equal(logit_max, head_max(attention_scores(q, k, is_causal=True)))
+    q[0, 0, 1, 2, 0] = value
+    alpha, head_entropy, logit_max = weights_entropy_logit_max(q, k, None, True, None)
+    s = attention_scores(q, k, is_causal=True)
+    assert head_entropy is None
+    assert torch.equal(logit_max, head_max(s))
+    expected = attention_weights(q, k, None, True, None)
+    torch.testing.assert_close(alpha, expected, rtol=0, atol=0, equal_nan=True)
     assert torch.isfinite(logit_max[0, 0])

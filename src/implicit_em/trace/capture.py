@@ -14,6 +14,11 @@ by the module that produced its input (`lm_head.ce`), else by the innermost runn
 ends the capture of a training step. Between measured steps, and under
 `paused`, nothing is installed.
 
+The copies a site kind keeps (`SiteCapture.keep`) go into buffers lent to the pass in
+progress (`KeptBuffers`); once a measured step is reduced to records, `SiteCapture.release`
+gives its passes' buffers back for the next measured step to reuse. Nothing may read a
+released pass's kept tensors: what outlives a measurement (a probe state) is a copy.
+
 A compiled graph (`torch.compile`) runs neither the mode nor the module hooks, so while the
 capture is installed the compiler's stance is `"force_eager"` (`torch.compiler.set_stance`):
 compiled models and functions run eagerly during a measured step and compiled between them.
@@ -38,7 +43,7 @@ from torch.overrides import TorchFunctionMode
 
 from implicit_em.trace.sites import KINDS, Kept, SiteKind
 
-__all__ = ["Pass", "Site", "SiteCapture"]
+__all__ = ["KeptBuffers", "Pass", "Site", "SiteCapture"]
 
 
 @dataclass(eq=False)
@@ -53,9 +58,11 @@ class Site:
 
 @dataclass(eq=False)
 class Pass:
-    """What one forward and backward pass (a training step or the probe) captured."""
+    """What one forward and backward pass (a training step or the probe) captured, and the
+    buffers of its kept copies (`lent`)."""
 
     sites: list[Site] = field(default_factory=list)
+    lent: list[Tensor] = field(default_factory=list)
     live: bool = True
     counts: dict[str, int] = field(default_factory=dict)
     origins: dict[int, tuple[weakref.ref, str]] = field(default_factory=dict)
@@ -81,6 +88,43 @@ _PROVENANCE = (
     Tensor.clone,
 )
 """Functions whose result keeps the name of the module that produced their input."""
+
+
+class KeptBuffers:
+    """The buffers of a capture's kept copies, reused from one measured step to the next.
+
+    `copy` puts a contiguous copy of a CPU tensor into a free buffer of its shape and dtype
+    (a new one where none is free); `refill` makes the buffers of a reduced measured step the
+    free ones, dropping those it did not use. So a measured step like the previous one
+    allocates no kept memory (freed, the few MiB of a step's copies would go back to the
+    operating system and fault back in at the next), and the buffers held are those of one
+    measured step. A copy on another device is a plain clone: the CUDA caching allocator
+    already reuses freed blocks, and blocks held between measured steps would be taken from
+    training.
+    """
+
+    def __init__(self) -> None:
+        self.free: dict[tuple[torch.Size, torch.dtype], list[Tensor]] = {}
+
+    def copy(self, t: Tensor) -> Tensor:
+        """A contiguous copy of `t`, detached."""
+        if t.device.type != "cpu":
+            return t.detach().clone(memory_format=torch.contiguous_format)
+        free = self.free.get((t.shape, t.dtype))
+        buffer = free.pop() if free else torch.empty(t.shape, dtype=t.dtype)
+        return buffer.copy_(t.detach())
+
+    def refill(self, buffers: Sequence[Tensor]) -> None:
+        """Make `buffers` (nothing reads them any more) the free ones; drop the others, and
+        those made under `torch.inference_mode` (no copy outside it may write to them)."""
+        self.free = {}
+        for b in buffers:
+            if b.device.type == "cpu" and not b.is_inference():
+                self.free.setdefault((b.shape, b.dtype), []).append(b)
+
+    def clear(self) -> None:
+        """Drop every free buffer."""
+        self.free = {}
 
 
 class _Mode(TorchFunctionMode):
@@ -146,6 +190,7 @@ class SiteCapture:
         self.kinds = tuple(kinds)
         self.seen: set[str] = set()
         self.current = Pass()
+        self.buffers = KeptBuffers()
         table: dict[Callable, list[Callable]] = {}
         aliased: dict[Callable, set[tuple[int, str]]] = {}
         for kind in self.kinds:
@@ -221,6 +266,15 @@ class SiteCapture:
         done.scratch.clear()
         return done
 
+    def release(self, passes: Sequence[Pass]) -> None:
+        """The `passes` (taken, those of one measured step) are reduced and nothing reads
+        their kept tensors any more: their buffers serve the next measured step, and the
+        passes are emptied."""
+        lent = [b for p in passes for b in p.lent]
+        for p in passes:
+            p.sites, p.lent = [], []
+        self.buffers.refill(lent)
+
     # -- what site kinds call ---------------------------------------------------------------
 
     def name(self, suffix: str, source: Any = None) -> str | None:
@@ -243,7 +297,9 @@ class SiteCapture:
         self.current.sites.append(Site(name, kind, None, reason))
 
     def keep(self, t: Tensor) -> Tensor:
-        return t.detach().clone()
+        kept = self.buffers.copy(t)
+        self.current.lent.append(kept)
+        return kept
 
     def on_gradient(self, t: Any, fn: Callable[[Tensor], None]) -> None:
         if not (isinstance(t, Tensor) and t.requires_grad):

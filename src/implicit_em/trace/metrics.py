@@ -30,6 +30,7 @@ from torch import Tensor
 __all__ = [
     "Stats",
     "Targets",
+    "along",
     "attention_stats_steps",
     "churn_stats",
     "drift_stats",
@@ -165,6 +166,8 @@ def read_responsibilities(
     r = grad * (sign / torch.where(informative, row_factor, 1.0)).unsqueeze(-1)
     if target is not None:
         (target if isinstance(target, Targets) else Targets(dense=target)).add_to(r)
+    if bool(informative.all()):
+        return r
     return r.masked_fill_(~informative.unsqueeze(-1), 0.0)  # a NaN row too
 
 
@@ -188,7 +191,8 @@ def responsibility_stats_steps(
     of $r \log r$ serves both entropies.
     """
     w = valid.to(r.dtype)
-    r.mul_(valid.unsqueeze(-1))
+    if not bool(valid.all()):
+        r.mul_(valid.unsqueeze(-1))
     stats: Stats = {
         "n": w.sum(-1),
         "mass": r.sum(-2),
@@ -280,6 +284,27 @@ def log_z_stats(lse: Tensor, rows: Tensor) -> Stats:
     }
 
 
+_DIRECTIONS: dict[tuple[int, torch.dtype, torch.device], Tensor] = {}
+
+
+def _direction(n: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """A fixed random unit vector of length `n` (seeded: the same in every run)."""
+    u = _DIRECTIONS.get((n, dtype, device))
+    if u is None:
+        u = torch.randn(n, generator=torch.Generator().manual_seed(n)).double()
+        u = (u / u.norm()).to(device, dtype)
+        _DIRECTIONS[(n, dtype, device)] = u
+    return u
+
+
+def along(t: Tensor) -> Tensor:
+    r"""$u \cdot t$ over the last axis, for the fixed random unit direction $u$ of its length
+    (`[...]` from `[..., n]`), in at least float32. An identity checked along $u$ fails
+    wherever it fails in full, with probability 1."""
+    dtype = torch.promote_types(t.dtype, torch.float32)
+    return t.to(dtype) @ _direction(t.shape[-1], dtype, t.device)
+
+
 def per_step(x: Tensor, op: str = "sum") -> Tensor:
     """Sum (or max, `op="amax"`) over every axis but the leading step axis."""
     flat = x.reshape(x.shape[0], -1)
@@ -293,7 +318,8 @@ def attention_stats_steps(
     grad_alpha: Tensor | None = None,
     used: Tensor | None = None,
     grad_v: Tensor | None = None,
-    log_alpha: Tensor | None = None,
+    head_entropy: Tensor | None = None,
+    tolerance: Tensor | None = None,
 ) -> Stats:
     r"""Sufficient statistics of the attention weights of `S` measurements on the traced rows.
 
@@ -313,11 +339,18 @@ def attention_stats_steps(
     used : Tensor, optional
         The weights actually multiplied with `v` (after dropout), default `alpha`.
     grad_v : Tensor, optional
-        Autograd's $\partial L/\partial v$ for the value-update identity residual.
-    log_alpha : Tensor, optional
-        $\log\alpha$ where it is finite at every weight (e.g. `log_softmax` of scores
-        masked with a finite number): the entropies are then $-\sum\alpha\log\alpha$
-        from it, without an elementwise logarithm.
+        Autograd's $\partial L/\partial v$ for the value-update identity residual, checked
+        along the fixed random unit direction $u$ of `along`:
+        $u\cdot(\alpha^\top g)_j = \sum_i \alpha_{ij}\,(u\cdot g_i)$, a matrix-vector product.
+    head_entropy : Tensor, optional
+        $\sum_i H(\alpha_i)$ over the rows of each head, `[S, H]` in float64, where the
+        caller has it (from the scores: `weights_entropy_logit_max`); else it is
+        $-\sum\alpha\log\alpha$ of `alpha`.
+    tolerance : Tensor, optional
+        The tolerance of the value-update residual, `[S]` (`residual_tolerance`). Where
+        `grad_v` is given and every step's residual is within it, `value_sq` is
+        $\lVert\partial L/\partial v\rVert^2$ (the same update, to within the tolerance)
+        instead of the product $\alpha^\top g$; otherwise, and without it, the product.
 
     Returns
     -------
@@ -325,7 +358,9 @@ def attention_stats_steps(
         Sums: `rows`, `entropy` (and per head `head_entropy`), per head `sink` =
         $\sum_i \alpha_{i0}$ (the weight on key position 0), `routing_sq` =
         $\sum(\alpha\odot(a-\bar a))^2$, `value_sq` = $\sum_j\lVert\sum_i\alpha_{ij}g_i\rVert^2$,
-        `nonfinite` gradient entries; maxima: `value_residual_max`, `grad_v_max`.
+        `nonfinite` gradient entries; maxima: `value_residual_max` =
+        $\max_j|u\cdot((\alpha^\top g)_j - \partial L/\partial v_j)|$ and `grad_v_max` =
+        $\max_j|u\cdot\partial L/\partial v_j|$.
 
     Notes
     -----
@@ -333,11 +368,12 @@ def attention_stats_steps(
     at the end); only if one is not are the statistics recomputed with the non-finite rows of
     $a$ and entries of $g$ set aside and counted in `nonfinite`.
     """
-    stats = _attention_stats_steps(alpha, v, g, grad_alpha, used, grad_v, log_alpha, False)
+    parts = (alpha, v, g, grad_alpha, used, grad_v, head_entropy, tolerance)
+    stats = _attention_stats_steps(*parts, exact=False)
     sums = [stats[k] for k in ("routing_sq", "value_sq", "value_residual_max") if k in stats]
     if not sums or bool(torch.isfinite(torch.stack(sums)).all()):
         return stats
-    return _attention_stats_steps(alpha, v, g, grad_alpha, used, grad_v, log_alpha, True)
+    return _attention_stats_steps(*parts, exact=True)
 
 
 def _attention_stats_steps(
@@ -347,13 +383,14 @@ def _attention_stats_steps(
     grad_alpha: Tensor | None,
     used: Tensor | None,
     grad_v: Tensor | None,
-    log_alpha: Tensor | None,
+    head_entropy: Tensor | None,
+    tolerance: Tensor | None,
     exact: bool,
 ) -> Stats:
     """The pass of `attention_stats_steps`; `exact` sets non-finite gradients aside."""
     s = alpha.shape[0]
-    alpha_log_alpha = _p_log_p(alpha) if log_alpha is None else alpha * log_alpha  # alpha >= 0
-    head_entropy = -alpha_log_alpha.sum((1, 3, 4)).double()
+    if head_entropy is None:
+        head_entropy = -_p_log_p(alpha).sum((1, 3, 4)).double()  # alpha >= 0
     rows = float(alpha[0].numel() // alpha.shape[-1])
     zero = torch.zeros(s, dtype=torch.float64, device=alpha.device)
     stats: Stats = {
@@ -371,20 +408,37 @@ def _attention_stats_steps(
         if exact:
             stats["nonfinite"] = stats["nonfinite"] + _nonfinite_count(a).double()
             a = _zero_nonfinite_rows(a)
-        abar = (alpha * a).sum(-1, keepdim=True)
-        routing = a.sub(abar).mul_(alpha)
+        # alpha (a - abar) as alpha a - alpha abar, in place on a temporary `a`
+        weighted = alpha * a if a is grad_alpha else a.mul_(alpha)
+        abar = weighted.sum(-1, keepdim=True)
+        routing = weighted.addcmul_(alpha, abar, value=-1.0)
         stats["routing_sq"] = _norm(routing).square_().double()
         stats["n_grad"] = torch.ones(s, dtype=torch.float64, device=alpha.device)
     if g is not None:
         if exact:
             stats["nonfinite"] = stats["nonfinite"] + _nonfinite_count(g).double()
             g = torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)
-        value_update = used.transpose(-2, -1) @ g
+        within = False
         if grad_v is not None:
-            stats["value_residual_max"] = per_step((value_update - grad_v).abs_(), "amax").double()
-            stats["grad_v_max"] = per_step(grad_v.abs(), "amax").double()
-        stats["value_sq"] = _norm(value_update).square_().double()
+            update, seen = _update_along(used, g), along(grad_v)
+            residual = per_step((update - seen).abs_(), "amax")
+            scale = per_step(seen.abs_(), "amax")
+            stats["value_residual_max"], stats["grad_v_max"] = residual.double(), scale.double()
+            within = tolerance is not None and bool((residual <= tolerance * scale).all())
+        if within:
+            stats["value_sq"] = _norm(grad_v).square_().double()
+        else:
+            stats["value_sq"] = _norm(used.transpose(-2, -1) @ g).square_().double()
     return stats
+
+
+def _update_along(used: Tensor, g: Tensor) -> Tensor:
+    r"""$u\cdot(\alpha^\top g)_j = \sum_i \alpha_{ij}\,(u\cdot g_i)$ for the weights `used`
+    `[..., Lq, Lk]` and `g` `[..., Lq, Ev]`, as `[..., Lk]`: a row vector times a matrix
+    instead of the product $\alpha^\top g$."""
+    gu = along(g).unsqueeze(-2)
+    dtype = torch.promote_types(gu.dtype, used.dtype)
+    return (gu.to(dtype) @ used.to(dtype)).squeeze(-2)
 
 
 def _norm(x: Tensor) -> Tensor:

@@ -58,9 +58,9 @@ where the weights are a tensor of the model):
 | `sink_share` | list of float | per head, the mean over traced rows and queries of $\alpha_{i0}$, the weight on key position 0 |
 | `rows` | float | traced rows × heads × queries |
 | `routing_norm` | float | gradient: $\lVert \alpha \odot (a - \bar a)\rVert_F$, $\bar a_i = \sum_j \alpha_{ij} a_{ij}$, the E-step-like update of the scores |
-| `value_norm` | float | gradient: $\lVert \alpha^\top g\rVert_F$, the M-step-like update of the values |
+| `value_norm` | float | gradient: $\lVert \alpha^\top g\rVert_F$, the M-step-like update of the values (read as $\lVert\partial L/\partial v\rVert_F$ where `value_residual` is within `tolerance`) |
 | `routing_value_ratio` | float | gradient: `routing_norm / value_norm` |
-| `value_residual` | float or None | gradient: $\max\lvert\alpha^\top g - \partial L/\partial v\rvert / \max\lvert\partial L/\partial v\rvert$; `None` for `nn.MultiheadAttention` |
+| `value_residual` | float or None | gradient: $\max_j\lvert u\cdot((\alpha^\top g)_j - \partial L/\partial v_j)\rvert / \max_j\lvert u\cdot\partial L/\partial v_j\rvert$ along the fixed random unit vector $u$ (as `alpha_residual`); `None` for `nn.MultiheadAttention` |
 | `alpha_residual` | float or None | $\max_i \lvert u\cdot(\hat o_i - o_i)\rvert / \max_i\lvert u\cdot o_i\rvert$ along a fixed random unit vector $u$: how well the recomputed weights rebuild the model's output $o$ (SDPA, `nn.MultiheadAttention`; large under attention dropout); `None` for eager attention, whose weights are its own |
 | `nonfinite` | float | gradient: non-finite gradient entries, excluded |
 | `attention_drift` | float | probe: mean total variation $\frac12\sum_j\lvert\alpha_{ij}-\alpha'_{ij}\rvert$ per query since the previous measurement |

@@ -227,6 +227,7 @@ class Tracer:
                 self.capture.take()
         finally:
             self.capture.stop()
+            self.capture.buffers.clear()
             self._active = False
             try:
                 self._flush()
@@ -322,9 +323,13 @@ class Tracer:
             if self.measurements == 0:
                 raise NoSiteError(self._no_site_message())
             return
-        probe = None if self.probe is None else self._probe_stats(done.sites, self._run_probe())
+        passes, probe = [done], None
+        if self.probe is not None:
+            passes.append(self._run_probe())
+            probe = self._probe_stats(done.sites, passes[-1])
         slots, first = _slots(done.sites)
         values = metric_values(done.sites, probe, self.thresholds.dead_fraction, slots=slots)
+        self.capture.release(passes)
         probed = self.probe is not None
         records = [
             site_record(self.step_index, site, v, probed, self.max_components)

@@ -11,6 +11,7 @@ $\alpha$ and $v$ with the output the model computed (`forward_residual`).
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -24,13 +25,13 @@ from implicit_em.trace.sites.base import Kept, SiteKind
 
 __all__ = [
     "AttentionKind",
-    "along",
     "attention_weights",
     "causal_scores",
     "forward_residual",
     "head_max",
     "heads",
-    "weights_and_logit_max",
+    "shifted_scores_entropy",
+    "weights_entropy_logit_max",
 ]
 
 
@@ -53,27 +54,47 @@ def attention_weights(
     return _scores(q, k, mask, is_causal, scale)[1]
 
 
-def weights_and_logit_max(
+def weights_entropy_logit_max(
     q: Tensor, k: Tensor, mask: Tensor | None, is_causal: bool, scale: float | None
 ) -> tuple[Tensor, Tensor | None, Tensor]:
-    r"""`attention_weights` $\alpha$ of stacked `q`, `k` (`[S, R, H, L, E]`), their
-    logarithm $\log\alpha$ where it is finite (else None) and `head_max` of their scores,
-    `[S, H]`.
+    r"""`attention_weights` $\alpha$ of stacked `q`, `k` (`[S, R, H, L, E]`), the sum over
+    rows of each head's entropy $\sum_i H(\alpha_i)$ (`[S, H]`, float64; None where it is
+    left to `attention_stats_steps`) and `head_max` of their scores, `[S, H]`.
 
-    Without an explicit `mask` (causal or not, no row is excluded entirely) and with finite
-    scores, a causally masked score is the most negative finite number instead of
-    $-\infty$ (`causal_scores`): its weight is 0 all the same (its exponential underflows),
-    and $\log\alpha$ (`log_softmax`, one fused pass) stays finite, so $\alpha\log\alpha$
-    needs no elementwise logarithm or test. Otherwise $\log\alpha$ is None."""
+    Without an explicit `mask` (causal or not, no row is excluded entirely), the scores
+    come shifted by each row's maximum $m_i = \max_j s_{ij}$, $t_{ij} = s_{ij} - m_i \le 0$
+    (a causally masked score is the most negative finite number instead of $-\infty$,
+    `causal_scores`: its weight is 0 all the same), and the entropy is
+    `shifted_scores_entropy` of them, without an elementwise logarithm. A score that is
+    not finite makes that entropy NaN (an infinite $m_i$, or $0\cdot(-\infty)$), and one
+    check of the sums sends such scores, and an explicit mask, the careful way: the weights
+    of the masked scores, and None."""
     if mask is None:
         dtype = torch.promote_types(q.dtype, torch.float32)
         q, k = q.to(dtype), k.to(dtype)
         s = causal_scores(q, k, scale) if is_causal else attention_scores(q, k, None, False, scale)
-        logit_max = s.amax(dim=(1, 3, 4))
-        if bool(torch.isfinite(logit_max).all() & torch.isfinite(s.amin())):
-            return torch.softmax(s, dim=-1), torch.log_softmax(s, dim=-1), logit_max.double()
+        row_max = s.amax(dim=-1, keepdim=True)
+        logit_max = row_max.squeeze(-1).amax(dim=(1, 3))
+        alpha = torch.softmax(s.sub_(row_max), dim=-1)
+        head_entropy = shifted_scores_entropy(alpha, s)
+        if bool(torch.isfinite(head_entropy.sum() + logit_max.sum())):
+            return alpha, head_entropy, logit_max.double()
     s, alpha = _scores(q, k, mask, is_causal, scale)
     return alpha, None, head_max(s)
+
+
+def shifted_scores_entropy(alpha: Tensor, shifted: Tensor) -> Tensor:
+    r"""$\sum_i H(\alpha_i)$ over the rows of each head, `[S, H]` in float64, of weights
+    $\alpha = \operatorname{softmax}(t)$ `[S, R, H, Lq, Lk]` from scores shifted by each
+    row's maximum, $t_{ij} = s_{ij} - \max_k s_{ik} \le 0$ (`shifted`, overwritten).
+
+    With $Z_i = \sum_j e^{t_{ij}}$, $\log\alpha_{ij} = t_{ij} - \log Z_i$ and the largest
+    weight is $e^0/Z_i$, so $H(\alpha_i) = \log Z_i - \sum_j \alpha_{ij} t_{ij}
+    = -\log\max_j\alpha_{ij} - \sum_j\alpha_{ij} t_{ij}$: two non-negative terms (no
+    cancellation), one reduction and one product instead of a pass of logarithms. NaN where
+    a shifted score is not finite."""
+    top = alpha.amax(dim=-1).log_().sum(dim=(1, 3))
+    return -(top + shifted.mul_(alpha).sum(dim=(1, 3, 4))).double()
 
 
 def causal_scores(q: Tensor, k: Tensor, scale: float | None) -> Tensor:
@@ -82,12 +103,19 @@ def causal_scores(q: Tensor, k: Tensor, scale: float | None) -> Tensor:
     its query ($j > i$) at the most negative finite number: the product and the mask in one batched
     `baddbmm` (a finite score plus that number rounds to it)."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    lq, lk = q.shape[-2], k.shape[-2]
-    above = torch.ones(lq, lk, dtype=torch.bool, device=q.device).triu(1)
-    bias = torch.zeros(lq, lk, dtype=q.dtype, device=q.device)
-    bias.masked_fill_(above, torch.finfo(q.dtype).min)
+    lk = k.shape[-2]
+    bias = _causal_bias(q.shape[-2], lk, q.dtype, q.device)
     s = torch.baddbmm(bias, q.flatten(0, -3), k.flatten(0, -3).transpose(-2, -1), alpha=scale)
     return s.view(*q.shape[:-1], lk)
+
+
+@functools.lru_cache(maxsize=1)
+def _causal_bias(lq: int, lk: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    r"""`[lq, lk]`: 0 where key $j \le$ query $i$, else the most negative finite number
+    (the last one made is reused: one shape per model, as a rule; nothing writes to it)."""
+    above = torch.ones(lq, lk, dtype=torch.bool, device=device).triu(1)
+    bias = torch.zeros(lq, lk, dtype=dtype, device=device)
+    return bias.masked_fill_(above, torch.finfo(dtype).min)
 
 
 def head_max(s: Tensor) -> Tensor:
@@ -107,19 +135,6 @@ def heads(t: Tensor) -> Tensor:
     return t
 
 
-_DIRECTIONS: dict[tuple[int, torch.device], Tensor] = {}
-
-
-def _direction(n: int, device: torch.device) -> Tensor:
-    """A fixed random unit vector of length `n` (float32, seeded: the same in every run)."""
-    u = _DIRECTIONS.get((n, device))
-    if u is None:
-        u = torch.randn(n, generator=torch.Generator().manual_seed(n))
-        u = (u / u.norm()).to(device)
-        _DIRECTIONS[(n, device)] = u
-    return u
-
-
 def forward_residual(rebuilt: Tensor, seen: Tensor) -> Stats:
     r"""The forward residual of `S` stacked sites: the output $\hat y$ rebuilt from the
     weights against the output $y$ the model computed, both seen along a fixed random unit
@@ -131,11 +146,6 @@ def forward_residual(rebuilt: Tensor, seen: Tensor) -> Stats:
         "alpha_residual_max": per_step((rebuilt - seen).abs(), "amax").double(),
         "output_max": per_step(seen.abs(), "amax").double(),
     }
-
-
-def along(t: Tensor) -> Tensor:
-    """$u \\cdot t$ over the last axis, for the fixed direction $u$ of its length."""
-    return t.float() @ _direction(t.shape[-1], t.device)
 
 
 class AttentionKind(SiteKind):
@@ -185,9 +195,9 @@ class AttentionKind(SiteKind):
     def probe_state(self, kept: Kept) -> dict[str, Tensor]:
         with torch.no_grad():
             alpha, v = self.weights_and_values(kept)
-        state = {"alpha": alpha.float()}
+        state = {"alpha": alpha.to(torch.float32, copy=True)}  # copies: `kept` is reused
         if v is not None:
-            state["v"] = v.float()
+            state["v"] = v.to(torch.float32, copy=True)
         return state
 
     def probe_statistics(

@@ -16,8 +16,9 @@ A *site kind* is one small unit (a file in this package, one line in its registr
   `exact` when that residual is within its `tolerance`),
   and `gradient_metrics` those that exist only once the backward pass reached the site (the
   record lists them in `missing` otherwise);
-* `probe_state` / `probe_statistics`: what a probe measurement keeps, and its change since
-  the previous one (churn, drift).
+* `probe_state` / `probe_statistics`: what a probe measurement keeps (tensors of its own,
+  not views of the record's: those buffers are reused by the next measured step), and its
+  change since the previous one (churn, drift).
 """
 
 from __future__ import annotations
@@ -95,7 +96,10 @@ class Context(Protocol):
         """Record a site present in this pass that cannot be measured, with the reason."""
 
     def keep(self, t: Tensor) -> Tensor:
-        """A detached copy of `t` that later steps cannot change."""
+        """A detached contiguous copy of `t` that later steps cannot change until this
+        measured step is reduced to records (contiguous, so that the batched products of the
+        flush read it without another copy); its buffer is then reused by a later measured
+        step."""
 
     def on_gradient(self, t: Any, fn: Callable[[Tensor], None]) -> None:
         """Call `fn(gradient of t)` if `t` requires grad and the backward pass of this

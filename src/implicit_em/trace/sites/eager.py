@@ -130,4 +130,5 @@ class EagerAttention(AttentionKind):
             None if k.grad_alpha is None else k.grad_alpha.float(),
             None if k.used is None else k.used.float(),
             grad_v,
+            tolerance=tolerance,
         ) | {"tolerance_max": tolerance, "max_logit_max": k.logit_max.double()}

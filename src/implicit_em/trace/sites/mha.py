@@ -24,13 +24,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from implicit_em.trace.metrics import Stats, attention_stats_steps, residual_tolerance
+from implicit_em.trace.metrics import (
+    Stats,
+    along,
+    attention_stats_steps,
+    residual_tolerance,
+)
 from implicit_em.trace.sites.attention import (
     AttentionKind,
-    along,
     attention_weights,
     forward_residual,
-    weights_and_logit_max,
+    weights_entropy_logit_max,
 )
 from implicit_em.trace.sites.base import Context, Kept, binder
 
@@ -102,15 +106,14 @@ class MultiheadAttention(AttentionKind):
 
     def statistics(self, k: Kept) -> Stats:
         q, kk, v = (_split(t, k.heads) for t in (k.q, k.k, k.v))
-        alpha, log_alpha, logit_max = weights_and_logit_max(q, kk, k.mask, False, None)
+        alpha, head_entropy, logit_max = weights_entropy_logit_max(q, kk, k.mask, False, None)
         alpha, v = alpha.float(), v.float()
-        log_alpha = None if log_alpha is None else log_alpha.float()
         s, _, h, _, ev = v.shape
         g = None
         if k.g_output is not None:  # [S, Lq·R, E] @ W_o (a batched product), as [S, R, H, Lq, Ev]
             gw = k.g_output.flatten(1, 2).float() @ k.out_weight.float()
             g = _split(gw.unflatten(1, k.g_output.shape[1:3]), h)
-        stats = attention_stats_steps(alpha, v, g, log_alpha=log_alpha)
+        stats = attention_stats_steps(alpha, v, g, head_entropy=head_entropy)
         # u . y = sum_h alpha_h (v_h w_h) + u . b_o with w = W_o^T u split into heads.
         w = along(k.out_weight.transpose(-2, -1)).reshape(s, 1, h, 1, ev)
         rebuilt = (alpha * (v * w).sum(-1).unsqueeze(-2)).sum(-1).sum(2)

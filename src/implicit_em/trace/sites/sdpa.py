@@ -16,14 +16,18 @@ from typing import Any, ClassVar
 import torch.nn.functional as F
 from torch import Tensor
 
-from implicit_em.trace.metrics import Stats, attention_stats_steps, residual_tolerance
+from implicit_em.trace.metrics import (
+    Stats,
+    along,
+    attention_stats_steps,
+    residual_tolerance,
+)
 from implicit_em.trace.sites.attention import (
     AttentionKind,
-    along,
     attention_weights,
     forward_residual,
     heads,
-    weights_and_logit_max,
+    weights_entropy_logit_max,
 )
 from implicit_em.trace.sites.base import Context, Kept
 
@@ -96,13 +100,17 @@ class SDPA(AttentionKind):
         return attention_weights(kept.q, kept.k, kept.mask, kept.is_causal, kept.scale), kept.v
 
     def statistics(self, k: Kept) -> Stats:
-        alpha, log_alpha, logit_max = weights_and_logit_max(k.q, k.k, k.mask, k.is_causal, k.scale)
+        alpha, head_entropy, logit_max = weights_entropy_logit_max(
+            k.q, k.k, k.mask, k.is_causal, k.scale
+        )
         alpha, v = alpha.float(), k.v.float()
-        log_alpha = None if log_alpha is None else log_alpha.float()
         grad_v = None if k.grad_v is None else k.grad_v.float()
         g = None if k.g is None else k.g.float()
-        stats = attention_stats_steps(alpha, v, g, grad_v=grad_v, log_alpha=log_alpha)
-        rebuilt = (alpha @ along(v).unsqueeze(-1)).squeeze(-1)
         tolerance = residual_tolerance(k.q.dtype, k.q.shape[0], k.q.device)
+        stats = attention_stats_steps(
+            alpha, v, g, grad_v=grad_v, head_entropy=head_entropy, tolerance=tolerance
+        )
+        # u . o_i = sum_j alpha_ij (u . v_j), as a row vector times alpha^T (the faster product)
+        rebuilt = (along(v).unsqueeze(-2) @ alpha.transpose(-2, -1)).squeeze(-2)
         extra = {"tolerance_max": tolerance, "max_logit_max": logit_max}
         return stats | forward_residual(rebuilt, along(k.output)) | extra
