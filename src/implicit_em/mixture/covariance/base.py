@@ -271,7 +271,7 @@ class VectorCovariance(CovarianceModel):
     def row_features(self, y: Tensor, workspace: Workspace | None = None) -> Tensor:
         """The shifted data `y` itself, `[B, D]`.
 
-        The squares $y^2$ are made chunk by chunk in `energies`, into a buffer that stays
+        The squares $y^2$ are made chunk by chunk in `logits`, into a buffer that stays
         in cache: a kept pass then reads $D$ numbers per row from memory instead of $2D$.
         """
         return y
