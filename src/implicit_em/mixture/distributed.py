@@ -207,11 +207,13 @@ def gather_global_rows(x: np.ndarray, pick: Callable[[int], np.ndarray | None]) 
     `pick(n)` gives the sorted global indices to take out of $n$ rows in all, or None for
     all of them; it must give the same answer on every rank (draw from a shared random
     state). Each rank contributes the picked rows of its shard `x`; without a distributed
-    fit this is `x[pick(len(x))]`.
+    fit this is `x[pick(len(x))]`, and `x` itself (not a copy) when it is writeable float64
+    and every row is picked: the caller reads the rows, never writes them.
     """
     if not is_distributed():
         index = pick(x.shape[0])
-        return np.array(x if index is None else x[index], dtype=np.float64)
+        rows = np.asarray(x if index is None else x[index], dtype=np.float64)
+        return rows if rows.flags.writeable else rows.copy()
     counts = _row_counts(x.shape[0])
     total, offset = sum(counts), sum(counts[: dist.get_rank()])
     index = pick(total)

@@ -52,9 +52,9 @@ _ONE_POINT_STARTS = ("k-means++", "random_from_data")
 
 
 def initial_sample(x: np.ndarray | Tensor, rng: np.random.RandomState, limit: int) -> np.ndarray:
-    """The rows `[M, D]` (float64) the initial responsibilities are computed on: all rows of
-    the (concatenated) data when there are at most `limit`, else `limit` rows drawn from
-    `rng` without replacement, in their order."""
+    """The rows `[M, D]` (float64, read-only: they may be `x` itself) the initial
+    responsibilities are computed on: all rows of the (concatenated) data when there are at
+    most `limit`, else `limit` rows drawn from `rng` without replacement, in their order."""
     x = x.detach().cpu().numpy() if isinstance(x, Tensor) else np.asarray(x)
     share_random_state(rng)
 
@@ -106,8 +106,9 @@ def responsibility_start(
     k, dim = r.shape[1], xs.shape[1]
     shift = xs.mean(dim=0)
     y = xs - shift
-    n = r.sum(dim=0) + 10 * torch.finfo(xs.dtype).eps
-    ref = (r.T @ y) / n[:, None] if model.centered else xs.new_zeros(k, dim)
+    ref = xs.new_zeros(k, dim)
+    if model.centered:
+        ref = (r.T @ y) / (r.sum(dim=0) + 10 * torch.finfo(xs.dtype).eps)[:, None]
     stats = zero_statistics(model, k, dim, xs)
     accumulate_responsibilities(stats, y, ref, r, model)
     mixture = m_step(stats, model, shift, ref, reg_covar)

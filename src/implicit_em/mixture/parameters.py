@@ -3,8 +3,9 @@ r"""The parameters of a Gaussian mixture and the per-sample quantities they defi
 $p(x) = \sum_j \pi_j \mathcal N(x \mid \mu_j, \Sigma_j)$ with
 $\log \mathcal N = -\tfrac D2\log 2\pi - d_j(x) + \log|\det U_j|$. The per-sample
 log-likelihood is the log-sum-exp (the core's `implicit_em.lse`, fused with the
-responsibilities in `normalize`) of the energies
-$d_j - \log|\det U_j|$ under the log-prior $\log\pi$, and the responsibilities are
+responsibilities in `normalize`) of the logits
+$a_j = \log\pi_j - d_j + \log|\det U_j| - \tfrac D2\log 2\pi$ (`CovarianceModel.logits`), and
+the responsibilities are
 $r_{tj} = \pi_j e^{-d_j + \log|\det U_j|} / \sum_k \pi_k e^{-d_k + \log|\det U_k|}$.
 """
 
@@ -136,16 +137,13 @@ class EStep:
     shift : Tensor
         $s$, `[D]`; chunks are shifted to $y = x - s$.
     operands : tuple of Tensor
-        The type's per-pass operands for the shifted means $\mu_j - s$
-        (`CovarianceModel.operands`).
-    bias : Tensor
-        $\log\pi_j + \log|\det U_j| - \tfrac D2\log 2\pi$, `[K]`.
+        The type's per-pass operands for the shifted means $\mu_j - s$ and the bias
+        $b_j = \log\pi_j + \log|\det U_j| - \tfrac D2\log 2\pi$ (`CovarianceModel.operands`).
     """
 
     model: CovarianceModel
     shift: Tensor
     operands: tuple[Tensor, ...]
-    bias: Tensor
 
     @classmethod
     def of(cls, mixture: Mixture, shift: Tensor) -> EStep:
@@ -154,8 +152,8 @@ class EStep:
         k, dim = mixture.n_components, mixture.n_features
         log_det = model.log_det(mixture.precisions_cholesky, k, dim)
         bias = torch.log(mixture.weights) + log_det - 0.5 * dim * math.log(2.0 * math.pi)
-        operands = model.operands(mixture.means - shift, mixture.precisions_cholesky)
-        return cls(model, shift, operands, bias)
+        operands = model.operands(mixture.means - shift, mixture.precisions_cholesky, bias)
+        return cls(model, shift, operands)
 
 
 def row_features(x: Tensor, e_step: EStep, workspace: Workspace | None = None) -> Tensor:
@@ -174,12 +172,11 @@ def responsibilities(
     r"""The E-step of one chunk from its `row_features` `rows`, with the pass's constants.
 
     Returns `(log p(x_t) [B], r [B, K], features)`, `features` what the covariance type's
-    energies were computed from (reused by its `moments`). `r` and `features` live in
+    logits were computed from (reused by its `moments`). `r` and `features` live in
     `workspace`, valid until the next chunk's E-step: pass the same workspace for every
     chunk of a pass, and copy what is kept.
     """
-    energy, features = e_step.model.energies(rows, e_step.operands, workspace)
-    logits = torch.sub(e_step.bias.expand_as(energy), energy, out=energy)
+    logits, features = e_step.model.logits(rows, e_step.operands, workspace)
     log_p, r = normalize(logits)
     return log_p, r, features
 

@@ -76,7 +76,7 @@ def accumulate(
     workspace: Workspace,
 ) -> None:
     """Add the statistics of one chunk (its `row_features` `rows`, the `features` of its
-    energies, responsibilities `r`) in place; `workspace` holds the chunk's scratch."""
+    logits, responsibilities `r`) in place; `workspace` holds the chunk's scratch."""
     first, second = model.moments(rows, features, r, workspace)
     stats["n"] += r.sum(dim=0)
     stats["first"] += first

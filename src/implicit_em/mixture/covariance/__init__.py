@@ -15,9 +15,11 @@ $\log|\det U_j|$, so $\log\mathcal N(x\mid\mu_j,\Sigma_j) = -\tfrac D2\log 2\pi 
 
 Every type implements `CovarianceModel` (`base`), in three families:
 
-* **EM** (closed form): `energies` of shifted data $y = x - s$ (batched matmuls, never a
-  Python loop over K), which also return the chunk's *features*, `moments` (the chunk's sums,
-  built from those features, so the M-step reuses the E-step's work), and `estimate`, the
+* **EM** (closed form): `logits` $\log\pi_j + \log\mathcal N(y\mid m_j, \Sigma_j)$ of
+  shifted data $y = x - s$ (batched matmuls, never a Python loop over K; the per-component
+  constants folded into the type's `operands`), which also return the chunk's *features*,
+  `moments` (the chunk's sums, built from those features, so the M-step reuses the E-step's
+  work), and `estimate`, the
   M-step from the summed statistics. The statistics are plain sums, so chunks and ranks add,
   and variances are clipped at zero before `reg_covar` is added: never negative, in float32
   too. `full` takes its scatter about the current means from the whitened residuals; the

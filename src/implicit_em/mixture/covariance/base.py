@@ -6,7 +6,7 @@ A type is one `CovarianceModel` subclass in its own module; its methods fall in 
 
 * **parameters**: `second_shape`, `n_parameters`, `precision_cholesky`, `precision`,
   `from_precision`, `log_det`, `noise`;
-* **EM**: `row_width`, `row_features`, `data`, `operands`, `energies`, `features`,
+* **EM**: `row_width`, `row_features`, `data`, `operands`, `logits`, `features`,
   `moments`, `responsibility_moments`, `unwhiten`, `estimate`;
 * **natural gradient** (`preconditioned`): `natural_energies`, `mean_step`,
   `covariance_step`;
@@ -116,7 +116,7 @@ class CovarianceModel(ABC):
 
     @abstractmethod
     def row_features(self, y: Tensor, workspace: Workspace | None = None) -> Tensor:
-        """The per-row features of shifted data `y` that `energies` and `moments` read
+        """The per-row features of shifted data `y` that `logits` and `moments` read
         (`[B, w]`, constant from pass to pass for a fixed shift, so a fit may keep them),
         written into `workspace` (a fresh tensor if None)."""
 
@@ -125,15 +125,18 @@ class CovarianceModel(ABC):
         """The shifted data `y` `[B, D]` inside `row_features(y)` (a view)."""
 
     @abstractmethod
-    def operands(self, m: Tensor, prec_chol: Tensor) -> tuple[Tensor, ...]:
-        """What the energies of every chunk of a pass share, for shifted means `m`."""
+    def operands(self, m: Tensor, prec_chol: Tensor, bias: Tensor) -> tuple[Tensor, ...]:
+        r"""What the logits of every chunk of a pass share, for shifted means `m` and the
+        per-component constants $b_j = \log\pi_j + \log|\det U_j| - \tfrac D2\log 2\pi$
+        (`bias`, `[K]`)."""
 
     @abstractmethod
-    def energies(
+    def logits(
         self, rows: Tensor, operands: tuple[Tensor, ...], workspace: Workspace
     ) -> tuple[Tensor, Tensor]:
-        """`(d [B, K], features)`: $d_j$ of the rows whose `row_features` are `rows`, and
-        the features the moments are built from, written into `workspace`."""
+        """`(a [B, K], features)`: the log-joint densities $a_{tj} = b_j - d_j(y_t)$ of the
+        rows whose `row_features` are `rows`, and the features the moments are built from,
+        written into `workspace`."""
 
     @abstractmethod
     def features(self, y: Tensor, ref: Tensor) -> Tensor:
@@ -144,7 +147,7 @@ class CovarianceModel(ABC):
         self, rows: Tensor, features: Tensor, r: Tensor, workspace: Workspace
     ) -> tuple[Tensor, Tensor]:
         r"""`(first, second)`: the chunk's sums $F_j = \sum_t r_{tj}y_t$ and second
-        moment, from its `row_features` `rows` and the `features` of `energies`."""
+        moment, from its `row_features` `rows` and the `features` of `logits`."""
 
     def responsibility_moments(
         self, y: Tensor, ref: Tensor, r: Tensor, workspace: Workspace
@@ -223,10 +226,10 @@ class MatrixCovariance(CovarianceModel):
 class VectorCovariance(CovarianceModel):
     r"""What `diag` and `spherical` share: $U = 1/\sigma$ elementwise.
 
-    Their energies are one quadratic form per component,
-    $\tfrac12\sum_d s_{jd}(y_d - m_{jd})^2 = y^2\,(\tfrac12 s)^\top - y\,(s\odot m)^\top
-    + \tfrac12\sum_d s\,m^2$: matmuls of $y$ and of its squares, which also give both
-    moments, $r^\top y$ and $r^\top y^2$.
+    Their logits are one quadratic form per component,
+    $b_j - \tfrac12\sum_d s_{jd}(y_d - m_{jd})^2 = c_j - y^2\,(\tfrac12 s_j)^\top
+    + y\,(s_j\odot m_j)^\top$ with $c_j = b_j - \tfrac12\sum_d s_{jd}m_{jd}^2$: matmuls of
+    $y$ and of its squares, which also give both moments, $r^\top y$ and $r^\top y^2$.
     """
 
     def precision_cholesky(self, cov: Tensor) -> Tensor:
@@ -250,10 +253,11 @@ class VectorCovariance(CovarianceModel):
         return 2 * d
 
     @staticmethod
-    def quadratic_operands(m: Tensor, scale: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        r"""$\tfrac12\sum_d s\,m^2$ `[K, 1]`, $\tfrac12 s$ and $-s\odot m$ (`[K, D]` each)."""
-        offset = 0.5 * (m * m * scale).sum(dim=1, keepdim=True)
-        return offset, (0.5 * scale).contiguous(), -(m * scale)
+    def quadratic_operands(m: Tensor, scale: Tensor, bias: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        r"""$c_j = b_j - \tfrac12\sum_d s\,m^2$ `[K, 1]`, $-\tfrac12 s$ and $s\odot m$
+        (`[K, D]` each)."""
+        constant = bias.unsqueeze(1) - 0.5 * (m * m * scale).sum(dim=1, keepdim=True)
+        return constant, (-0.5 * scale).contiguous(), m * scale
 
     @staticmethod
     def squares(y: Tensor, workspace: Workspace | None = None) -> Tensor:
@@ -267,7 +271,7 @@ class VectorCovariance(CovarianceModel):
     def row_features(self, y: Tensor, workspace: Workspace | None = None) -> Tensor:
         """The shifted data `y` itself, `[B, D]`.
 
-        The squares $y^2$ are made chunk by chunk in `energies`, into a buffer that stays
+        The squares $y^2$ are made chunk by chunk in `logits`, into a buffer that stays
         in cache: a kept pass then reads $D$ numbers per row from memory instead of $2D$.
         """
         return y
@@ -275,13 +279,13 @@ class VectorCovariance(CovarianceModel):
     def data(self, rows: Tensor) -> Tensor:
         return rows
 
-    def energies(
+    def logits(
         self, rows: Tensor, operands: tuple[Tensor, ...], workspace: Workspace
     ) -> tuple[Tensor, Tensor]:
-        r"""The quadratic forms, `[B, K]` (a transposed view of `[K, B]` storage), clipped
-        at 0, and the squares $y^2$ of `rows` $= y$ (the moments' features), both written
-        into `workspace`: $\tfrac12 s\,(y^2)^\top$ plus $-(s\odot m)\,y^\top$, two
-        matmuls into one buffer, offset by $\tfrac12\sum_d s\,m^2$.
+        r"""The logits, `[B, K]` (a transposed view of `[K, B]` storage), and the squares
+        $y^2$ of `rows` $= y$ (the moments' features), both written into `workspace`:
+        $-\tfrac12 s\,(y^2)^\top$ plus $(s\odot m)\,y^\top$, two matmuls into one buffer,
+        offset by $c_j$.
 
         Two matmuls, one of the squares and one of `y` itself, spare the copy of `y` into
         a `[B, 2D]` buffer $[y^2, y]$; on a 2-core Xeon (AVX-512), one thread, a float32
@@ -289,14 +293,17 @@ class VectorCovariance(CovarianceModel):
         6.9 ms through $[y^2, y]$. Components first in memory, every reduction over the
         components (the log-sum-exp's maximum and sum) runs along contiguous rows of `B`
         numbers, several times faster than across a last axis of `K` numbers, and the
-        M-step's products read $r^\top$ contiguous.
+        M-step's products read $r^\top$ contiguous. The offset $c_j$ carries the bias, so
+        the matmuls leave the logits themselves: no elementwise pass over `[K, B]` between
+        them and the normalization (the quadratic form is not clipped at zero, as in
+        scikit-learn; it rounds below zero only by the cancellation of its expansion).
         """
-        offset, half_scale, minus_scaled_means = operands
+        constant, minus_half_scale, scaled_means = operands
         squares = self.squares(rows, workspace)
-        energies = workspace.take("energies", (offset.shape[0], rows.shape[0]), rows)
-        torch.addmm(offset, half_scale, squares.T, out=energies)
-        energies.addmm_(minus_scaled_means, rows.T).clamp_min_(0.0)
-        return energies.T, squares
+        logits = workspace.take("logits", (constant.shape[0], rows.shape[0]), rows)
+        torch.addmm(constant, minus_half_scale, squares.T, out=logits)
+        logits.addmm_(scaled_means, rows.T)
+        return logits.T, squares
 
     def responsibility_moments(
         self, y: Tensor, ref: Tensor, r: Tensor, workspace: Workspace

@@ -1,7 +1,7 @@
 r"""`diag`: one diagonal covariance per component, variances $\sigma^2_{jd}$ `[K, D]`,
 $U = 1/\sigma$.
 
-Energies and moments are linear in the features $[y^2, y]$ (`VectorCovariance`); the second
+Logits and moments are linear in the features $[y^2, y]$ (`VectorCovariance`); the second
 moment is taken about the shift, and the variances are clipped at zero before `reg_covar`.
 """
 
@@ -33,8 +33,8 @@ class Diag(VectorCovariance):
     def noise(self, cov: Tensor, labels: Tensor, z: Tensor) -> Tensor:
         return torch.sqrt(cov)[labels] * z
 
-    def operands(self, m: Tensor, prec_chol: Tensor) -> tuple[Tensor, ...]:
-        return self.quadratic_operands(m, prec_chol * prec_chol)
+    def operands(self, m: Tensor, prec_chol: Tensor, bias: Tensor) -> tuple[Tensor, ...]:
+        return self.quadratic_operands(m, prec_chol * prec_chol, bias)
 
     def estimate(
         self, second: Tensor, n: Tensor, delta: Tensor, n_total: Tensor, reg: float

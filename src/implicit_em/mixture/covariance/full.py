@@ -24,27 +24,28 @@ from implicit_em.mixture.workspace import Workspace
 __all__ = ["FEATURES_LAST_FROM", "Full"]
 
 FEATURES_LAST_FROM = 16
-"""The least `D` for which the E-step writes its residuals features last (`Full.energies`)."""
+"""The least `D` for which the E-step writes its residuals features last (`Full.logits`)."""
 
 
-def half_squared_norms(z: Tensor, workspace: Workspace) -> Tensor:
-    r"""$\tfrac12\lVert z_{tj}\rVert^2$ of residuals `z[K, D, B]`, `[K, B]`, written into
-    `workspace`.
+def residual_logits(z: Tensor, bias: Tensor, workspace: Workspace) -> Tensor:
+    r"""$a_{tj} = b_j - \tfrac12\lVert z_{tj}\rVert^2$ of residuals `z[K, D, B]` and
+    `bias` $b$ `[K, 1]`, `[K, B]`, written into `workspace`.
 
     Features last (`z` a transposed view), one `vector_norm` over the contiguous axis reads
     `z` once; rows last, where that reduction runs across strides and is many times slower,
     the squares go to a workspace buffer first. Either way no tensor is allocated per chunk
     (`torch.linalg.vecdot` allocates a `[K, D, B]` array of squares, whose page faults cost
-    about 45 ms of system time per float32 pass over (200k, 32, 16) on a 2-core EPYC).
+    about 45 ms of system time per float32 pass over (200k, 32, 16) on a 2-core EPYC), and
+    one `addcmul` squares the norms (or halves the sums), negates and adds the bias.
     """
     k, _, b = z.shape
-    norms = workspace.take("energies", (k, b), z)
+    logits = workspace.take("logits", (k, b), z)
     if z.mT.is_contiguous():
-        torch.linalg.vector_norm(z, dim=1, out=norms).square_()
-    else:
-        squares = torch.mul(z, z, out=workspace.take("squares", z.shape, z))
-        torch.sum(squares, dim=1, out=norms)
-    return norms.mul_(0.5)
+        norms = torch.linalg.vector_norm(z, dim=1, out=logits)
+        return torch.addcmul(bias, norms, norms, value=-0.5, out=logits)
+    squares = torch.mul(z, z, out=workspace.take("squares", z.shape, z))
+    sums = torch.sum(squares, dim=1, out=logits)
+    return torch.add(bias, sums, alpha=-0.5, out=logits)
 
 
 class Full(MatrixCovariance):
@@ -80,20 +81,20 @@ class Full(MatrixCovariance):
     def data(self, rows: Tensor) -> Tensor:
         return rows[:, :-1]
 
-    def operands(self, m: Tensor, prec_chol: Tensor) -> tuple[Tensor, ...]:
+    def operands(self, m: Tensor, prec_chol: Tensor, bias: Tensor) -> tuple[Tensor, ...]:
         r"""The augmented factors $\big[\begin{smallmatrix}U_j \\ -m_j^\top U_j
-        \end{smallmatrix}\big]$: `[K, D+1, D]` for $D \ge 16$, stacked and transposed to
-        `[K·D, D+1]` below."""
+        \end{smallmatrix}\big]$ (`[K, D+1, D]` for $D \ge 16$, stacked and transposed to
+        `[K·D, D+1]` below) and `bias` as a column, `[K, 1]`."""
         k, d = m.shape
         factors = torch.cat([prec_chol, -(m.unsqueeze(1) @ prec_chol)], dim=1)
-        if d >= FEATURES_LAST_FROM:
-            return (factors,)
-        return (factors.mT.reshape(k * d, d + 1),)
+        if d < FEATURES_LAST_FROM:
+            factors = factors.mT.reshape(k * d, d + 1)
+        return factors, bias.unsqueeze(1)
 
-    def energies(
+    def logits(
         self, rows: Tensor, operands: tuple[Tensor, ...], workspace: Workspace
     ) -> tuple[Tensor, Tensor]:
-        r"""$d_j = \tfrac12\lVert z_j\rVert^2$ and the whitened residuals
+        r"""$a_j = b_j - \tfrac12\lVert z_j\rVert^2$ and the whitened residuals
         $z_j = U_j^\top(y-m_j)$, `([B, K], [K, D, B])`, from one matmul of the augmented
         rows $[y, 1]$.
 
@@ -110,9 +111,9 @@ class Full(MatrixCovariance):
           last axis for the vector units (2-3 times faster than features last at $D \le 8$
           on the same machine).
 
-        Either way `d` is a transposed view of `half_squared_norms`.
+        Either way `a` is a transposed view of `residual_logits`.
         """
-        (factors,) = operands
+        factors, bias = operands
         b, d = rows.shape[0], rows.shape[1] - 1
         if d >= FEATURES_LAST_FROM:
             k = factors.shape[0]
@@ -122,7 +123,7 @@ class Full(MatrixCovariance):
             k = factors.shape[0] // d
             z = workspace.take("residuals", (k * d, b), rows)
             z = torch.mm(factors, rows.T, out=z).view(k, d, b)
-        return half_squared_norms(z, workspace).T, z
+        return residual_logits(z, bias, workspace).T, z
 
     def features(self, y: Tensor, ref: Tensor) -> Tensor:
         r"""Residuals $y - \mathrm{ref}_j$ with no whitening ($U = I$), `[K, D, B]`."""

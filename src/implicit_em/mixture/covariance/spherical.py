@@ -33,8 +33,9 @@ class Spherical(VectorCovariance):
     def noise(self, cov: Tensor, labels: Tensor, z: Tensor) -> Tensor:
         return torch.sqrt(cov)[labels, None] * z
 
-    def operands(self, m: Tensor, prec_chol: Tensor) -> tuple[Tensor, ...]:
-        return self.quadratic_operands(m, (prec_chol * prec_chol).unsqueeze(1).expand_as(m))
+    def operands(self, m: Tensor, prec_chol: Tensor, bias: Tensor) -> tuple[Tensor, ...]:
+        scale = (prec_chol * prec_chol).unsqueeze(1).expand_as(m)
+        return self.quadratic_operands(m, scale, bias)
 
     def moments(
         self, rows: Tensor, features: Tensor, r: Tensor, workspace: Workspace

@@ -1,7 +1,7 @@
 r"""`tied`: one full covariance shared by every component, $\Sigma$ `[D, D]`, $U$ upper
 triangular.
 
-The energies expand the quadratic form about the whitened data $yU$; the second moment is
+The logits expand the quadratic form about the whitened data $yU$; the second moment is
 the plain $\sum_t y_ty_t^\top$ about the shift (rows of `r` sum to one), from which the
 M-step subtracts the between-component scatter.
 """
@@ -46,26 +46,25 @@ class Tied(MatrixCovariance):
     def data(self, rows: Tensor) -> Tensor:
         return rows
 
-    def operands(self, m: Tensor, prec_chol: Tensor) -> tuple[Tensor, ...]:
-        r"""$U$, $-(m_jU)^\top$ `[D, K]` and $\tfrac12\lVert m_jU\rVert^2$ `[K]`."""
+    def operands(self, m: Tensor, prec_chol: Tensor, bias: Tensor) -> tuple[Tensor, ...]:
+        r"""$U$, $(m_jU)^\top$ `[D, K]` and $b_j - \tfrac12\lVert m_jU\rVert^2$ `[K]`."""
         mu = m @ prec_chol
-        return prec_chol, -mu.T, 0.5 * (mu * mu).sum(dim=1)
+        return prec_chol, mu.T, bias - 0.5 * (mu * mu).sum(dim=1)
 
-    def energies(
+    def logits(
         self, rows: Tensor, operands: tuple[Tensor, ...], workspace: Workspace
     ) -> tuple[Tensor, Tensor]:
-        r"""$d_j = \tfrac12\lVert yU\rVert^2 - (m_jU)\cdot(yU) + \tfrac12\lVert m_jU\rVert^2$,
-        `[B, K]`, clipped at 0, and `y` (the features of `moments`), with every
-        intermediate written into `workspace`."""
-        prec_chol, minus_mu, half_mu_sq = operands
+        r"""$a_j = b_j - \tfrac12\lVert m_jU\rVert^2 + (m_jU)\cdot(yU) - \tfrac12\lVert yU\rVert^2$,
+        `[B, K]`, and `y` (the features of `moments`), with every intermediate written into
+        `workspace`."""
+        prec_chol, mu, constant = operands
         y = rows
-        (b, d), k = y.shape, minus_mu.shape[1]
+        (b, d), k = y.shape, mu.shape[1]
         whitened = torch.mm(y, prec_chol, out=workspace.take("whitened", (b, d), y))
-        energies = workspace.take("energies", (b, k), y)
-        torch.addmm(half_mu_sq, whitened, minus_mu, out=energies)
+        logits = workspace.take("logits", (b, k), y)
+        torch.addmm(constant, whitened, mu, out=logits)
         squares = torch.mul(whitened, whitened, out=workspace.take("squares", (b, d), y))
-        energies.add_(squares.sum(dim=1, keepdim=True), alpha=0.5)
-        return energies.clamp_min_(0.0), y
+        return logits.sub_(squares.sum(dim=1, keepdim=True), alpha=0.5), y
 
     def features(self, y: Tensor, ref: Tensor) -> Tensor:
         return y
