@@ -260,5 +260,5 @@ EXPERIMENT = Experiment(
         "real gradient is the advantage law (R2 stands); C5 holds only as a statement about "
         "the forward weights.",
     },
-    minutes={"smoke": 0.3, "quick": 0.2, "full": 20.0},
+    minutes={"smoke": 0.3, "quick": 0.2, "full": 15.0},
 )

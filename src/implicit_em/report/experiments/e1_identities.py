@@ -168,5 +168,5 @@ EXPERIMENT = Experiment(
             "do receive α-weighted updates (the gate attention_values)."
         ),
     },
-    minutes={"smoke": 0.05, "quick": 0.1, "full": 0.3},
+    minutes={"smoke": 0.05, "quick": 0.1, "full": 0.1},
 )

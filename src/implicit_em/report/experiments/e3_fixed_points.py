@@ -380,5 +380,5 @@ EXPERIMENT = Experiment(
             "convergence or another local optimum): shared fixed points, not shared basins."
         ),
     },
-    minutes={"smoke": 0.1, "quick": 2.3, "full": 32.0},
+    minutes={"smoke": 0.1, "quick": 2.3, "full": 1.5},
 )

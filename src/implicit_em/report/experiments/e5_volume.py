@@ -444,5 +444,5 @@ EXPERIMENT = Experiment(
         ),
         "fails": "No collapse without the volume term and no recovery with it: C9 is not borne out here.",
     },
-    minutes={"smoke": 0.1, "quick": 1.5, "full": 12.0},
+    minutes={"smoke": 0.1, "quick": 1.5, "full": 3.0},
 )

@@ -222,7 +222,14 @@ COMPARATORS = {
 
 
 def _cells(measured: list[dict[str, Any]]) -> tuple[str, str, str]:
-    return tuple(interval_cell([m[k] for m in measured]) for k in ("accuracy", "ece", "coupling"))
+    """Accuracy, ECE and coupling cells; the coupling over the seeds where the head learned
+    (finite), with their count when some did not."""
+    accuracy, ece = (interval_cell([m[k] for m in measured]) for k in ("accuracy", "ece"))
+    learned = [m["coupling"] for m in measured if math.isfinite(m["coupling"])]
+    coupling = interval_cell(learned)
+    if 0 < len(learned) < len(measured):
+        coupling += f" ({len(learned)} of {len(measured)} seeds)"
+    return accuracy, ece, coupling
 
 
 def _smooth(values: list[float], width: int) -> tuple[list[int], list[float]]:

@@ -438,5 +438,5 @@ EXPERIMENT = Experiment(
             "borne out on this task."
         ),
     },
-    minutes={"smoke": 0.1, "quick": 1.2, "full": 2.5},
+    minutes={"smoke": 0.1, "quick": 1.2, "full": 1.5},
 )
