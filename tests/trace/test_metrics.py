@@ -232,10 +232,14 @@ def test_fast_path_matches_the_masked_weights(seed, lq, extra, causal, scale):
     alpha, head_entropy, logit_max = weights_entropy_logit_max(q, k, None, causal, None)
     assert head_entropy is not None and head_entropy.dtype == torch.float64
     reference = torch.softmax(s, -1)
-    assert torch.allclose(alpha.double(), reference, atol=1e-6)
+    # float32 scores carry a rounding error up to about delta; a weight then moves by at most
+    # delta / 2 and a row's entropy by at most delta (2 + log Lk)
+    delta = 8 * torch.finfo(torch.float32).eps * float(s[torch.isfinite(s)].abs().max())
+    assert torch.allclose(alpha.double(), reference, atol=1e-6 + delta / 2)
     torch.testing.assert_close(logit_max, head_max(s), rtol=1e-6, atol=1e-6 * scale)
     expected = entropy(reference).sum((1, 3))
-    assert torch.allclose(head_entropy, expected, rtol=1e-5, atol=1e-5 * lq)
+    row_atol = 1e-5 + delta * (2 + math.log(lk))
+    assert torch.allclose(head_entropy, expected, rtol=1e-5, atol=row_atol * lq)
     assert bool((head_entropy >= 0).all())
     if causal:
         assert torch.equal(causal_scores(q, k, None) > -1e30, torch.isfinite(s))
