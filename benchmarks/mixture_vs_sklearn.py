@@ -29,8 +29,12 @@ at the rate these GEMM shapes reach here ("GEMM ceiling") and at the square-matm
 initialization included, at (100k, 32, 16) for diag and full, float64 input with ``means_init``
 alone (both libraries then run their k-means initialization), ``tol=0``, 20 passes,
 scikit-learn in float64 against ours with ``dtype="float32"``: 20-pass and 1-pass fits of each
-library alternated ``--repeats`` times (default 5) in one process, printed as medians with
-their interquartile ranges; the pass-against-pass ratio ((20-pass - 1-pass) / 19, medians);
+library alternated ``--repeats`` times (default 5) in one process, each timed fit after an
+untimed pause of ``SETTLE_SECONDS`` (numpy's OpenBLAS threads keep spinning for a while after
+scikit-learn's last BLAS call and take a core from the fit that follows: measured on a 2-core
+Xeon, our 1-pass fit took 0.10 s right after a scikit-learn fit and 0.065 s after a 0.3 s
+pause; scikit-learn's after ours, 0.22 and 0.21 s), printed as medians with their
+interquartile ranges; the pass-against-pass ratio ((20-pass - 1-pass) / 19, medians);
 our initialization (the 1-pass fit); and the roofline fraction, the time of our pass's GEMMs
 alone (float32, the same chunks) over our pass.
 
@@ -255,8 +259,8 @@ def gemm_seconds(n: int, d: int, k: int, cov: str, rows: int) -> tuple[float, fl
 
     full: the E-step's batched ``[B, D+1] @ [K, D+1, D]`` into ``[K, B, D]`` (``[K·D, D+1] @
     [D+1, B]`` below 16 features) and the M-step's batched ``[K, D, B] @ [K, B, D]``
-    (``4 N K D^2`` FLOPs); diag: the E-step's ``[K, D] @ [D, B]`` of the squares and of the
-    rows into one ``[K, B]`` buffer and the M-step's two ``[K, B] @ [B, D]`` (``8 N D K``).
+    (``4 N K D^2`` FLOPs); diag: the E-step's ``[K, 2D] @ [2D, B]`` of the row features
+    ``[y, y^2]`` and the M-step's ``[K, B] @ [B, 2D]`` (``8 N D K``).
     """
     import torch
 
@@ -282,15 +286,13 @@ def gemm_seconds(n: int, d: int, k: int, cov: str, rows: int) -> tuple[float, fl
 
         flops = 4 * n * k * d * d
     else:
-        y, squares = torch.randn(rows, d), torch.randn(rows, d)
-        half_scale, scaled_means = torch.randn(k, d), torch.randn(k, d)
-        energies = torch.empty(k, rows)
+        features, weights = torch.randn(rows, 2 * d), torch.randn(k, 2 * d)
+        logits = torch.empty(k, rows)
         r = torch.rand(k, rows).T
 
         def chunk() -> None:
-            torch.mm(half_scale, squares.T, out=energies).addmm_(scaled_means, y.T)
-            r.T @ y
-            r.T @ squares
+            torch.mm(weights, features.T, out=logits)
+            r.T @ features
 
         flops = 8 * n * d * k
     chunks = max(n // rows, 1)
@@ -334,6 +336,10 @@ def roofline_one(spec: dict) -> dict:
     }
 
 
+SETTLE_SECONDS = 0.5
+"""Untimed pause before each timed fit of the whole-fit table (see the module docstring)."""
+
+
 def _quartiles(values: list[float]) -> tuple[float, float, float]:
     low, median, high = np.percentile(values, [25, 50, 75])
     return float(median), float(low), float(high)
@@ -366,6 +372,7 @@ def whole_one(spec: dict) -> dict:
     for _ in range(spec["repeats"]):
         for m in (passes, 1):
             for name, fit in fits.items():
+                time.sleep(SETTLE_SECONDS)  # the previous fit's BLAS threads go idle
                 t = time.perf_counter()
                 fit(m)
                 times[f"{name}_{m}"].append(time.perf_counter() - t)
@@ -386,7 +393,7 @@ def whole(threads: int, repeats: int, only: str | None) -> None:
     print(
         f"\nwhole fits, initialization included: (N, D, K) = ({n:,}, {d}, {k}), float64 input, "
         f"means_init, tol=0, {passes} passes; scikit-learn float64 against ours float32; "
-        f"median [interquartile range] of {repeats} alternated runs in one process"
+        f"median [interquartile range] of {repeats} alternated runs in one process, each after an untimed {SETTLE_SECONDS} s pause"
     )
     header = (
         f"{'cov':<5} {'sklearn fit s':>21} {'ours fit s':>21} {'fit ratio':>9} "

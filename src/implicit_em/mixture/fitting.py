@@ -60,7 +60,7 @@ def default_chunk_rows(covariance_type: str, n_components: int, n_features: int)
     r"""Rows per internal chunk when `batch_size` is None.
 
     A chunk holds $B\,(w + K)$ numbers (`w` the type's features per row: $KD$
-    whitened residuals for `full`, $[y^2, y]$ for `diag`); about $2^{21}$ of
+    whitened residuals for `full`, $[y, y^2]$ for `diag`); about $2^{21}$ of
     them (8 MiB in float32, split between the threads) keep its E-step and M-step near the
     cache, clipped to 1,024..32,768 rows. On a 2-core Xeon (AVX-512, 2 MiB of L2 per core),
     one thread, a float32 `full` pass over (100k, 32, 16) took 82-87 ms at 4,096 rows
@@ -161,7 +161,7 @@ class PreparedChunks:
     them fit in `max_bytes`.
 
     What a rule prepares of a chunk is the same at every pass (for `em`, the covariance
-    type's row features about the fit's fixed shift: $[y^2, y]$ for `diag`, $[y, 1]$ for
+    type's row features about the fit's fixed shift: $[y, y^2]$ for `diag`, $[y, 1]$ for
     `full`), so kept chunks spare every later pass the conversion of the input and the
     features' elementwise work. `chunks()` iterates the data once; `n_rows`, the number of
     rows of in-memory data, decides at the first chunk whether the whole pass fits; a stream
@@ -173,15 +173,20 @@ class PreparedChunks:
     ) -> None:
         self._chunks, self._n_rows, self._max_bytes = chunks, n_rows, max_bytes
         self._kept: list[Tensor] | None = None
+        self.kept = False
+        """Whether the chunk just yielded is kept (it stays valid, unchanged, after the pass:
+        a reference to it costs no memory); else it may be overwritten by the next."""
 
     def __call__(self, rule: StepRule) -> Iterator[Tensor]:
         """One pass of prepared chunks for `rule`."""
         if self._kept is not None:
+            self.kept = True
             yield from self._kept
             return
         kept: list[Tensor] | None = [] if self._n_rows is not None else None
         for x in self._chunks():
             if kept is None:
+                self.kept = False
                 yield rule.prepare(x, rule.workspace)
                 continue
             prepared = rule.prepare(x)
@@ -190,6 +195,7 @@ class PreparedChunks:
                 kept = None
             else:
                 kept.append(prepared)
+            self.kept = kept is not None
             yield prepared
         self._kept = kept
 
@@ -227,7 +233,7 @@ class Loop:
         for prepared in chunks(rule):
             log_p = rule.accumulate_prepared(prepared)
             rows, offset = rule.rows(prepared)
-            worst.add(rows, log_p, offset)
+            worst.add(rows, log_p, offset, kept=chunks.kept)
         return self.finish_pass(rule, worst)
 
     @staticmethod

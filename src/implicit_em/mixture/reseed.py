@@ -24,8 +24,11 @@ __all__ = ["WorstSamples", "reseed_empty"]
 class WorstSamples:
     """The `capacity` samples with the lowest log-likelihood seen in a pass.
 
-    Each chunk contributes its own `capacity` lowest (one `topk`); the candidates are merged
-    only every `_MERGE_EVERY` chunks and when read, so a pass pays two small ops per chunk.
+    A chunk whose rows stay valid after the pass (`kept`: the fit's kept chunks) contributes
+    a copy of its log-likelihoods and a reference to its rows, and the lowest are found only
+    when read: a pass that empties no component, as most do, pays one small copy per chunk.
+    Any other chunk contributes its own `capacity` lowest at once (one `topk`). The
+    candidates are merged every `_MERGE_EVERY` chunks and when read.
     """
 
     _MERGE_EVERY = 64
@@ -34,10 +37,20 @@ class WorstSamples:
         self.capacity = capacity
         self._values = [like.new_full((capacity,), float("inf"))]
         self._points = [like.new_zeros(capacity, n_features)]
+        self._deferred: list[tuple[Tensor, Tensor, Tensor | None]] = []
 
-    def add(self, x: Tensor, log_p: Tensor, offset: Tensor | None = None) -> None:
+    def add(
+        self, x: Tensor, log_p: Tensor, offset: Tensor | None = None, kept: bool = False
+    ) -> None:
         """Take a chunk's samples `x[B, D]` (plus `offset` `[D]`, if given) with
-        log-likelihoods `log_p[B]`."""
+        log-likelihoods `log_p[B]`; `kept`: `x` stays valid and unchanged until this pass's
+        candidates are read."""
+        if kept:
+            self._deferred.append((log_p.detach().clone(), x.detach(), offset))
+            return
+        self._take(x, log_p, offset)
+
+    def _take(self, x: Tensor, log_p: Tensor, offset: Tensor | None) -> None:
         k = min(self.capacity, log_p.shape[0])
         values, lowest = torch.topk(log_p.detach(), k, largest=False, sorted=False)
         points = x.detach()[lowest]
@@ -48,7 +61,26 @@ class WorstSamples:
         if len(self._values) > self._MERGE_EVERY:
             self._merge()
 
+    def _take_deferred(self) -> None:
+        """The lowest of the deferred chunks, found with one `topk` over all of them."""
+        deferred, self._deferred = self._deferred, []
+        if not deferred:
+            return
+        values = torch.cat([log_p for log_p, _, _ in deferred])
+        k = min(self.capacity, values.shape[0])
+        lowest, index = torch.topk(values, k, largest=False, sorted=False)
+        ends = torch.tensor([log_p.shape[0] for log_p, _, _ in deferred]).cumsum(0)
+        chunk = torch.searchsorted(ends, index.cpu(), right=True)
+        points = []
+        for c, i in zip(chunk.tolist(), index.tolist(), strict=True):
+            _, x, offset = deferred[c]
+            row = x[i - (int(ends[c - 1]) if c else 0)]
+            points.append(row if offset is None else row + offset)
+        self._values.append(lowest.to(self._values[0].dtype))
+        self._points.append(torch.stack(points).to(self._points[0].dtype))
+
     def _merge(self) -> None:
+        self._take_deferred()
         values, points = torch.cat(self._values), torch.cat(self._points)
         order = torch.argsort(values, stable=True)[: self.capacity]
         self._values, self._points = [values[order]], [points[order]]
@@ -77,10 +109,12 @@ def reseed_empty(
 ) -> tuple[Mixture, int]:
     """Re-seed the empty components of `mixture`; return it and how many were re-seeded."""
     empty = empty_components(masses)
-    n_empty = int(empty.sum())
+    n_empty = int(empty.sum())  # the same on every rank: the masses are all-reduced
+    if n_empty == 0 or n_empty == mixture.n_components:
+        return mixture, 0
     values, points = candidates.gathered()
     available = torch.isfinite(values)
-    if n_empty == 0 or n_empty == mixture.n_components or int(available.sum()) < n_empty:
+    if int(available.sum()) < n_empty:
         return mixture, 0
     model = mixture.model
     idx = torch.nonzero(empty).squeeze(1)

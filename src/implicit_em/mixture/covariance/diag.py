@@ -1,7 +1,7 @@
 r"""`diag`: one diagonal covariance per component, variances $\sigma^2_{jd}$ `[K, D]`,
 $U = 1/\sigma$.
 
-Logits and moments are linear in the features $[y^2, y]$ (`VectorCovariance`); the second
+Logits and moments are linear in the features $[y, y^2]$ (`VectorCovariance`); the second
 moment is taken about the shift, and the variances are clipped at zero before `reg_covar`.
 """
 
