@@ -109,9 +109,11 @@ def reduce_stats(stats: list[Stats]) -> list[Stats]:
     Every rank must have captured the same sites with the same shapes (as under DDP); a
     mismatch raises `RuntimeError` instead of silently mixing sites.
     """
-    stats = _on_cpu(stats)
     if not is_distributed():
-        return stats
+        if all(v.device.type == "cpu" for s in stats for v in s.values()):
+            return [{k: v.double() for k, v in s.items()} for s in stats]
+        return _on_cpu(stats)
+    stats = _on_cpu(stats)
     device = _collective_device()
     sums, maxima = _flatten(stats, False).to(device), _flatten(stats, True).to(device)
     shape = torch.tensor(

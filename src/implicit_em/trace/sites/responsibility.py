@@ -10,6 +10,7 @@ the identity residual compares them with the forward softmax of $z$.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -95,7 +96,7 @@ def responsibility_statistics(
     finite = torch.isfinite(grad.sum(-1))  # a row sum is finite iff the row is (|sum| <= 2|c|)
     valid = (c != 0) & torch.isfinite(c) & finite & (weight > 0)
     r = read_responsibilities(grad, torch.where(valid, c, 0.0), target, sign)
-    err = forward.sub_(r).abs_().amax(-1)
+    err = torch.linalg.vector_norm(forward.sub_(r), ord=math.inf, dim=-1)
     stats = responsibility_stats_steps(r, valid, right, logits) | log_z
     stats["residual_max"] = torch.where(valid, err, 0.0).amax(-1)
     stats["tolerance_max"] = tolerance
