@@ -98,9 +98,7 @@ def test_a_steady_measured_step_keeps_its_copies_in_the_previous_steps_buffers()
     lent: list[list[torch.Tensor]] = []  # held: a buffer freed could come back at its address
     _run(4, reuse=True, before_step=lambda t: lent.append(list(t.capture.current.lent)))
     first = {id(t): t.data_ptr() for t in lent[0]}
-    assert (
-        len(first) == 14
-    )  # four of the SDPA site, six of the eager one, four of the cross-entropy
+    assert len(first) == 16  # six tensors of each attention site, four of the cross-entropy
     for later in lent[1:]:
         assert {id(t): t.data_ptr() for t in later} == first
 

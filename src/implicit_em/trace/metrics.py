@@ -21,14 +21,13 @@ $a_{ij} = g_i^\top v_j$, routing gradient $\partial L/\partial s_{ij} =
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 __all__ = [
-    "AlongNorm",
     "Stats",
     "Targets",
     "along",
@@ -220,9 +219,9 @@ def responsibility_stats_steps(
 
 def _row_std(z: Tensor) -> Tensor:
     """The standard deviation of each row's finite entries (last axis; 0 for a row without)."""
-    std = torch.std(z, dim=-1, correction=0)  # one pass (Welford); NaN for a non-finite row
-    if bool(torch.isfinite(std).all()):  # no row holds a NaN or an infinity
-        return std
+    total = z.sum(-1, keepdim=True)
+    if bool(torch.isfinite(total).all()):  # no row holds a NaN or an infinity
+        return torch.linalg.vector_norm(z - total / z.shape[-1], dim=-1) / math.sqrt(z.shape[-1])
     finite = torch.isfinite(z)
     z = torch.where(finite, z, 0.0)
     count = finite.sum(-1, keepdim=True).clamp_min(1).to(z.dtype)
@@ -306,16 +305,6 @@ def along(t: Tensor) -> Tensor:
     return t.to(dtype) @ _direction(t.shape[-1], dtype, t.device)
 
 
-class AlongNorm(NamedTuple):
-    r"""What the value-update residual reads of $\partial L/\partial v$, taken where the
-    gradient is (so that it need not be copied): its projection along $u$, `along`
-    (`along(grad_v)`, leading step axis), and its squared Frobenius norm per step, `sq`
-    `[S]`."""
-
-    along: Tensor
-    sq: Tensor
-
-
 def per_step(x: Tensor, op: str = "sum") -> Tensor:
     """Sum (or max, `op="amax"`) over every axis but the leading step axis."""
     flat = x.reshape(x.shape[0], -1)
@@ -328,7 +317,7 @@ def attention_stats_steps(
     g: Tensor | None = None,
     grad_alpha: Tensor | None = None,
     used: Tensor | None = None,
-    grad_v: Tensor | AlongNorm | None = None,
+    grad_v: Tensor | None = None,
     head_entropy: Tensor | None = None,
     tolerance: Tensor | None = None,
 ) -> Stats:
@@ -349,11 +338,10 @@ def attention_stats_steps(
         attention); then $a = \partial L/\partial\alpha$ exactly, else $a = g v^\top$.
     used : Tensor, optional
         The weights actually multiplied with `v` (after dropout), default `alpha`.
-    grad_v : Tensor or AlongNorm, optional
+    grad_v : Tensor, optional
         Autograd's $\partial L/\partial v$ for the value-update identity residual, checked
         along the fixed random unit direction $u$ of `along`:
-        $u\cdot(\alpha^\top g)_j = \sum_i \alpha_{ij}\,(u\cdot g_i)$, a matrix-vector product
-        (an `AlongNorm`: its projection and squared norm, taken at capture).
+        $u\cdot(\alpha^\top g)_j = \sum_i \alpha_{ij}\,(u\cdot g_i)$, a matrix-vector product.
     head_entropy : Tensor, optional
         $\sum_i H(\alpha_i)$ over the rows of each head, `[S, H]` in float64, where the
         caller has it (from the scores: `weights_entropy_logit_max`); else it is
@@ -394,7 +382,7 @@ def _attention_stats_steps(
     g: Tensor | None,
     grad_alpha: Tensor | None,
     used: Tensor | None,
-    grad_v: Tensor | AlongNorm | None,
+    grad_v: Tensor | None,
     head_entropy: Tensor | None,
     tolerance: Tensor | None,
     exact: bool,
@@ -432,15 +420,13 @@ def _attention_stats_steps(
             g = torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)
         within = False
         if grad_v is not None:
-            seen = grad_v.along if isinstance(grad_v, AlongNorm) else along(grad_v)
-            update = _update_along(used, g)
+            update, seen = _update_along(used, g), along(grad_v)
             residual = per_step((update - seen).abs_(), "amax")
-            scale = per_step(seen.abs(), "amax")
+            scale = per_step(seen.abs_(), "amax")
             stats["value_residual_max"], stats["grad_v_max"] = residual.double(), scale.double()
             within = tolerance is not None and bool((residual <= tolerance * scale).all())
         if within:
-            sq = grad_v.sq if isinstance(grad_v, AlongNorm) else _norm(grad_v).square_()
-            stats["value_sq"] = sq.double()
+            stats["value_sq"] = _norm(grad_v).square_().double()
         else:
             stats["value_sq"] = _norm(used.transpose(-2, -1) @ g).square_().double()
     return stats

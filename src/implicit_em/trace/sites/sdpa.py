@@ -1,12 +1,10 @@
 r"""`F.scaled_dot_product_attention`: an attention site whose weights are recomputed.
 
 Fused kernels never form $\alpha$, so the site keeps the traced rows of `q`, `k`,
-`v` and the mask, recomputes $\alpha = \operatorname{softmax}(s)$ at the flush and checks
-it against the kernel's output (the forward residual of $o = \alpha v$, along the fixed
-random direction $u$ of `along`). Gradients: $g = \partial L/\partial o$ on the traced
-rows. What the statistics read of the output and of autograd's $\partial L/\partial v$ is
-taken at capture, so neither is copied: $u\cdot o_i$, and $u\cdot\partial L/\partial v_j$
-with $\lVert\partial L/\partial v\rVert^2$.
+`v`, the mask and the output, recomputes $\alpha = \operatorname{softmax}(s)$ at the
+flush and checks it against the kernel's output (the forward residual of $o = \alpha v$).
+Gradients: $g = \partial L/\partial o$ and autograd's $\partial L/\partial v$ on the
+traced rows.
 """
 
 from __future__ import annotations
@@ -15,12 +13,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from implicit_em.trace.metrics import (
-    AlongNorm,
     Stats,
     along,
     attention_stats_steps,
@@ -42,21 +38,18 @@ _PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scal
 
 @dataclass(eq=False)
 class SDPAKept(Kept):
-    r"""`q`, `k` `[R, H, L, E]`, `v` `[R, H, L, Ev]`, the output along $u$, $u\cdot o$
-    `output_along` `[R, H, L]`, a 4-D `mask` (or None); once the backward pass reached them,
-    `g` (output gradient, `[R, H, L, Ev]`) and of $\partial L/\partial v$ its projection
-    `grad_v_along` `[R, H, L]` and squared norm `grad_v_sq` `[]`."""
+    """`q`, `k` `[R, H, L, E]`, `v` and `output` `[R, H, L, Ev]`, a 4-D `mask`
+    (or None); `g` (output gradient) and `grad_v` once the backward pass reached them."""
 
     q: Tensor
     k: Tensor
     v: Tensor
-    output_along: Tensor
+    output: Tensor
     mask: Tensor | None
     is_causal: bool
     scale: float | None
     g: Tensor | None = None
-    grad_v_along: Tensor | None = None
-    grad_v_sq: Tensor | None = None
+    grad_v: Tensor | None = None
 
 
 class SDPA(AttentionKind):
@@ -86,7 +79,7 @@ class SDPA(AttentionKind):
             q=heads(ctx.keep(q)),
             k=heads(ctx.keep(k)),
             v=heads(ctx.keep(v)),
-            output_along=along(heads(out[:r].detach())),
+            output=heads(ctx.keep(out[:r])),
             mask=mask,
             is_causal=bool(p.get("is_causal", False)),
             scale=p.get("scale"),
@@ -97,9 +90,7 @@ class SDPA(AttentionKind):
             kept.g = heads(ctx.keep(t[:r]))
 
         def grad_v(t: Tensor) -> None:
-            t = heads(t[:r])
-            kept.grad_v_along = along(t)
-            kept.grad_v_sq = torch.linalg.vector_norm(t, dtype=kept.grad_v_along.dtype).square()
+            kept.grad_v = heads(ctx.keep(t[:r]))
 
         ctx.on_gradient(out, g)
         if not p.get("enable_gqa"):
@@ -113,15 +104,13 @@ class SDPA(AttentionKind):
             k.q, k.k, k.mask, k.is_causal, k.scale
         )
         alpha, v = alpha.float(), k.v.float()
+        grad_v = None if k.grad_v is None else k.grad_v.float()
         g = None if k.g is None else k.g.float()
         tolerance = residual_tolerance(k.q.dtype, k.q.shape[0], k.q.device)
-        grad_v = None
-        if k.grad_v_along is not None:
-            grad_v = AlongNorm(k.grad_v_along, k.grad_v_sq)
         stats = attention_stats_steps(
             alpha, v, g, grad_v=grad_v, head_entropy=head_entropy, tolerance=tolerance
         )
         # u . o_i = sum_j alpha_ij (u . v_j), as a row vector times alpha^T (the faster product)
         rebuilt = (along(v).unsqueeze(-2) @ alpha.transpose(-2, -1)).squeeze(-2)
         extra = {"tolerance_max": tolerance, "max_logit_max": logit_max}
-        return stats | forward_residual(rebuilt, k.output_along) | extra
+        return stats | forward_residual(rebuilt, along(k.output)) | extra
