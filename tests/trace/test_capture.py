@@ -95,27 +95,55 @@ def _same(a: list[dict], b: list[dict]) -> None:
 
 
 def test_a_steady_measured_step_keeps_its_copies_in_the_previous_steps_buffers():
+    """The first measured step's copies are laid out anew (the copies of one role and shape
+    in one block); from the second on, every step keeps its copies in the same buffers."""
     lent: list[list[torch.Tensor]] = []  # held: a buffer freed could come back at its address
-    _run(4, reuse=True, before_step=lambda t: lent.append(list(t.capture.current.lent)))
-    first = {id(t): t.data_ptr() for t in lent[0]}
-    assert len(first) == 16  # six tensors of each attention site, four of the cross-entropy
-    for later in lent[1:]:
-        assert {id(t): t.data_ptr() for t in later} == first
+    _run(5, reuse=True, before_step=lambda t: lent.append([b for _, b in t.capture.current.lent]))
+    assert len(lent[0]) == 16  # six tensors of each attention site, four of the cross-entropy
+    second = [t.data_ptr() for t in lent[1]]
+    assert len(set(second)) == 16
+    for later in lent[2:]:
+        assert [t.data_ptr() for t in later] == second
+
+
+def test_kept_copies_of_one_role_stack_as_a_view():
+    """Once laid out, the copies of one field of equally shaped sites stack without a copy,
+    and the view holds what `torch.stack` would."""
+    from implicit_em.trace.capture import KeptBuffers
+    from implicit_em.trace.sites.base import consecutive
+
+    buffers = KeptBuffers()
+    sources = [torch.randn(2, 3, 4) for _ in range(3)]
+    first = [(role, buffers.copy(t, role)) for t in sources for role in ("q", "k")]
+    assert consecutive([b for role, b in first if role == "q"]) is None  # not laid out yet
+    buffers.refill(first)
+    again = {role: [buffers.copy(t, role) for t in sources] for role in ("q", "k")}
+    for role, copies in again.items():
+        stacked = consecutive(copies)
+        assert stacked is not None and stacked.data_ptr() == copies[0].data_ptr()
+        assert torch.equal(stacked, torch.stack(sources)), role
+    assert consecutive(again["q"][::-1]) is None and consecutive(again["q"][:1] * 2) is None
 
 
 def test_buffers_of_shapes_no_longer_kept_are_released():
+    """After each measured step the free buffers are one per copy of that step (the same
+    roles and shapes; the same buffers once laid out), none of an earlier sequence length."""
     torch.manual_seed(0)
     model = _Tiny()
     with Tracer(model) as tracer:
-        for length in (6, 6, 5):
+        for step, length in enumerate((6, 6, 6, 5)):
             logits = model(_batch(0, length=length))
             F.cross_entropy(logits.flatten(0, 1), _batch(1, length=length).flatten()).backward()
-            lent = [(t.shape, t.data_ptr()) for t in tracer.capture.current.lent]
+            lent = [(str(role), t.shape, t.data_ptr()) for role, t in tracer.capture.current.lent]
             tracer.step()
             free = [
-                (t.shape, t.data_ptr()) for f in tracer.capture.buffers.free.values() for t in f
+                (str(role), t.shape, t.data_ptr())
+                for (role, _, _), f in tracer.capture.buffers.free.items()
+                for t in f
             ]
-            assert sorted(free) == sorted(lent)
+            assert sorted(f[:2] for f in free) == sorted(f[:2] for f in lent)
+            if step == 2:  # laid out at the first step: the second and third use the same
+                assert sorted(free) == sorted(lent)
     assert tracer.capture.buffers.free == {}
 
 

@@ -42,6 +42,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.overrides import TorchFunctionMode
 
 from implicit_em.trace.sites import KINDS, Kept, SiteKind
+from implicit_em.trace.sites.base import consecutive
 
 __all__ = ["KeptBuffers", "Pass", "Site", "SiteCapture"]
 
@@ -62,7 +63,7 @@ class Pass:
     buffers of its kept copies (`lent`)."""
 
     sites: list[Site] = field(default_factory=list)
-    lent: list[Tensor] = field(default_factory=list)
+    lent: list[tuple[str | None, Tensor]] = field(default_factory=list)
     live: bool = True
     counts: dict[str, int] = field(default_factory=dict)
     origins: dict[int, tuple[weakref.ref, str]] = field(default_factory=dict)
@@ -93,34 +94,57 @@ _PROVENANCE = (
 class KeptBuffers:
     """The buffers of a capture's kept copies, reused from one measured step to the next.
 
-    `copy` puts a contiguous copy of a CPU tensor into a free buffer of its shape and dtype
-    (a new one where none is free); `refill` makes the buffers of a reduced measured step the
-    free ones, dropping those it did not use. So a measured step like the previous one
-    allocates no kept memory (freed, the few MiB of a step's copies would go back to the
+    `copy` puts a contiguous copy of a CPU tensor into a free buffer of its role, shape and
+    dtype (a new one where none is free); `refill` makes the buffers of a reduced measured
+    step the free ones, dropping those it did not use. So a measured step like the previous
+    one allocates no kept memory (freed, the few MiB of a step's copies would go back to the
     operating system and fault back in at the next), and the buffers held are those of one
-    measured step. A copy on another device is a plain clone: the CUDA caching allocator
-    already reuses freed blocks, and blocks held between measured steps would be taken from
-    training.
+    measured step. The free buffers of one role, shape and dtype are consecutive slices of
+    one block, handed out in order: the copies of one field of equally shaped sites (the
+    queries of every attention layer) then lie next to each other, and `Kept.stack` takes
+    them as one view instead of copying them. A copy on another device is a plain clone: the
+    CUDA caching allocator already reuses freed blocks, and blocks held between measured
+    steps would be taken from training.
     """
 
     def __init__(self) -> None:
-        self.free: dict[tuple[torch.Size, torch.dtype], list[Tensor]] = {}
+        self.free: dict[tuple, list[Tensor]] = {}
 
-    def copy(self, t: Tensor) -> Tensor:
-        """A contiguous copy of `t`, detached."""
+    def copy(self, t: Tensor, role: str | None = None) -> Tensor:
+        """A contiguous copy of `t`, detached, in a buffer of `role` (any label: the
+        copies of one role and shape are laid out next to each other)."""
         if t.device.type != "cpu":
             return t.detach().clone(memory_format=torch.contiguous_format)
-        free = self.free.get((t.shape, t.dtype))
+        free = self.free.get((role, t.shape, t.dtype))
         buffer = free.pop() if free else torch.empty(t.shape, dtype=t.dtype)
         return buffer.copy_(t.detach())
 
-    def refill(self, buffers: Sequence[Tensor]) -> None:
-        """Make `buffers` (nothing reads them any more) the free ones; drop the others, and
-        those made under `torch.inference_mode` (no copy outside it may write to them)."""
-        self.free = {}
-        for b in buffers:
+    def refill(
+        self, buffers: Sequence[tuple[str | None, Tensor]], ranks: Sequence[int] | None = None
+    ) -> None:
+        """Make `buffers` (`(role, buffer)` pairs in the order they were lent; nothing reads
+        them any more) the free ones, to be handed out again in that order; drop the others,
+        and those made under `torch.inference_mode` (no copy outside it may write to them).
+
+        `ranks` (default: the lending order) is the order in which the measurement read the
+        buffers (stacked site by site): the buffers of one role, shape and dtype become
+        consecutive slices of one block in that order, so that a step lending them in the same
+        order lays out each stacked field in one view (a field kept in the backward pass is
+        lent last layer first, and read first layer first)."""
+        ranks = range(len(buffers)) if ranks is None else ranks
+        groups: dict[tuple, list[tuple[int, Tensor]]] = {}
+        for (role, b), rank in zip(buffers, ranks, strict=True):
             if b.device.type == "cpu" and not b.is_inference():
-                self.free.setdefault((b.shape, b.dtype), []).append(b)
+                groups.setdefault((role, b.shape, b.dtype), []).append((rank, b))
+        self.free = {}
+        for (role, shape, dtype), group in groups.items():
+            lent = [b for _, b in group]
+            by_rank = [b for _, b in sorted(group, key=lambda pair: pair[0])]
+            if len(group) > 1 and consecutive(by_rank) is None:
+                block = torch.empty((len(group), *shape), dtype=dtype).unbind(0)
+                slot = {rank: i for i, (rank, _) in enumerate(sorted(group, key=lambda p: p[0]))}
+                lent = [block[slot[rank]] for rank, _ in group]
+            self.free[(role, shape, dtype)] = lent[::-1]  # `pop` hands them out in order
 
     def clear(self) -> None:
         """Drop every free buffer."""
@@ -270,10 +294,10 @@ class SiteCapture:
         """The `passes` (taken, those of one measured step) are reduced and nothing reads
         their kept tensors any more: their buffers serve the next measured step, and the
         passes are emptied."""
-        lent = [b for p in passes for b in p.lent]
+        lent = [pair for p in passes for pair in p.lent]
+        self.buffers.refill(lent, _stacking_ranks(passes, lent))
         for p in passes:
             p.sites, p.lent = [], []
-        self.buffers.refill(lent)
 
     # -- what site kinds call ---------------------------------------------------------------
 
@@ -296,9 +320,9 @@ class SiteCapture:
     def unmeasured(self, name: str, kind: SiteKind, reason: str) -> None:
         self.current.sites.append(Site(name, kind, None, reason))
 
-    def keep(self, t: Tensor) -> Tensor:
-        kept = self.buffers.copy(t)
-        self.current.lent.append(kept)
+    def keep(self, t: Tensor, role: str | None = None) -> Tensor:
+        kept = self.buffers.copy(t, role)
+        self.current.lent.append((role, kept))
         return kept
 
     def on_gradient(self, t: Any, fn: Callable[[Tensor], None]) -> None:
@@ -356,6 +380,29 @@ class SiteCapture:
             p.stack.pop()
         if isinstance(output, Tensor) and name:
             p.origins[id(output)] = (weakref.ref(output), name)
+
+
+def _stacking_ranks(passes: Sequence[Pass], lent: Sequence[tuple[str | None, Tensor]]) -> list[int]:
+    """The rank of each lent buffer in the order the measurement reads them: site by site,
+    each kept record's tensor fields in order (a field's tensor is a view of its buffer, at
+    the same address); buffers no record holds last, in lending order."""
+    index: dict[int, int] = {}
+    for i, (_, b) in enumerate(lent):
+        if b.numel():
+            index.setdefault(b.data_ptr(), i)
+    order: list[int] = []
+    for p in passes:
+        for site in p.sites:
+            for t in () if site.kept is None else site.kept.tensors():
+                i = index.pop(t.data_ptr(), None) if t.numel() else None
+                if i is not None:
+                    order.append(i)
+    placed = set(order)
+    order += [i for i in range(len(lent)) if i not in placed]
+    ranks = [0] * len(lent)
+    for rank, i in enumerate(order):
+        ranks[i] = rank
+    return ranks
 
 
 def _lookup(table: dict[int, tuple[weakref.ref, Any]], t: Any) -> Any:

@@ -34,7 +34,7 @@ from torch import Tensor
 
 from implicit_em.trace.metrics import Stats
 
-__all__ = ["Context", "Kept", "SiteKind", "binder"]
+__all__ = ["Context", "Kept", "SiteKind", "binder", "consecutive"]
 
 
 @dataclass(eq=False)
@@ -51,6 +51,10 @@ class Kept:
             key.append((v.shape, v.dtype, v.device) if isinstance(v, Tensor) else v)
         return tuple(key)
 
+    def tensors(self) -> list[Tensor]:
+        """The tensor fields that are set, in field order."""
+        return [v for name in _names(type(self)) if isinstance(v := getattr(self, name), Tensor)]
+
     def nbytes(self) -> int:
         return sum(
             v.nbytes for name in _names(type(self)) if isinstance(v := getattr(self, name), Tensor)
@@ -65,10 +69,37 @@ class Kept:
             if isinstance(first, Tensor) and len(records) == 1:
                 values[name] = first.unsqueeze(0)
             elif isinstance(first, Tensor):
-                values[name] = torch.stack([getattr(r, name) for r in records])
+                tensors = [getattr(r, name) for r in records]
+                stacked = consecutive(tensors)  # kept copies laid out in order: a view
+                values[name] = torch.stack(tensors) if stacked is None else stacked
             else:
                 values[name] = first
         return cls(**values)
+
+
+def consecutive(tensors: Sequence[Tensor]) -> Tensor | None:
+    """`torch.stack(tensors)` as a view, where the tensors are contiguous, of one shape and
+    dtype, and lie one after the other in one storage (else None)."""
+    first = tensors[0]
+    if not first.is_contiguous():
+        return None
+    size, base = first.nbytes, first.untyped_storage().data_ptr()
+    for i, t in enumerate(tensors):
+        if (
+            t.shape != first.shape
+            or t.dtype != first.dtype
+            or t.device != first.device
+            or not t.is_contiguous()
+            or t.untyped_storage().data_ptr() != base
+            or t.data_ptr() != first.data_ptr() + i * size
+        ):
+            return None
+    return first.new_empty(0).set_(
+        first.untyped_storage(),
+        first.storage_offset(),
+        (len(tensors), *first.shape),
+        (first.numel(), *first.stride()),
+    )
 
 
 @functools.cache
@@ -95,11 +126,12 @@ class Context(Protocol):
     def unmeasured(self, name: str, kind: SiteKind, reason: str) -> None:
         """Record a site present in this pass that cannot be measured, with the reason."""
 
-    def keep(self, t: Tensor) -> Tensor:
+    def keep(self, t: Tensor, role: str | None = None) -> Tensor:
         """A detached contiguous copy of `t` that later steps cannot change until this
         measured step is reduced to records (contiguous, so that the batched products of the
         flush read it without another copy); its buffer is then reused by a later measured
-        step."""
+        step. Copies of one `role` (a label, e.g. the field's name) and shape are laid out
+        one after the other, so that stacking them costs no copy."""
 
     def on_gradient(self, t: Any, fn: Callable[[Tensor], None]) -> None:
         """Call `fn(gradient of t)` if `t` requires grad and the backward pass of this

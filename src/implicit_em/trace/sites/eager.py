@@ -91,24 +91,24 @@ class EagerAttention(AttentionKind):
         with torch.no_grad():
             scores = heads(x[:r].detach()).unsqueeze(0)
             logit_max = head_max(scores)[0]
-        kept = EagerKept(alpha=heads(ctx.keep(out[:r])), logit_max=logit_max)
+        kept = EagerKept(alpha=heads(ctx.keep(out[:r], "alpha")), logit_max=logit_max)
         ctx.add(name, self, kept)
         followed[id(out)] = (weakref.ref(out), kept)
 
         def grad_alpha(g: Tensor) -> None:
-            kept.grad_alpha = heads(ctx.keep(g[:r]))
+            kept.grad_alpha = heads(ctx.keep(g[:r], "grad_alpha"))
 
         ctx.on_gradient(out, grad_alpha)
 
     def _matmul(self, ctx: Context, kept: EagerKept, used: Tensor, v: Tensor, out: Tensor) -> None:
         r = ctx.max_rows
-        kept.used, kept.v = heads(ctx.keep(used[:r])), heads(ctx.keep(v[:r]))
+        kept.used, kept.v = heads(ctx.keep(used[:r], "used")), heads(ctx.keep(v[:r], "v"))
 
         def g(t: Tensor) -> None:
-            kept.g = heads(ctx.keep(t[:r]))
+            kept.g = heads(ctx.keep(t[:r], "g"))
 
         def grad_v(t: Tensor) -> None:
-            kept.grad_v = heads(ctx.keep(t[:r]))
+            kept.grad_v = heads(ctx.keep(t[:r], "grad_v"))
 
         ctx.on_gradient(out, g)
         ctx.on_gradient(v, grad_v)

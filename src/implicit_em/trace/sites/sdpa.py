@@ -72,14 +72,14 @@ class SDPA(AttentionKind):
         mask = p.get("attn_mask")
         if isinstance(mask, Tensor):
             mask = mask[:r] if mask.dim() == p["query"].dim() else mask
-            mask = ctx.keep(mask.reshape((1,) * (4 - mask.dim()) + mask.shape))
+            mask = ctx.keep(mask.reshape((1,) * (4 - mask.dim()) + mask.shape), "mask")
         else:
             mask = None
         kept = SDPAKept(
-            q=heads(ctx.keep(q)),
-            k=heads(ctx.keep(k)),
-            v=heads(ctx.keep(v)),
-            output=heads(ctx.keep(out[:r])),
+            q=heads(ctx.keep(q, "q")),
+            k=heads(ctx.keep(k, "k")),
+            v=heads(ctx.keep(v, "v")),
+            output=heads(ctx.keep(out[:r], "output")),
             mask=mask,
             is_causal=bool(p.get("is_causal", False)),
             scale=p.get("scale"),
@@ -87,10 +87,10 @@ class SDPA(AttentionKind):
         ctx.add(name, self, kept)
 
         def g(t: Tensor) -> None:
-            kept.g = heads(ctx.keep(t[:r]))
+            kept.g = heads(ctx.keep(t[:r], "g"))
 
         def grad_v(t: Tensor) -> None:
-            kept.grad_v = heads(ctx.keep(t[:r]))
+            kept.grad_v = heads(ctx.keep(t[:r], "grad_v"))
 
         ctx.on_gradient(out, g)
         if not p.get("enable_gqa"):
