@@ -36,11 +36,20 @@ _MAX_ITER = 300
 _TOL = 1e-4
 
 
+_TRANSPOSE_ROWS = 4096
+"""Rows per block of the transposed copy: on a 2-core Xeon (AVX-512), (100k, 32) float64 took
+2.7 ms in blocks of 2,048-4,096 rows against 4.4 ms in one strided copy and a subtraction."""
+
+
 def _transposed_augmented(x: Tensor, mean: Tensor) -> Tensor:
-    r"""$[x - \bar x, 1]^\top$, `[D+1, N]` float64 (`mean` the $\bar x$ subtracted)."""
+    r"""$[x - \bar x, 1]^\top$, `[D+1, N]` float64 (`mean` the $\bar x$ subtracted),
+    transposed block by block (each block's rows stay in cache while they are written)."""
     n, d = x.shape
     augmented = torch.empty(d + 1, n, dtype=torch.float64)
-    augmented[:d].copy_(x.T).sub_(mean.unsqueeze(1))
+    column = mean.to(torch.float64).unsqueeze(1)
+    for start in range(0, n, _TRANSPOSE_ROWS):
+        block = x[start : start + _TRANSPOSE_ROWS]
+        torch.sub(block.T, column, out=augmented[:d, start : start + block.shape[0]])
     augmented[d] = 1.0
     return augmented
 
