@@ -11,12 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from implicit_em.attention import attention_scores
+from implicit_em.trace.attention_metrics import attention_stats_steps, finish_attention
 from implicit_em.trace.metrics import (
     Targets,
     along,
-    attention_stats_steps,
     entropy,
-    finish_attention,
     finish_responsibility,
     log_partition,
     read_responsibilities,

@@ -20,7 +20,8 @@ from torch import Tensor
 
 from implicit_em.attention import attention_scores
 from implicit_em.core import responsibilities
-from implicit_em.trace.metrics import Stats, drift_stats, finish_attention, per_step
+from implicit_em.trace.attention_metrics import drift_stats, finish_attention
+from implicit_em.trace.metrics import Stats, per_step
 from implicit_em.trace.sites.base import Kept, SiteKind
 
 __all__ = [

@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from implicit_em.trace.metrics import Stats, attention_stats_steps, residual_tolerance
+from implicit_em.trace.attention_metrics import attention_stats_steps
+from implicit_em.trace.metrics import Stats, residual_tolerance
 from implicit_em.trace.sites.attention import AttentionKind, head_max, heads
 from implicit_em.trace.sites.base import Context, Kept
 

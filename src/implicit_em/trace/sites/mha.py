@@ -24,10 +24,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from implicit_em.trace.attention_metrics import attention_stats_steps
 from implicit_em.trace.metrics import (
     Stats,
     along,
-    attention_stats_steps,
     residual_tolerance,
 )
 from implicit_em.trace.sites.attention import (
