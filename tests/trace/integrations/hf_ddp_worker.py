@@ -7,6 +7,7 @@ import json
 import sys
 
 import torch
+import torch.distributed as dist
 import transformers
 
 from implicit_em.trace.integrations.huggingface import TracerCallback
@@ -49,6 +50,9 @@ def main(out: str) -> None:
     logs = [e for e in trainer.state.log_history if "trace/alarms" in e]
     with open(f"{out}/logs{trainer.args.process_index}.json", "w") as f:
         json.dump({"world": trainer.args.world_size, "logs": logs}, f)
+    if dist.is_initialized():  # the Trainer's group: closed before exit, as PyTorch asks
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
