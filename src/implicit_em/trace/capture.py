@@ -139,10 +139,10 @@ class KeptBuffers:
         self.free = {}
         for (role, shape, dtype), group in groups.items():
             lent = [b for _, b in group]
-            by_rank = [b for _, b in sorted(group, key=lambda pair: pair[0])]
-            if len(group) > 1 and consecutive(by_rank) is None:
+            by_rank = sorted(group, key=lambda pair: pair[0])
+            if len(group) > 1 and consecutive([b for _, b in by_rank]) is None:
                 block = torch.empty((len(group), *shape), dtype=dtype).unbind(0)
-                slot = {rank: i for i, (rank, _) in enumerate(sorted(group, key=lambda p: p[0]))}
+                slot = {rank: i for i, (rank, _) in enumerate(by_rank)}
                 lent = [block[slot[rank]] for rank, _ in group]
             self.free[(role, shape, dtype)] = lent[::-1]  # `pop` hands them out in order
 

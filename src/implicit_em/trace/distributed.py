@@ -80,21 +80,23 @@ def _all_reduce(t: torch.Tensor, op: dist.ReduceOp, timeout: float = 5.0) -> Non
 
 
 def _on_cpu(stats: list[Stats]) -> list[Stats]:
-    """The statistics in float64 on the CPU, with one transfer per device (a transfer from a GPU
-    waits for its queued work: one wait per flush instead of one per statistic)."""
+    """The statistics in float64 on the CPU, with one transfer per other device (a transfer
+    from a GPU waits for its queued work: one wait per flush instead of one per statistic);
+    statistics already on the CPU are only converted."""
     by_device: dict[torch.device, list[torch.Tensor]] = {}
     for s in stats:
         for v in s.values():
-            by_device.setdefault(v.device, []).append(v.reshape(-1).double())
-    flat = {
-        d: (torch.cat(parts) if d.type == "cpu" else torch.cat(parts).cpu())
-        for d, parts in by_device.items()
-    }
+            if v.device.type != "cpu":
+                by_device.setdefault(v.device, []).append(v.reshape(-1).double())
+    flat = {d: torch.cat(parts).cpu() for d, parts in by_device.items()}
     offsets = dict.fromkeys(flat, 0)
     out = []
     for s in stats:
         moved = {}
         for k, v in s.items():
+            if v.device.type == "cpu":
+                moved[k] = v.double()
+                continue
             n, i = v.numel(), offsets[v.device]
             moved[k] = flat[v.device][i : i + n].reshape(v.shape)
             offsets[v.device] = i + n
@@ -109,11 +111,9 @@ def reduce_stats(stats: list[Stats]) -> list[Stats]:
     Every rank must have captured the same sites with the same shapes (as under DDP); a
     mismatch raises `RuntimeError` instead of silently mixing sites.
     """
-    if not is_distributed():
-        if all(v.device.type == "cpu" for s in stats for v in s.values()):
-            return [{k: v.double() for k, v in s.items()} for s in stats]
-        return _on_cpu(stats)
     stats = _on_cpu(stats)
+    if not is_distributed():
+        return stats
     device = _collective_device()
     sums, maxima = _flatten(stats, False).to(device), _flatten(stats, True).to(device)
     shape = torch.tensor(

@@ -260,7 +260,7 @@ class VectorCovariance(CovarianceModel):
         return constant, torch.cat([m * scale, -0.5 * scale], dim=1)
 
     def features(self, y: Tensor, ref: Tensor) -> Tensor:
-        return y * y
+        return self.row_features(y)
 
     def row_features(self, y: Tensor, workspace: Workspace | None = None) -> Tensor:
         """$[y, y^2]$, `[B, 2D]` (written into `workspace`, a fresh tensor if None).

@@ -56,9 +56,7 @@ class Kept:
         return [v for name in _names(type(self)) if isinstance(v := getattr(self, name), Tensor)]
 
     def nbytes(self) -> int:
-        return sum(
-            v.nbytes for name in _names(type(self)) if isinstance(v := getattr(self, name), Tensor)
-        )
+        return sum(v.nbytes for v in self.tensors())
 
     @classmethod
     def stack(cls, records: Sequence[Kept]) -> Kept:
