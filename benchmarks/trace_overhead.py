@@ -17,7 +17,7 @@ Configurations:
 Method: one model and one loop per configuration. Inside one ``with Tracer(...)`` block,
 traced blocks of steps alternate with blocks of the same length run under ``tracer.paused()``
 (the same loop, nothing installed), in ABBA order. The blocks are short (``block`` steps at
-``every=1``, one ``every``-step cycle at ``every=10``) and many, so that the machine's drift
+``every=1``, one ``every``-step cycle otherwise) and many, so that the machine's drift
 cancels between neighbours. The tracer flushes as it does by default, every 128 measurements (the
 largest divisor of the traced measurements up to 128, so that every flush falls inside a timed
 block), and the flush's time counts in the traced block where it happens. The overhead is (summed
@@ -38,7 +38,12 @@ measured step's ``Tracer.step()`` and in the training step itself (medians): a m
 tracer's own reduction that other jobs on a shared machine disturb far less than wall time.
 
     PYTHONPATH=src python benchmarks/trace_overhead.py [--config realistic toy] [--pairs N]
-        [--pairs-10 N] [--block STEPS] [--breakdown] [--passes 300] [--step-cpu STEPS]
+        [--pairs-10 N] [--block STEPS] [--every 1 10] [--breakdown] [--passes 300]
+        [--step-cpu STEPS]
+
+``--every K [K ...]`` measures other periods as well (default 1 and 10; the targets are for
+those two). A period K other than 1 and 10 runs ``max(8, P // K)`` pairs of one K-step cycle
+each, P being the pairs at ``every=1``.
 """
 
 from __future__ import annotations
@@ -366,12 +371,17 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=None, help="block pairs at every=1")
     parser.add_argument("--pairs-10", type=int, default=None, help="block pairs at every=10")
     parser.add_argument("--block", type=int, default=None, help="steps per block at every=1")
+    parser.add_argument(
+        "--every", type=int, nargs="+", default=[1, 10], help="measurement periods to time"
+    )
     parser.add_argument("--breakdown", action="store_true", help="where the overhead goes")
     parser.add_argument("--passes", type=int, default=300, help="interleaved passes (breakdown)")
     parser.add_argument(
         "--step-cpu", type=int, default=None, help="CPU time of Tracer.step() over N steps"
     )
     args = parser.parse_args()
+    if any(k < 1 for k in args.every):
+        parser.error(f"--every: expected positive integers, got {args.every}")
     for name in args.config:
         cfg = CONFIGS[name]
         if args.block is not None:
@@ -394,17 +404,17 @@ def main() -> None:
             f"{'overhead':>15} {'median':>7} {'target':>6}"
         )
         print(header)
-        for every, pairs, target in zip(
-            (1, 10),
-            (args.pairs or cfg.pairs[0], args.pairs_10 or cfg.pairs[1]),
-            cfg.targets,
-            strict=True,
-        ):
+        pairs_1 = args.pairs or cfg.pairs[0]
+        for every in args.every:
+            pairs = {1: pairs_1, 10: args.pairs_10 or cfg.pairs[1]}.get(
+                every, max(8, pairs_1 // every)
+            )
+            target = {1: f"{cfg.targets[0]:.0f}%", 10: f"{cfg.targets[1]:.0f}%"}.get(every, "-")
             r = overhead(cfg, every, pairs)
             spread = f"{r['summed_pct']:.2f}% ± {r['stderr_pct']:.2f}"
             print(
                 f"{every:>5} {pairs:>5} {r['block']:>5} {r['plain_ms']:>9.1f} "
-                f"{r['traced_ms']:>9.1f} {spread:>15} {r['median_pct']:>6.2f}% {target:>5.0f}%"
+                f"{r['traced_ms']:>9.1f} {spread:>15} {r['median_pct']:>6.2f}% {target:>6}"
             )
         if cfg.device == "cuda":
             print(sync_check(cfg))
