@@ -53,13 +53,16 @@ class WorstSamples:
     def _take(self, x: Tensor, log_p: Tensor, offset: Tensor | None) -> None:
         k = min(self.capacity, log_p.shape[0])
         values, lowest = torch.topk(log_p.detach(), k, largest=False, sorted=False)
-        points = x.detach()[lowest]
+        self._append(values, x.detach()[lowest], offset)
+        if len(self._values) > self._MERGE_EVERY:
+            self._merge()
+
+    def _append(self, values: Tensor, points: Tensor, offset: Tensor | None) -> None:
+        """Add candidates `values[n]` with their rows `points[n, D]` (plus `offset`)."""
         if offset is not None:
             points = points + offset
         self._values.append(values.to(self._values[0].dtype))
         self._points.append(points.to(self._points[0].dtype))
-        if len(self._values) > self._MERGE_EVERY:
-            self._merge()
 
     def _take_deferred(self) -> None:
         """The lowest of the deferred chunks, found with one `topk` over all of them."""
@@ -68,16 +71,14 @@ class WorstSamples:
             return
         values = torch.cat([log_p for log_p, _, _ in deferred])
         k = min(self.capacity, values.shape[0])
-        lowest, index = torch.topk(values, k, largest=False, sorted=False)
-        ends = torch.tensor([log_p.shape[0] for log_p, _, _ in deferred]).cumsum(0)
-        chunk = torch.searchsorted(ends, index.cpu(), right=True)
-        points = []
-        for c, i in zip(chunk.tolist(), index.tolist(), strict=True):
-            _, x, offset = deferred[c]
-            row = x[i - (int(ends[c - 1]) if c else 0)]
-            points.append(row if offset is None else row + offset)
-        self._values.append(lowest.to(self._values[0].dtype))
-        self._points.append(torch.stack(points).to(self._points[0].dtype))
+        index = torch.topk(values, k, largest=False, sorted=False).indices
+        start = 0
+        for log_p, x, offset in deferred:
+            end = start + log_p.shape[0]
+            mine = index[(index >= start) & (index < end)] - start
+            if mine.numel():
+                self._append(log_p[mine], x[mine], offset)
+            start = end
 
     def _merge(self) -> None:
         self._take_deferred()
