@@ -93,6 +93,9 @@ class Gate:
     op: str
     threshold: float
     means: str
+    verifies: str = ""
+    """The theory item this gate verifies by algebra (`"C1"`), or empty: a passed gate then
+    answers that item `verified (algebra)`."""
 
     def __post_init__(self) -> None:
         if self.op not in _OPERATORS:
@@ -149,6 +152,12 @@ class Criterion:
         Interval of a mean (t, bootstrap) or of a share of 1.0s among 0.0/1.0 samples.
     how_it_could_fail : str
         One line: the outcome that would have made it not met.
+    primary : bool
+        Whether this is its item's primary criterion (the item's verdict is the primary's;
+        every other criterion on the item is shown beside it).
+    quote : str
+        The sentence of the paper (or of the referee report) it operationalizes, in English,
+        with its section: `§4.1: "..."`.
     """
 
     number: str
@@ -159,6 +168,8 @@ class Criterion:
     direction: str
     method: str = "t"
     how_it_could_fail: str = ""
+    primary: bool = False
+    quote: str = ""
 
     def __post_init__(self) -> None:
         if self.op not in _OPERATORS or self.op == "==":
@@ -241,6 +252,8 @@ class Evaluation:
             "claim": c.claim,
             "direction": c.direction,
             "how_it_could_fail": c.how_it_could_fail,
+            "primary": c.primary,
+            "quote": c.quote,
             "value": None if i is None else i.estimate,
             "met": None if self.status is None else self.status == "met",
             "seeds": 0 if i is None else i.n,

@@ -1,12 +1,16 @@
 r"""The registry of the claims report: experiments, their outcomes, and the explicit list of them.
 
 An `Experiment` names the claims it tests (the C/R/T/m IDs of `docs/theory.md`), states
-its hypothesis and its `Rule` (`implicit_em.report.judging`) *before* it runs, and has a
-`run(config, out)` that measures: it returns an `Outcome` (scalar `numbers` for gates and
-display, per-seed `samples` for the criteria, tables, figures) and never a verdict.
+its hypothesis, and has a `run(config, out)` that measures: it returns an `Outcome` (scalar
+`numbers` for gates and display, per-seed `samples` for the criteria, tables, figures) and never
+a verdict. Its rule, seeds, budgets and data sizes are not in its module: they are its protocol
+(`implicit_em.report.protocol`, the data file `protocols/<ID>.json`), registered before the
+confirmatory run. Each criterion comes with its known-answer `Controls`
+(`implicit_em.report.controls`), written in the experiment's module beside the measurement code
+they run.
 
 Adding an experiment is one new module under `implicit_em.report.experiments` that defines
-`EXPERIMENT = Experiment(...)`, plus one line in that package's `EXPERIMENTS` list.
+`EXPERIMENT = Experiment(...)`, its protocol file, and one line in that package's `EXPERIMENTS`.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from implicit_em.report.controls import Controls
 from implicit_em.report.judging import Judgement, Rule
+from implicit_em.report.protocol import Protocol, load_protocol
 
 __all__ = [
     "SIZES",
@@ -110,19 +116,17 @@ class Experiment:
         One sentence, stated before the run.
     setup : str
         Data, models and sizes, in words.
-    rule : Rule
-        How the verdict follows from the numbers, fixed in advance.
     run : callable
         `run(config, out) -> Outcome`; `out` is a folder for its figures, `config` one of
         `configs` plus `"device"`.
-    configs : mapping
-        The `smoke`, `quick` and `full` configurations (JSON-serializable).
     headline : tuple of str
         Numbers shown in the summary table.
     meaning : mapping
         For each of `holds`, `partly` and `fails`: what the verdict says about the claims.
     minutes : mapping
         Expected minutes per size on a 2-core CPU, used to announce how long a report takes.
+    controls : mapping of str to Controls
+        The known-answer controls of each criterion, by the criterion's number.
     """
 
     id: str
@@ -130,16 +134,33 @@ class Experiment:
     claims: tuple[str, ...]
     hypothesis: str
     setup: str
-    rule: Rule
     run: Callable[[Config, Path], Outcome]
-    configs: Mapping[str, Config]
     headline: tuple[str, ...]
     meaning: Mapping[str, str]
     minutes: Mapping[str, float]
+    controls: Mapping[str, Controls] = field(default_factory=dict)
+
+    @property
+    def protocol(self) -> Protocol:
+        """The registered protocol (`protocols/<ID>.json`)."""
+        return load_protocol(self.id)
+
+    @property
+    def rule(self) -> Rule:
+        """How the verdict follows from the numbers: the protocol's gates and criteria."""
+        return self.protocol.rule
+
+    @property
+    def configs(self) -> Mapping[str, Config]:
+        """The configuration at each size (and of the controls), from the protocol."""
+        return self.protocol.sizes
 
     def __post_init__(self) -> None:
-        if set(self.configs) != set(SIZES):
-            raise ValueError(f"{self.id}: configs must have exactly the sizes {SIZES}")
+        unknown = set(self.controls) - {c.number for c in self.rule.criteria}
+        if unknown:
+            raise ValueError(
+                f"{self.id}: controls for numbers no criterion reads: {sorted(unknown)}"
+            )
         if set(self.minutes) != set(SIZES):
             raise ValueError(f"{self.id}: minutes must have exactly the sizes {SIZES}")
         if set(self.meaning) != {"holds", "partly", "fails"}:

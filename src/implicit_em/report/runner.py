@@ -22,17 +22,20 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
 from implicit_em.machine import summary as machine_summary
+from implicit_em.report.controls import status_of
 from implicit_em.report.files import json_default, write_atomic, write_json
 from implicit_em.report.judging import Judgement
 from implicit_em.report.progress import progress
 from implicit_em.report.provenance import source_commit
+from implicit_em.report.registration import now as utc_now
+from implicit_em.report.registration import status as protocol_status
 from implicit_em.report.registry import SIZES, Experiment, Figure, Outcome, Table
 from implicit_em.report.units import activate
 
@@ -46,7 +49,7 @@ __all__ = [
     "write_atomic",
 ]
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,8 @@ class Result:
     provenance: Provenance
     cached: bool = False
     error: str | None = None
+    started: str | None = None
+    control_values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
 
     @property
     def meaning(self) -> str:
@@ -84,14 +89,38 @@ class Result:
 
     @property
     def criteria(self) -> list[dict[str, Any]]:
-        """Each criterion of the rule with its interval over seeds and its status."""
+        """Each criterion of the rule with its interval over seeds, its status and its
+        known-answer controls' statuses (None where it has none)."""
         if self.outcome is None:
             return []
         try:
             evaluations = self.experiment.rule.evaluate(self.outcome.samples)
         except ValueError:
             return []
-        return [e.as_dict() for e in evaluations]
+        out = []
+        for e in evaluations:
+            entry = e.as_dict()
+            values = self.control_values.get(e.criterion.number)
+            entry["controls"] = (
+                None
+                if values is None
+                else {k: status_of(e.criterion, values[k]) for k in ("positive", "negative")}
+            )
+            controls = self.experiment.controls.get(e.criterion.number)
+            entry["control_line"] = controls.line if controls else ""
+            out.append(entry)
+        return out
+
+    @property
+    def protocol(self) -> dict[str, Any]:
+        """The protocol's hash, registration time and amendments (`registration.status`)."""
+        return protocol_status(self.experiment.protocol).as_dict()
+
+    @property
+    def exploratory(self) -> bool:
+        """Whether the verdict rests on an amendment made after its seeds' data were seen."""
+        seeds = self.config.get("seeds") or []
+        return protocol_status(self.experiment.protocol).exploratory(seeds)
 
     @property
     def gates(self) -> list[dict[str, Any]]:
@@ -113,6 +142,9 @@ class Result:
             "criteria": self.criteria,
             "gates": self.gates,
             "verdict": self.judgement.verdict,
+            "exploratory": self.exploratory,
+            "protocol": self.protocol,
+            "started": self.started,
             "reason": self.judgement.reason,
             "meaning": self.meaning,
             "headline": {k: outcome.numbers.get(k) for k in e.headline} if outcome else {},
@@ -151,10 +183,19 @@ def _source(experiment: Experiment) -> str:
 
 
 def cache_key(experiment: Experiment, size: str, config: dict[str, Any]) -> str:
-    """Hash of the experiment's id, size, configuration and source (its module and helpers)."""
+    """Hash of the experiment's id, size, configuration, its controls' configuration and its
+    source (its module and helpers)."""
     source = _source(experiment)
+    control = experiment.configs["control"]
     blob = json.dumps(
-        {"v": CACHE_VERSION, "id": experiment.id, "size": size, "config": config, "source": source},
+        {
+            "v": CACHE_VERSION,
+            "id": experiment.id,
+            "size": size,
+            "config": config,
+            "control": control,
+            "source": source,
+        },
         sort_keys=True,
         default=str,
     )
@@ -197,11 +238,35 @@ def _load(
         float(data.get("seconds", 0.0)),
         Provenance(data.get("machine", here.machine), data.get("commit", here.commit)),
         cached=True,
+        started=data.get("started"),
+        control_values=data.get("controls", {}),
     )
 
 
-def _store(path: Path, outcome: Outcome, seconds: float, here: Provenance) -> None:
+def run_controls(experiment: Experiment, device: str) -> dict[str, dict[str, list[float]]]:
+    """Each criterion's known-answer controls run on the protocol's `control` configuration:
+    their per-seed values by criterion number (the statuses are judged on every load)."""
+    config = {**experiment.configs["control"], "device": device}
+    out = {}
+    for number, controls in experiment.controls.items():
+        out[number] = {
+            kind: [float(v) for v in getattr(controls, kind).measure(config)]
+            for kind in ("positive", "negative")
+        }
+    return out
+
+
+def _store(
+    path: Path,
+    outcome: Outcome,
+    seconds: float,
+    here: Provenance,
+    started: str,
+    controls: dict[str, dict[str, list[float]]],
+) -> None:
     data = {
+        "started": started,
+        "controls": controls,
         "numbers": outcome.numbers,
         "samples": outcome.samples,
         "tables": [t.as_dict() for t in outcome.tables],
@@ -220,10 +285,12 @@ def _run_one(
     final_dir = out / "figures" / f"{experiment.id}-{key}"
     work_dir = Path(tempfile.mkdtemp(dir=out / "figures", prefix=f".{experiment.id}-"))
     units = out / "units" / f"{experiment.id}-{key}"
+    started = utc_now()
     start = time.perf_counter()
     try:
         with activate(units):
             outcome = experiment.run(config, work_dir)
+        controls = run_controls(experiment, config.get("device", "cpu"))
         if not isinstance(outcome, Outcome):
             raise TypeError(
                 f"{experiment.id}.run returned {type(outcome).__name__}, not an Outcome"
@@ -249,11 +316,12 @@ def _run_one(
             seconds,
             here,
             error=traceback.format_exc(),
+            started=started,
         )
     seconds = time.perf_counter() - start
     shutil.rmtree(final_dir, ignore_errors=True)
     os.replace(work_dir, final_dir)
-    _store(out / "cache" / f"{experiment.id}-{key}.json", outcome, seconds, here)
+    _store(out / "cache" / f"{experiment.id}-{key}.json", outcome, seconds, here, started, controls)
     shutil.rmtree(units, ignore_errors=True)
     return Result(
         experiment,
@@ -264,6 +332,8 @@ def _run_one(
         experiment.judge(outcome),
         seconds,
         here,
+        started=started,
+        control_values=controls,
     )
 
 

@@ -9,7 +9,6 @@ import numpy as np
 
 from implicit_em.report.experiments import _windtunnel as wt
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.judging import Criterion, Gate, Rule
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
 from implicit_em.report.units import unit
 
@@ -143,43 +142,7 @@ EXPERIMENT = Experiment(
         "All three losses are proper scoring rules. Quick: 5 seeds; full: 3 seeds at the "
         "reference-cpu preset (V = 20, L = 19)."
     ),
-    rule=Rule(
-        criteria=(
-            Criterion(
-                "sigmoid_over_ce",
-                "<=",
-                WITHIN,
-                f"with independent sigmoids the transformer's KL is within {WITHIN:g}x its CE "
-                "KL: it reproduces the posterior without normalization (T1's prediction)",
-                claim="T1",
-                direction="supports",
-                how_it_could_fail="without a partition function nothing ties the answers "
-                "together; the sigmoids could settle far from the posterior",
-            ),
-            Criterion(
-                "brier_over_ce",
-                "<=",
-                WITHIN,
-                f"with a Brier loss as well, the KL is within {WITHIN:g}x CE's: the Bayesian "
-                "behaviour is not a consequence of the log-sum-exp geometry (R3)",
-                claim="R3",
-                direction="supports",
-                how_it_could_fail="the squared error's gradient vanishes for confident wrong "
-                "sigmoids, so it could train far slower than CE and stay well above it",
-            ),
-        ),
-        gates=(
-            Gate("unconverged_runs", "<=", 0, "every run reached its held-out KL plateau"),
-            Gate(
-                "ce_over_floor_max",
-                "<",
-                TRAINED,
-                f"every CE transformer trained: its KL below {TRAINED:.0%} of the floor",
-            ),
-        ),
-    ),
     run=run,
-    configs=wt.CONFIGS,
     headline=("transformer_ce_kl_bits", "transformer_sigmoid_kl_bits", "transformer_brier_kl_bits"),
     meaning={
         "holds": (

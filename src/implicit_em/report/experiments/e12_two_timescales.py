@@ -10,7 +10,6 @@ import numpy as np
 
 from implicit_em.report.experiments import _windtunnel as wt
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.judging import Criterion, Gate, Rule
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
 from implicit_em.report.units import unit
 from implicit_em.windtunnel.config import RunConfig
@@ -207,43 +206,7 @@ EXPERIMENT = Experiment(
         "them by about one point). Quick: 1,600 steps, t = 200, 400, 600; full: reference-cpu, "
         "4,000 steps, t = 500, 1,000, 2,000; 3 seeds at both sizes."
     ),
-    rule=Rule(
-        criteria=(
-            Criterion(
-                "routing_minus_rest_mid",
-                ">",
-                MARGIN,
-                "frozen at the middle step, the routing costs less of the KL improvement than the "
-                f"rest, by more than {MARGIN:.0%} of it",
-                claim="C12",
-                direction="supports",
-                how_it_could_fail="if the attention keeps changing until the end, freezing it "
-                "costs as much as freezing the values, or more",
-            ),
-            Criterion(
-                "t90_routing_over_values",
-                "<=",
-                SETTLING,
-                f"the routing's t90 is at most {SETTLING:.0%} of the values' (same unit: share "
-                "of each part's own displacement)",
-                claim="C12",
-                direction="supports",
-                how_it_could_fail="trained jointly at one constant rate, both parts can drift "
-                "until the end, giving a ratio near 1",
-            ),
-        ),
-        gates=(
-            Gate("unconverged_runs", "<=", 0, "every full run reached its held-out KL plateau"),
-            Gate(
-                "kl_gain_min",
-                ">=",
-                0.5,
-                "every full run at least halved its held-out KL from step 0: it trained",
-            ),
-        ),
-    ),
     run=run,
-    configs=wt.CONFIGS,
     headline=("t90_routing", "t90_values", "middle_freeze_step", "final_kl_single_lr"),
     meaning={
         "holds": (

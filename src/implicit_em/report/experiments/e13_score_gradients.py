@@ -25,7 +25,6 @@ from implicit_em.report.experiments import _char_gpt as cg
 from implicit_em.report.experiments import _score_gradients as sg
 from implicit_em.report.experiments import _windtunnel as wt
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.judging import Criterion, Gate, Rule
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
 from implicit_em.report.units import unit
 from implicit_em.windtunnel.cli import run_dir
@@ -192,65 +191,7 @@ EXPERIMENT = Experiment(
         "runs) and a GPT trained on characters of scikit-learn's bundled descriptions. One "
         "value per seed: the median over heads."
     ),
-    rule=Rule(
-        criteria=tuple(
-            Criterion(
-                f"minus_r_share_{model}",
-                ">=",
-                EXPLAINS,
-                f"{MODELS[model]}: the −r form explains ≥ {EXPLAINS} of the score gradient "
-                "(median over heads)",
-                claim=claim,
-                direction=direction,
-                method="t",
-                how_it_could_fail=(
-                    "the advantage a − ā need not be constant across keys; where it varies, "
-                    "G = α(a − ā) is far from any multiple of −α"
-                ),
-            )
-            for model in ("windtunnel", "char")
-            for claim, direction in (("C5", "supports"), ("R2", "refutes"))
-        ),
-        gates=(
-            Gate(
-                "advantage_share_min",
-                ">=",
-                0.999,
-                "the advantage law explains autograd's score gradient in every head (the capture "
-                "reads the right tensors)",
-            ),
-            Gate(
-                "forward_residual_max",
-                "<=",
-                1e-4,
-                "α v recomputed from the captured q, k, v equals the heads' outputs",
-            ),
-            Gate(
-                "char_loss_gap_max",
-                "<",
-                0.0,
-                "the character GPT trained: held-out loss below the uniform log V in every seed",
-            ),
-        ),
-    ),
     run=run,
-    configs={
-        "smoke": {
-            "seeds": [0],
-            "windtunnel": "smoke",
-            "char": {**_CHAR, "n_layer": 1, "n_head": 2, "n_embd": 16, "steps": 30},
-        },
-        "quick": {
-            "seeds": [0, 1, 2, 3, 4],
-            "windtunnel": "quick",
-            "char": {**_CHAR, "n_embd": 32, "steps": 150},
-        },
-        "full": {
-            "seeds": list(range(10)),
-            "windtunnel": "full",
-            "char": {**_CHAR, "n_layer": 3, "n_embd": 64, "block_size": 64, "steps": 1500},
-        },
-    },
     headline=("minus_r_share_windtunnel", "minus_r_share_char", "advantage_share_min"),
     meaning={
         "holds": "The −r form explains most of the score gradient: C5 as stated holds, R2 is "

@@ -16,7 +16,6 @@ import torch
 from implicit_em.report.experiments import _distance_reading as dr
 from implicit_em.report.experiments._neural import load_images, plus_minus
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.judging import Criterion, Gate, Rule
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
 from implicit_em.report.units import unit
 
@@ -140,78 +139,7 @@ EXPERIMENT = Experiment(
         "around the training mean; the fitted model is linear discriminant analysis on the "
         "training features (class means, one shared covariance)."
     ),
-    rule=Rule(
-        criteria=(
-            Criterion(
-                "lse_rise_share_linear",
-                ">=",
-                RISES,
-                f"prediction 1 fails: for ≥ {RISES:.0%} of inputs the linear head's log Σ e^z "
-                "rises far from the data",
-                claim="m3",
-                direction="supports",
-                method="t",
-                how_it_could_fail="a head whose logits all turn negative along most rays would "
-                "see its log-sum-exp fall, as a density does",
-            ),
-            Criterion(
-                "rank_agreement_linear",
-                ">=",
-                AGREES,
-                f"prediction 2 holds: the linear head's logits agree in rank (Spearman ≥ {AGREES}) "
-                "with a fitted Gaussian's −d",
-                claim="m3",
-                direction="refutes",
-                method="t",
-                how_it_could_fail="cross-entropy fits a discriminative boundary, which need not "
-                "order the non-predicted classes as the class-conditional densities do",
-            ),
-        ),
-        gates=(
-            Gate(
-                "accuracy_min",
-                ">=",
-                0.3,
-                "both heads learned the task (test accuracy ≥ 0.3, three times chance)",
-            ),
-            Gate(
-                "lse_rise_share_distance_max",
-                "<=",
-                0.05,
-                "the control behaves as a distance: the prototype head's log-sum-exp falls far out",
-            ),
-        ),
-    ),
     run=run,
-    configs={
-        "smoke": {
-            **_CONFIG,
-            "data": "digits",
-            "hidden": 32,
-            "features": 8,
-            "batch": 128,
-            "steps": 120,
-            "seeds": [0],
-        },
-        "quick": {
-            **_CONFIG,
-            "data": "digits",
-            "hidden": 64,
-            "features": 16,
-            "batch": 64,
-            "steps": 400,
-            "seeds": [0, 1, 2, 3, 4],
-        },
-        "full": {
-            **_CONFIG,
-            "data": "fashion-mnist",
-            "hidden": 128,
-            "features": 32,
-            "batch": 256,
-            "steps": 1000,
-            "seeds": list(range(10)),
-        },
-    },
     headline=("lse_rise_share_linear", "rank_agreement_linear", "confidence_far_linear"),
     meaning={
         "holds": "The linear head rises far from the data as scores do, yet orders classes as a "

@@ -20,7 +20,6 @@ import torch
 
 from implicit_em import identities
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.judging import Criterion, Gate, Rule
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
 from implicit_em.report.units import unit
 
@@ -109,51 +108,7 @@ EXPERIMENT = Experiment(
         "random attention layer (6 queries, 8 keys, width 16, float64) gives autograd's score "
         "gradient G; the criterion reads the share of G that no multiple of α explains."
     ),
-    rule=Rule(
-        criteria=(
-            Criterion(
-                "score_form_residual",
-                "<=",
-                _FORM,
-                "the paper's form holds: the attention-score gradient is a multiple of α "
-                "(the responsibilities)",
-                claim="C5",
-                direction="supports",
-                how_it_could_fail="autograd's score gradient is α(a − ā) when a = g·v varies over "
-                "the keys, which no multiple of α matches; only constant advantages would meet it",
-            ),
-            Criterion(
-                "score_form_residual",
-                "<=",
-                _FORM,
-                "the score gradient is a multiple of α, against the advantage law of R2",
-                claim="R2",
-                direction="refutes",
-                how_it_could_fail="as above: met only if the advantage law α(a − ā) reduced to a "
-                "multiple of α on random layers",
-            ),
-            Criterion(
-                "score_form_residual",
-                "<=",
-                _FORM,
-                "forward attention weights are the responsibilities its gradient carries",
-                claim="m2",
-                direction="refutes",
-                how_it_could_fail="as above: the forward weights α would have to be the score "
-                "gradient up to a constant",
-            ),
-        ),
-        gates=(
-            Gate("max_abs_error", "<=", 1e-12, "every closed form equals autograd to rounding"),
-            Gate("gradcheck_failures", "<=", 0, "every function's gradient passes gradcheck"),
-        ),
-    ),
     run=run,
-    configs={
-        "smoke": {"seeds": [0]},
-        "quick": {"seeds": list(range(5))},
-        "full": {"seeds": list(range(10))},
-    },
     headline=("max_abs_error", "gradcheck_failures", "score_form_residual"),
     meaning={
         "holds": (

@@ -22,7 +22,6 @@ import numpy as np
 
 from implicit_em.report.experiments import _mixtures as mx
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.judging import Criterion, Gate, Rule
 from implicit_em.report.progress import progress
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
 from implicit_em.report.units import unit
@@ -192,62 +191,7 @@ EXPERIMENT = Experiment(
         "best scalar multiple of the fitter's step (median over the steps before EM "
         "converges); for GD and Adam the best learning rate and the worst start are reported."
     ),
-    rule=Rule(
-        criteria=(
-            Criterion(
-                "gd_best_median_residual",
-                "<=",
-                0.01,
-                "plain gradient steps are EM's steps up to a per-step step size",
-                claim="R1",
-                direction="refutes",
-                how_it_could_fail="if gradient descent's steps pointed along EM's (only their "
-                "length differing), the residual would be near 0 and R1 would be answered",
-            ),
-            Criterion(
-                "adam_best_median_residual",
-                "<=",
-                0.01,
-                "Adam's steps are EM's steps up to a per-step step size (paths follow EM's)",
-                claim="C4",
-                direction="supports",
-                how_it_could_fail="Adam's per-coordinate scaling could happen to align its steps "
-                "with EM's; the residual then falls below 1% and C4's 'paths' reading holds",
-            ),
-        ),
-        gates=(
-            Gate(
-                "preconditioned_max_deviation",
-                "<=",
-                1e-10,
-                "Xu–Jordan preconditioned gradient steps reproduce EM's path to rounding",
-            ),
-        ),
-    ),
     run=run,
-    configs={
-        "smoke": {
-            "seeds": [0],
-            "n_synthetic": 200,
-            "passes": 8,
-            "gd_learning_rates": [0.5],
-            "adam_learning_rates": [0.05],
-        },
-        "quick": {
-            "seeds": [0, 1, 2, 3, 4],
-            "n_synthetic": 400,
-            "passes": 30,
-            "gd_learning_rates": [0.1, 0.5],
-            "adam_learning_rates": [0.05],
-        },
-        "full": {
-            "seeds": list(range(10)),
-            "n_synthetic": 3000,
-            "passes": 200,
-            "gd_learning_rates": [0.02, 0.05, 0.2, 0.5, 1.0],
-            "adam_learning_rates": [0.01, 0.05],
-        },
-    },
     headline=(
         "preconditioned_max_deviation",
         "gd_best_median_residual",

@@ -26,7 +26,6 @@ from implicit_em.report.experiments import _lse_fixed_points as lf
 from implicit_em.report.experiments import _mixtures as mx
 from implicit_em.report.experiments._competition import blobs
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.judging import Criterion, Gate, Rule
 from implicit_em.report.progress import progress
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
 from implicit_em.report.units import unit
@@ -251,117 +250,7 @@ EXPERIMENT = Experiment(
         "stationary, parameters within the stated distance and mean log-likelihood within the "
         "stated gap of EM's, after matching components."
     ),
-    rule=Rule(
-        criteria=(
-            Criterion(
-                "gd_same_fixed_point_share",
-                ">=",
-                0.5,
-                "gradient descent from EM's starts ends at EM's fixed point in most starts",
-                claim="C4",
-                direction="supports",
-                method="wilson",
-                how_it_could_fail="gradient descent could stall or settle in another stationary "
-                "point (a different local optimum, a degenerate component) on most starts",
-            ),
-            Criterion(
-                "gd_same_fixed_point_share",
-                ">=",
-                0.5,
-                "gradient descent's fixed point from a start is EM's maximum-likelihood estimate",
-                claim="T3",
-                direction="supports",
-                method="wilson",
-                how_it_could_fail="as above: T3 asks exactly whether the destinations coincide",
-            ),
-            Criterion(
-                "lse_gd_same_share",
-                ">=",
-                0.5,
-                "on the paper's LSE objective without volume, gradient descent from a start ends "
-                "at EM's fixed point from that start in most starts",
-                claim="T3",
-                direction="supports",
-                method="wilson",
-                how_it_could_fail="where local optima exist the two paths can fall into different "
-                "basins: gradient descent moves a mean only N_j/N of EM's way per step",
-            ),
-        ),
-        gates=(
-            Gate(
-                "em_optimum_gradient_norm",
-                "<=",
-                1e-6,
-                "EM's optimum is a stationary point of the same likelihood",
-            ),
-            Gate(
-                "gd_drift_from_em_optimum",
-                "<=",
-                1e-6,
-                "gradient descent started at EM's optimum stays there",
-            ),
-        ),
-    ),
     run=run,
-    configs={
-        "smoke": {
-            "seeds": [0],
-            "n_synthetic": 200,
-            "em_passes": 400,
-            "drift_passes": 10,
-            "gd_learning_rate": 0.5,
-            "adam_learning_rate": 0.05,
-            "gradient_tolerance": 1e-4,
-            "max_passes": 60,
-            "check_every": 20,
-            "same_parameters": 1e-2,
-            "same_log_likelihood": 1e-5,
-            "lse_starts": 2,
-            "lse_n": 200,
-            "lse_bandwidth": 0.6,
-            "lse_tolerance": 1e-8,
-            "lse_max_passes": 800,
-            "lse_same_means": 1e-4,
-        },
-        "quick": {
-            "seeds": [0, 1, 2, 3, 4],
-            "n_synthetic": 400,
-            "em_passes": 300,
-            "drift_passes": 50,
-            "gd_learning_rate": 0.5,
-            "adam_learning_rate": 0.05,
-            "gradient_tolerance": 1e-4,
-            "max_passes": 1000,
-            "check_every": 25,
-            "same_parameters": 1e-2,
-            "same_log_likelihood": 1e-5,
-            "lse_starts": 10,
-            "lse_n": 400,
-            "lse_bandwidth": 0.6,
-            "lse_tolerance": 1e-8,
-            "lse_max_passes": 20000,
-            "lse_same_means": 1e-4,
-        },
-        "full": {
-            "seeds": list(range(10)),
-            "n_synthetic": 3000,
-            "em_passes": 1000,
-            "drift_passes": 200,
-            "gd_learning_rate": 0.5,
-            "adam_learning_rate": 0.05,
-            "gradient_tolerance": 1e-5,
-            "max_passes": 20000,
-            "check_every": 50,
-            "same_parameters": 1e-2,
-            "same_log_likelihood": 1e-6,
-            "lse_starts": 20,
-            "lse_n": 1000,
-            "lse_bandwidth": 0.6,
-            "lse_tolerance": 1e-8,
-            "lse_max_passes": 50000,
-            "lse_same_means": 1e-4,
-        },
-    },
     headline=("em_optimum_gradient_norm", "gd_same_fixed_point_share", "gd_stationary_share"),
     meaning={
         "holds": (

@@ -39,7 +39,6 @@ from implicit_em.report.experiments._competition import (
     held_out_measures,
 )
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.judging import Criterion, Rule
 from implicit_em.report.progress import progress
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
 from implicit_em.report.units import unit
@@ -346,84 +345,7 @@ EXPERIMENT = Experiment(
         "a circle of radius 25. Supervised: one prototype per class, cross-entropy or "
         "one-vs-rest sigmoids (shared learnable bias), class coupling on the data."
     ),
-    rule=Rule(
-        criteria=(
-            Criterion(
-                "lse_gain_one_cluster",
-                ">=",
-                0.5,
-                "from every prototype in one cluster, the mixture NLL's prototypes move out to "
-                "cover at least half of the other clusters",
-                claim="C4",
-                direction="supports",
-                how_it_could_fail="responsibilities split a far cluster's pull between prototypes "
-                "that start together, so they may move as one and stay a single cluster",
-            ),
-            Criterion(
-                "correntropy_gain_one_cluster",
-                "<=",
-                0.25,
-                "correntropy's prototypes, started in one cluster, stay there (at most a quarter "
-                "of the other clusters gained)",
-                claim="C7",
-                direction="supports",
-                how_it_could_fail="with a wide enough kernel a far cluster still pulls, and a "
-                "prototype could climb to it without any competition",
-            ),
-            Criterion(
-                "coupling_gap_ovr_sigmoid",
-                ">=",
-                0.1,
-                "supervised, one-vs-rest sigmoids with proper negatives couple a wrong "
-                "prototype's gradient to the correct one's fit less than cross-entropy",
-                claim="C8",
-                direction="supports",
-                how_it_could_fail="on well-separated clusters cross-entropy's wrong-class mass is "
-                "tiny, and what is left may depend on the wrong prototype's own distance alone",
-            ),
-            Criterion(
-                "outlier_pull_share",
-                ">=",
-                0.5,
-                "in most runs outliers pull the mixture NLL at least twice as far as correntropy",
-                claim="C7",
-                direction="supports",
-                method="wilson",
-                how_it_could_fail="far outliers could get their own prototype or negligible "
-                "weight under the NLL, moving its centres no more than correntropy's",
-            ),
-        ),
-    ),
     run=run,
-    configs={
-        "smoke": {
-            "seeds": [0],
-            "n_blobs": 200,
-            "steps": 30,
-            "lr": 0.1,
-            "bandwidth": 1.0,
-            "outlier_share": 0.05,
-            "outlier_radius": 25.0,
-        },
-        "quick": {
-            "seeds": [0, 1, 2, 3, 4],
-            "n_blobs": 500,
-            "steps": 200,
-            "lr": 0.05,
-            "bandwidth": 1.0,
-            "outlier_share": 0.05,
-            "outlier_radius": 25.0,
-        },
-        "full": {
-            "seeds": list(range(10)),
-            "n_blobs": 4000,
-            "steps": 600,
-            "lr": 0.05,
-            "bandwidth": 1.0,
-            "outlier_share": 0.05,
-            "outlier_radius": 25.0,
-        },
-    },
     headline=(
         "lse_gain_one_cluster",
         "correntropy_gain_one_cluster",

@@ -26,7 +26,6 @@ from implicit_em.distances import FullMahalanobis
 from implicit_em.mixture import GaussianMixture
 from implicit_em.report.experiments import _mixtures as mx
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.judging import Criterion, Gate, Rule
 from implicit_em.report.progress import progress
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
 from implicit_em.report.units import unit
@@ -321,109 +320,7 @@ EXPERIMENT = Experiment(
         "surrogate adds −Σ_j log Var(d_j) + ‖Corr(d) − I‖²_F. EM's optimum: GaussianMixture "
         "from the same means. The Tracer (default thresholds) runs on every configuration."
     ),
-    rule=Rule(
-        criteria=(
-            Criterion(
-                "no_volume_alarm_share",
-                ">=",
-                0.5,
-                "the tracer flags most collapsing runs from the gradients alone",
-                claim="C14",
-                direction="supports",
-                method="wilson",
-                how_it_could_fail="the collapse is slow and uniform in scale, so the "
-                "responsibilities the tracer reads could stay unremarkable and raise no alarm",
-            ),
-            Criterion(
-                "volume_alarm_share",
-                "<=",
-                0.5,
-                "the tracer stays silent on most healthy runs",
-                claim="C14",
-                direction="supports",
-                method="wilson",
-                how_it_could_fail="default thresholds could fire on healthy fits too (a small "
-                "component, a transient at the start of training)",
-            ),
-            Criterion(
-                "volume_reaches_em_share",
-                ">=",
-                0.5,
-                "with the volume term gradient descent reaches EM's optimum (within the stated "
-                "gap) in most runs",
-                claim="C9",
-                direction="supports",
-                method="wilson",
-                how_it_could_fail="gradient descent with log|det W| could stall in a poorer local "
-                "optimum than EM from the same means, or diverge",
-            ),
-            Criterion(
-                "takeover_gain",
-                ">=",
-                TAKEOVER,
-                f"without the volume term one component takes over: its mass share at the end "
-                f"exceeds the largest share with log|det W| by ≥ {TAKEOVER} (paired by start)",
-                claim="C9",
-                direction="supports",
-                method="t",
-                how_it_could_fail="without a volume term every component may shrink alike, "
-                "leaving the mass shares where the data put them",
-            ),
-            Criterion(
-                "surrogate_diverged_share",
-                ">=",
-                0.5,
-                "the variance + decorrelation surrogate of log|det W| lets the loss leave the "
-                "finite numbers in most runs",
-                claim="C14",
-                direction="refutes",
-                method="wilson",
-                how_it_could_fail="a component that stays on the data keeps Var(d_j) finite, "
-                "so the surrogate's −log Var term stays bounded and the loss finite",
-            ),
-        ),
-        gates=(
-            Gate(
-                "no_volume_log_det_drop",
-                ">=",
-                1.0,
-                "without the volume term the whitening shrinks (W → 0 is its minimum)",
-            ),
-        ),
-    ),
     run=run,
-    configs={
-        "smoke": {
-            "seeds": [0],
-            "n_synthetic": 200,
-            "steps": 60,
-            "lr": 0.05,
-            "surrogate_weight": 0.1,
-            "trace_every": 10,
-            "record_every": 10,
-            "em_gap": 1e-3,
-        },
-        "quick": {
-            "seeds": [0, 1, 2, 3, 4],
-            "n_synthetic": 400,
-            "steps": 300,
-            "lr": 0.05,
-            "surrogate_weight": 0.1,
-            "trace_every": 10,
-            "record_every": 20,
-            "em_gap": 1e-3,
-        },
-        "full": {
-            "seeds": list(range(10)),
-            "n_synthetic": 3000,
-            "steps": 3000,
-            "lr": 0.02,
-            "surrogate_weight": 0.1,
-            "trace_every": 10,
-            "record_every": 50,
-            "em_gap": 1e-3,
-        },
-    },
     headline=(
         "no_volume_log_det_drop",
         "no_volume_alarm_share",

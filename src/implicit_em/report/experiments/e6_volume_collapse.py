@@ -40,7 +40,6 @@ from implicit_em.report.experiments._neural import (
     plus_minus,
 )
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.judging import Criterion, Gate, Rule
 from implicit_em.report.progress import progress
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
 from implicit_em.report.units import unit
@@ -288,138 +287,7 @@ EXPERIMENT = Experiment(
         "scikit-learn LogisticRegression on the standardized features, test accuracy. The "
         "Tracer (default thresholds) runs on every training."
     ),
-    rule=Rule(
-        criteria=(
-            Criterion(
-                "dead_fraction_lse_var_decor",
-                "<=",
-                0.05,
-                "with variance + decorrelation at most 5% of the units die",
-                claim="C14",
-                direction="supports",
-                how_it_could_fail="the surrogates only penalize low variance on average; some "
-                "units could still be switched off by the LSE term's pull towards zero",
-            ),
-            Criterion(
-                "probe_gain_over_var_decor",
-                ">=",
-                0.01,
-                "what the LSE term adds: with it the probe reads ≥ 0.01 more accuracy than from "
-                "variance + decorrelation alone (paired by seed)",
-                claim="C14",
-                direction="supports",
-                how_it_could_fail="the surrogates alone already spread the units; the LSE term's "
-                "pull towards d = 0 may add nothing a probe can read",
-            ),
-            Criterion(
-                "probe_gain_over_pca",
-                ">=",
-                0.0,
-                "the LSE + surrogates encoder is at least as informative as PCA at the same width",
-                claim="C14",
-                direction="supports",
-                how_it_could_fail="K principal components keep the directions of largest variance, "
-                "which on images often carry the classes better than a trained ReLU layer",
-            ),
-            Criterion(
-                "probe_gain_over_random",
-                ">=",
-                0.0,
-                "and at least as informative as the untrained encoder (random ReLU features)",
-                claim="C14",
-                direction="supports",
-                how_it_could_fail="random ReLU features of images are a strong baseline for a "
-                "linear probe; training without labels can lose information",
-            ),
-            Criterion(
-                "dead_fraction_layernorm",
-                "<=",
-                0.05,
-                "the paper's patch LayerNorm keeps ≥ 95% of the units alive under LSE alone",
-                claim="C9",
-                direction="supports",
-                how_it_could_fail="LayerNorm's learnable gain and bias can still send every "
-                "pre-activation below zero, which the LSE term rewards",
-            ),
-            Criterion(
-                "dead_fraction_weight_decay",
-                "<=",
-                0.05,
-                "the paper's patch weight decay keeps ≥ 95% of the units alive under LSE alone",
-                claim="C9",
-                direction="supports",
-                how_it_could_fail="weight decay shrinks W towards zero, the direction the LSE "
-                "term already pulls, so it may hasten the collapse",
-            ),
-            Criterion(
-                "alarm_seed_share_lse",
-                ">=",
-                0.5,
-                "the tracer raises a collapse alarm on the collapsing encoder in most seeds",
-                claim="C14",
-                direction="supports",
-                method="wilson",
-                how_it_could_fail="dead ReLU units give uniform responsibilities, which the mass "
-                "alarms do not flag; only the distance-scale alarm can see it",
-            ),
-            Criterion(
-                "alarm_seed_share_lse_var_decor",
-                "<=",
-                0.5,
-                "and no alarm on the healthy encoder in most seeds",
-                claim="C14",
-                direction="supports",
-                method="wilson",
-                how_it_could_fail="default thresholds could fire on a healthy encoder early in "
-                "training",
-            ),
-        ),
-        gates=(
-            Gate(
-                "dead_fraction_lse",
-                ">=",
-                0.9,
-                "LSE alone loses at least 90% of its units (collapse is its global optimum)",
-            ),
-        ),
-    ),
     run=run,
-    configs={
-        "smoke": {
-            **_CONFIG,
-            "data": "digits",
-            "units": 16,
-            "steps": 40,
-            "batch": 128,
-            "seeds": [0],
-            "trace_every": 5,
-            "curve_every": 10,
-            "monitor": 300,
-            "probe_train": 1000,
-        },
-        "quick": {
-            **_CONFIG,
-            "data": "digits",
-            "units": 32,
-            "steps": 250,
-            "seeds": [0, 1, 2, 3, 4],
-            "trace_every": 10,
-            "curve_every": 25,
-            "monitor": 1000,
-            "probe_train": 2000,
-        },
-        "full": {
-            **_CONFIG,
-            "data": "fashion-mnist",
-            "units": 64,
-            "steps": 1500,
-            "seeds": list(range(10)),
-            "trace_every": 10,
-            "curve_every": 100,
-            "monitor": 5000,
-            "probe_train": 10000,
-        },
-    },
     headline=("dead_lse", "dead_lse_var_decor", "probe_lse_var_decor"),
     meaning={
         "holds": (

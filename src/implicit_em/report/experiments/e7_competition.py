@@ -40,7 +40,6 @@ from implicit_em.report.experiments._neural import (
 )
 from implicit_em.report.experiments._prototype_training import train_classifier, train_comparator
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.judging import Criterion, Rule
 from implicit_em.report.progress import progress
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
 from implicit_em.report.units import unit
@@ -322,123 +321,7 @@ EXPERIMENT = Experiment(
         "wrong-class entropy at its site. Calibration: expected calibration error, 15 bins, "
         "on the test set."
     ),
-    rule=Rule(
-        criteria=(
-            Criterion(
-                "rank_corr",
-                ">=",
-                0.8,
-                "without smoothing, wrong-class updates are ordered by responsibility "
-                "(mean per-batch Spearman ≥ 0.8)",
-                claim="C6",
-                direction="supports",
-                how_it_could_fail="a prototype's update also scales with the distance of the "
-                "inputs to it, so far but responsible classes could get smaller updates than near "
-                "but less responsible ones",
-            ),
-            Criterion(
-                "wrong_entropy_gain",
-                ">=",
-                0.1,
-                "smoothing 0.3 spreads the wrong-class responsibilities (test entropy up by "
-                "≥ 0.1 nats)",
-                claim="C14",
-                direction="supports",
-                how_it_could_fail="the encoder could compensate for the softened target on "
-                "training data only, leaving test-time wrong-class responsibilities as peaked",
-            ),
-            Criterion(
-                "accuracy_cost",
-                "<=",
-                0.02,
-                "at most 2 points of test accuracy lost with smoothing 0.3",
-                claim="C14",
-                direction="supports",
-                how_it_could_fail="a partial clamp weakens the pull on the correct class and could "
-                "cost more than 2 points on a small training budget",
-            ),
-            Criterion(
-                "ece_cost",
-                "<=",
-                0.05,
-                "smoothing 0.3 costs at most 0.05 of expected calibration error",
-                claim="C14",
-                direction="supports",
-                how_it_could_fail="a partial clamp caps the confidence near 1 − ε while accuracy "
-                "stays high, so the model becomes underconfident",
-            ),
-            Criterion(
-                "coupling_ce",
-                ">=",
-                0.1,
-                "under cross-entropy a wrong class's update grows with the correct class's "
-                "distance at a fixed own distance (held-out within-bin Spearman ≥ 0.1)",
-                claim="C6",
-                direction="supports",
-                how_it_could_fail="a confident trained model leaves almost no wrong-class mass, "
-                "and the little left may be set by the wrong class's own distance alone",
-            ),
-            Criterion(
-                "coupling_gap_ovr_sigmoid",
-                ">=",
-                0.1,
-                "one-vs-rest sigmoids with proper negatives couple the classes less than "
-                "cross-entropy (by ≥ 0.1, paired by seed)",
-                claim="C8",
-                direction="supports",
-                how_it_could_fail="the shared encoder and the bias couple the classes too, so "
-                "the sigmoids' held-out gradients may track the correct class's fit as much",
-            ),
-            Criterion(
-                "coupling_gap_mse",
-                ">=",
-                0.1,
-                "the squared error on one-hot targets couples the classes less than "
-                "cross-entropy (by ≥ 0.1, paired by seed)",
-                claim="C7",
-                direction="supports",
-                how_it_could_fail="as for the sigmoids: coupling through the features, not the "
-                "loss, could make the unnormalized head look as coupled",
-            ),
-        ),
-    ),
     run=run,
-    configs={
-        "smoke": {
-            **_CONFIG,
-            "data": "digits",
-            "hidden": 32,
-            "features": 8,
-            "batch": 128,
-            "steps": 30,
-            "seeds": [0],
-            "trace_every": 5,
-        },
-        "quick": {
-            **_CONFIG,
-            "data": "digits",
-            "hidden": 64,
-            "features": 16,
-            "batch": 128,
-            "steps": 250,
-            "seeds": [0, 1, 2, 3, 4],
-            "trace_every": 10,
-        },
-        "full": {
-            **_CONFIG,
-            "data": "fashion-mnist",
-            # At 1e-2 the MSE head's distances ran away within 100 steps (every output
-            # underflowed, test accuracy at chance in all 10 seeds); the comparators train at
-            # the cross-entropy head's rate.
-            "comparator_lr": 1e-3,
-            "hidden": 128,
-            "features": 32,
-            "batch": 256,
-            "steps": 1000,
-            "seeds": list(range(10)),
-            "trace_every": 10,
-        },
-    },
     headline=("rank_corr", "wrong_entropy_gain", "accuracy_cost"),
     meaning={
         "holds": (

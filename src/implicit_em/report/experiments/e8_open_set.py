@@ -56,7 +56,6 @@ from implicit_em.report.experiments._open_set_scores import (
     open_set_metrics,
 )
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.judging import Criterion, Gate, Rule
 from implicit_em.report.progress import progress
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
 from implicit_em.report.units import unit
@@ -306,86 +305,7 @@ EXPERIMENT = Experiment(
         "smoothing and no null; Adam, lr 1e-3. Unknown = positive; metrics from "
         "scikit-learn (roc_auc_score, average_precision_score, roc_curve)."
     ),
-    rule=Rule(
-        criteria=(
-            Criterion(
-                "closed_world_share_softmax",
-                ">=",
-                0.1,
-                "the softmax head gives ≥ 10% of unknown inputs to a known class with "
-                "confidence > 0.9",
-                claim="C10",
-                direction="supports",
-                how_it_could_fail="unseen classes could land between the known ones, where the "
-                "softmax is flat and no known class gets confidence above 0.9",
-            ),
-            Criterion(
-                "null_gain_over_best",
-                ">",
-                0.0,
-                "r₀ detects unknown classes better (AUROC) than the best of msp, energy, "
-                "max_logit, mahalanobis and knn on the softmax and the distance head, paired by "
-                "seed",
-                claim="C14",
-                direction="supports",
-                how_it_could_fail="a score of a head without a null component (the softmax head's "
-                "energy, Mahalanobis or KNN on the features) may separate unknown inputs better "
-                "than r₀",
-            ),
-            Criterion(
-                "null_gain_over_smoothing",
-                ">",
-                0.0,
-                "r₀ beats every score of the same distance head trained with label smoothing of "
-                "the same mass and no null component, paired by seed",
-                claim="C14",
-                direction="supports",
-                how_it_could_fail="the gain may come from the soft target's regularization, "
-                "which label smoothing gives as well, not from the null component",
-            ),
-        ),
-        gates=(
-            Gate(
-                "null_rank_violations",
-                "<=",
-                0,
-                "r₀ = σ(−d₀ − L) ranks inputs exactly as the energy score (algebra)",
-            ),
-        ),
-    ),
     run=run,
-    configs={
-        "smoke": {
-            **_CONFIG,
-            "data": "digits",
-            "hidden": 32,
-            "features": 8,
-            "batch": 128,
-            "steps": 30,
-            "seeds": [0],
-            "knn_bank": 2000,
-        },
-        "quick": {
-            **_CONFIG,
-            "data": "digits",
-            "hidden": 64,
-            "features": 16,
-            "batch": 64,
-            "steps": 250,
-            "seeds": [0, 1, 2, 3, 4],
-            "knn_bank": 5000,
-        },
-        "full": {
-            **_CONFIG,
-            "data": "fashion-mnist",
-            "hidden": 128,
-            "features": 32,
-            "batch": 256,
-            "steps": 1000,
-            "seeds": list(range(10)),
-            "knn_bank": 10000,
-        },
-    },
     headline=("closed_world_share_softmax", "auroc_null_null", "null_gain_over_best"),
     meaning={
         "holds": (

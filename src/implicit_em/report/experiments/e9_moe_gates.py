@@ -48,7 +48,6 @@ from implicit_em.report.experiments._neural import (
     quiet_alarms,
 )
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.judging import Criterion, Rule
 from implicit_em.report.progress import progress
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
 from implicit_em.report.units import unit
@@ -335,93 +334,7 @@ EXPERIMENT = Experiment(
         "test points whose gate argmax is the expert matched to their segment (best "
         "one-to-one matching)."
     ),
-    rule=Rule(
-        criteria=(
-            Criterion(
-                "purity_mixture",
-                ">=",
-                0.9,
-                "under the mixture loss each segment is routed to one expert (matched purity "
-                "≥ 0.9, mean over seeds)",
-                claim="C13",
-                direction="supports",
-                how_it_could_fail="an expert can die early (a collapsed component) and leave "
-                "another to cover two segments, which caps purity near 0.75",
-            ),
-            Criterion(
-                "kl_mixture",
-                "<=",
-                0.1,
-                "and the gate matches the posterior responsibilities (KL(h‖g) ≤ 0.1 nats)",
-                claim="C13",
-                direction="supports",
-                how_it_could_fail="the gate network only approximates the M-step target; with "
-                "limited capacity or steps it may stay smoother than the posterior",
-            ),
-            Criterion(
-                "kl_gap_blend",
-                ">=",
-                0.05,
-                "the gate is nearer the responsibilities under the mixture loss than under the "
-                "blended loss (KL(h‖g) lower by ≥ 0.05 nats, paired by seed)",
-                claim="C13",
-                direction="supports",
-                how_it_could_fail="on well-separated segments the blended gate also turns hard, "
-                "so its KL to the posterior can be as small",
-            ),
-            Criterion(
-                "purity_gap_em",
-                ">=",
-                -0.05,
-                "gradient descent on the mixture loss routes as well as Jordan-Jacobs EM from the "
-                "same start (gate purity at most 0.05 below)",
-                claim="C13",
-                direction="supports",
-                how_it_could_fail="EM's closed-form expert steps and learned σ can escape a dead "
-                "expert that gradient descent with σ = 1 keeps",
-            ),
-            Criterion(
-                "owner_purity_gap_gate_free",
-                ">=",
-                -0.05,
-                "without any gate the responsibilities still route the experts' updates: their "
-                "purity at most 0.05 below the gated model's",
-                claim="C13",
-                direction="supports",
-                how_it_could_fail="without an input-dependent prior an expert can claim points "
-                "of two segments whose lines cross, and specialization may stall",
-            ),
-        ),
-    ),
     run=run,
-    configs={
-        "smoke": {
-            **_CONFIG,
-            "n_train": 2048,
-            "n_test": 512,
-            "steps": 30,
-            "seeds": [0],
-            "em_iterations": 5,
-            "em_gate_steps": 2,
-            "trace_every": 5,
-        },
-        "quick": {
-            **_CONFIG,
-            "n_train": 4096,
-            "n_test": 4096,
-            "steps": 400,
-            "seeds": [0, 1, 2, 3, 4],
-            "trace_every": 10,
-        },
-        "full": {
-            **_CONFIG,
-            "n_train": 8192,
-            "n_test": 8192,
-            "steps": 1500,
-            "seeds": list(range(10)),
-            "trace_every": 10,
-        },
-    },
     headline=("purity_mixture", "kl_mixture", "purity_blend"),
     meaning={
         "holds": (

@@ -1,0 +1,83 @@
+r"""Known-answer controls: how a criterion earns its vote.
+
+Every criterion of the claims report has two controls, each an input built so that its answer is
+known, run through the experiment's own measurement code at the small `control` size of its
+protocol:
+
+* the **positive** control plants the effect the criterion looks for; it must come out `met`;
+* the **negative** control removes it (or plants its opposite); it must come out `not met`.
+
+A control is a function `measure(config) -> per-seed values of the criterion's number`, where
+`config` is the protocol's `control` configuration. Its values are judged by the criterion
+itself (same threshold, same interval method), so a control exercises the measurement and the
+judge together, never the judge alone. A criterion whose controls do not both come out as
+planted casts no vote (`implicit_em.report.judging.claim_verdicts`): it has not shown that it can
+tell the effect from its absence.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from implicit_em.report.judging import Criterion
+
+__all__ = ["Control", "Controls", "control_statuses", "controls_pass", "status_of"]
+
+Config = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Control:
+    """One known-answer input: `says` what was planted (or removed), in one line; `measure`
+    returns one value of the criterion's number per seed of the `control` configuration."""
+
+    says: str
+    measure: Callable[[Config], Sequence[float]]
+
+
+@dataclass(frozen=True)
+class Controls:
+    """The positive (must be `met`) and negative (must be `not met`) control of one criterion."""
+
+    positive: Control
+    negative: Control
+
+    @property
+    def line(self) -> str:
+        """The one line the page shows: what each control plants."""
+        return f"positive: {self.positive.says}; negative: {self.negative.says}"
+
+
+def status_of(criterion: Criterion, values: Sequence[float]) -> str:
+    """A control's status: its per-seed `values` judged by `criterion` (undecided with none
+    or with a NaN)."""
+    values = [float(v) for v in values]
+    if not values or any(math.isnan(v) for v in values):
+        return "undecided"
+    return criterion.status(criterion.interval(values))
+
+
+def control_statuses(criterion: Criterion, controls: Controls, config: Config) -> dict[str, Any]:
+    """Run both controls of `criterion` on `config` and judge each by the criterion.
+
+    Returns `{"positive": status, "negative": status, "positive_values": [...],
+    "negative_values": [...]}` with each status `met`, `not met` or `undecided`.
+    """
+    out: dict[str, Any] = {}
+    for kind in ("positive", "negative"):
+        values = [float(v) for v in getattr(controls, kind).measure(config)]
+        out[kind] = status_of(criterion, values)
+        out[f"{kind}_values"] = values
+    return out
+
+
+def controls_pass(statuses: Mapping[str, Any] | None) -> bool:
+    """Whether a criterion's controls came out as planted: positive `met`, negative `not met`."""
+    return (
+        statuses is not None
+        and statuses.get("positive") == "met"
+        and statuses.get("negative") == "not met"
+    )
