@@ -307,7 +307,7 @@ def _plot(curves: dict, config: dict, out: Path) -> str:
 EXPERIMENT = Experiment(
     id="E5",
     title="Volume: whitened components with and without log|det W|",
-    claims=("C9", "C14", "m1"),
+    claims=("C9", "C14a", "C14d", "m1"),
     hypothesis=(
         "Without the log-det volume term, learnable whitening collapses (the scale of W "
         "shrinks, the true-model likelihood degrades) and the tracer's collapse alarms fire; "

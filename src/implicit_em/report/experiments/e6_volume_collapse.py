@@ -273,7 +273,7 @@ _CONFIG = {
 EXPERIMENT = Experiment(
     id="E6",
     title="Collapse without a volume term in a decoder-free encoder",
-    claims=("C9", "C14"),
+    claims=("C9", "C14a", "C14d"),
     hypothesis=(
         "Trained with the log-sum-exp objective alone, a ReLU encoder read as distances loses "
         "its units (nothing pays for volume); the variance and decorrelation surrogates of the "

@@ -305,7 +305,7 @@ _CONFIG = {
 EXPERIMENT = Experiment(
     id="E7",
     title="Competition under cross-entropy, and label smoothing as a partial clamp",
-    claims=("C6", "C14"),
+    claims=("C6", "C14b"),
     hypothesis=(
         "Under cross-entropy the wrong classes still compete: the update each wrong class's "
         "prototype receives is ordered by its responsibility; label smoothing, a partial "

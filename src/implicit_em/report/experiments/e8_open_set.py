@@ -288,7 +288,7 @@ _CONFIG = {"lr": 1e-3, "null_target": 0.05, "d0_init": 0.0, "known": [0, 1, 2, 3
 EXPERIMENT = Experiment(
     id="E8",
     title="Open set: softmax is closed-world; a null component",
-    claims=("C10", "C14"),
+    claims=("C10", "C14c"),
     hypothesis=(
         "A softmax head gives a sizeable share of inputs from unseen classes to a known class "
         "with high confidence; a trained null component (learnable d₀) detects them better "
