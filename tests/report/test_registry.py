@@ -77,39 +77,58 @@ def test_status_edges_and_votes():
     assert Evaluation(LOW, None, "undecided").vote == "undecided"
 
 
-def _entry(eid: str, verdict: str, *criteria: tuple[str, str, str]) -> dict:
-    return {
-        "id": eid,
-        "verdict": verdict,
-        "criteria": [
+PLANTED = {"positive": "met", "negative": "not met"}
+
+
+def _entry(eid: str, verdict: str, *criteria: tuple, gates: tuple = ()) -> dict:
+    """A results.json entry; each criterion is (claim, status, direction[, primary[, controls]])."""
+    rows = []
+    for claim, status, direction, *rest in criteria:
+        primary = rest[0] if rest else True
+        controls = rest[1] if len(rest) > 1 else PLANTED
+        rows.append(
             {
                 "claim": claim,
                 "status": status,
                 "direction": direction,
-                "number": "n",
+                "number": f"n_{claim}_{status}",
                 "estimate": 0.0,
                 "low": 0.0,
                 "high": 0.0,
                 "op": "<=",
                 "threshold": 1.0,
+                "primary": primary,
+                "controls": controls,
             }
-            for claim, status, direction in criteria
-        ],
+        )
+    return {
+        "id": eid,
+        "verdict": verdict,
+        "criteria": rows,
+        "gates": [{"name": n, "passed": p, "detail": "", "verifies": v} for n, p, v in gates],
     }
 
 
-def test_claim_verdicts():
+def test_claim_verdicts_read_the_primary_criterion():
     experiments = [
         _entry("E1", "partly", ("C4", "met", "supports"), ("R1", "met", "refutes")),
-        _entry("E2", "fails", ("C4", "not met", "supports"), ("R1", "not met", "refutes")),
+        _entry(
+            "E2",
+            "fails",
+            ("C4", "not met", "supports", False),
+            ("R1", "not met", "refutes", False),
+        ),
         _entry("E3", "inconclusive", ("C9", "undecided", "supports"), ("m1", "met", "supports")),
         _entry("E4", "invalid", ("C10", "met", "supports")),
         _entry("E5", "holds", ("C6", "not met", "refutes"), ("R4", "met", "refutes")),
     ]
     items = ["C4", "R1", "C9", "m1", "C10", "C6", "R4", "T1"]
     got = {c["id"]: c for c in claim_verdicts(items, experiments)}
-    assert got["C4"]["verdict"] == "mixed" and got["C4"]["experiments"] == ["E1", "E2"]
-    assert got["R1"]["verdict"] == "mixed"
+    # the secondary votes against, but the item's verdict is its primary's
+    assert got["C4"]["verdict"] == "supported" and got["C4"]["experiments"] == ["E1", "E2"]
+    assert [v["vote"] for v in got["C4"]["evidence"]] == ["for", "against"]
+    assert got["C4"]["primary"] == "n_C4_met" and got["C4"]["primary_experiment"] == "E1"
+    assert got["R1"]["verdict"] == "answered"  # met and refutes the objection
     assert got["C9"]["verdict"] == "inconclusive"
     assert got["m1"]["verdict"] == "stands"
     assert got["C10"]["verdict"] == "not tested"  # only an invalid experiment bears on it
@@ -119,7 +138,46 @@ def test_claim_verdicts():
     assert got["C6"]["verdict"] == "supported"
     assert got["R4"]["verdict"] == "answered"
     assert got["T1"]["verdict"] == "not tested"
-    assert got["C4"]["evidence"][0]["vote"] == "for"
+
+
+def test_a_criterion_whose_controls_failed_casts_no_vote():
+    failed = {"positive": "met", "negative": "met"}
+    experiments = [_entry("E1", "holds", ("C6", "met", "supports", True, failed))]
+    (got,) = claim_verdicts(["C6"], experiments)
+    assert got["verdict"] == "not tested"
+    assert got["evidence"][0]["vote"] == "uncontrolled"
+    missing = [_entry("E1", "holds", ("C6", "met", "supports", True, None))]
+    assert claim_verdicts(["C6"], missing)[0]["verdict"] == "not tested"
+
+
+def test_items_verified_by_algebra_read_their_gates():
+    passed = [_entry("E1", "holds", ("C2", "met", "supports"), gates=(("err", True, "C1"),))]
+    assert claim_verdicts(["C1"], passed)[0]["verdict"] == "verified (algebra)"
+    failed = [_entry("E1", "holds", ("C2", "met", "supports"), gates=(("err", False, "C1"),))]
+    assert claim_verdicts(["C1"], failed)[0]["verdict"] == "violated (algebra)"
+    invalid = [_entry("E1", "invalid", ("C2", "met", "supports"), gates=(("err", False, "C1"),))]
+    (got,) = claim_verdicts(["C1"], invalid)
+    assert got["verdict"] == "not tested" and got["excluded"] == [
+        {"experiment": "E1", "verdict": "invalid"}
+    ]
+
+
+def test_every_item_has_one_primary_and_a_number_is_primary_once():
+    from implicit_em.report.claims import CLAIMS
+
+    primaries: dict[str, list[str]] = {}
+    for experiment in select(None):
+        for c in experiment.rule.criteria:
+            if c.primary:
+                primaries.setdefault(c.claim, []).append(f"{experiment.id} {c.number}")
+    several = {item: p for item, p in primaries.items() if len(p) > 1}
+    assert not several, f"items with more than one primary criterion: {several}"
+    numbers = [p for ps in primaries.values() for p in ps]
+    assert len(numbers) == len(set(numbers))
+    voted = {c.claim for e in select(None) for c in e.rule.criteria}
+    verified = {g.verifies for e in select(None) for g in e.rule.gates if g.verifies}
+    assert voted - set(primaries) - verified == set(), "items with criteria but no primary"
+    assert (set(primaries) | verified) <= set(CLAIMS)
 
 
 def test_bad_declarations_raise():
@@ -134,22 +192,20 @@ def test_bad_declarations_raise():
     with pytest.raises(ValueError, match="at least one criterion"):
         Rule(())
     experiment = _experiment()
-    with pytest.raises(ValueError, match="configs must have exactly the sizes"):
-        Experiment(**{**experiment, "configs": {"quick": {}}})
     with pytest.raises(ValueError, match="meaning must say"):
         Experiment(**{**experiment, "meaning": {"holds": "x"}})
+    with pytest.raises(ValueError, match="controls for numbers no criterion reads"):
+        Experiment(**{**experiment, "controls": {"nothing": None}})
 
 
 def _experiment() -> dict:
     return {
-        "id": "X1",
+        "id": "E1",
         "title": "t",
         "claims": ("C1",),
         "hypothesis": "h",
         "setup": "s",
-        "rule": RULE,
         "run": lambda config, out: Outcome({}),
-        "configs": {"smoke": {}, "quick": {}, "full": {}},
         "headline": (),
         "meaning": {"holds": "a", "partly": "b", "fails": "c"},
         "minutes": {"smoke": 0, "quick": 0, "full": 0},

@@ -37,6 +37,7 @@ from implicit_em.report.stats import (
 )
 
 __all__ = [
+    "ALGEBRA_WORDS",
     "CLAIM_WORDS",
     "OBJECTION_WORDS",
     "VERDICTS",
@@ -121,7 +122,12 @@ class GateResult:
             if self.value is None
             else f"{g.number} = {_format(self.value)} (needs {g.op} {g.threshold:g}: {g.means})"
         )
-        return {"name": g.number, "passed": bool(self.passed), "detail": detail}
+        return {
+            "name": g.number,
+            "passed": bool(self.passed),
+            "detail": detail,
+            "verifies": g.verifies,
+        }
 
     @classmethod
     def of(cls, gate: Gate, numbers: Mapping[str, Any]) -> GateResult:
@@ -345,51 +351,62 @@ class Rule:
         return Judgement("inconclusive", f"{shown}. Undecided, and deciding: {needs}")
 
 
-def _item_verdict(item: str, votes: Sequence[str]) -> str:
-    objection = item[0] in "Rm"
-    words = OBJECTION_WORDS if objection else CLAIM_WORDS
-    if not votes:
-        return words[4]
-    n_for, n_against = votes.count("for"), votes.count("against")
-    if n_for and n_against:
-        return words[2]
-    if votes.count("undecided"):
-        return words[3]
-    return words[0] if n_for else words[1]
+ALGEBRA_WORDS = ("verified (algebra)", "violated (algebra)")
+
+
+def _vote(c: Mapping[str, Any]) -> str:
+    """`for`, `against`, `undecided`, or `uncontrolled` (its known-answer controls did not come
+    out as planted, so it casts no vote) for a results.json criterion."""
+    controls = c.get("controls")
+    if not (
+        controls and controls.get("positive") == "met" and controls.get("negative") == "not met"
+    ):
+        return "uncontrolled"
+    if c["status"] not in ("met", "not met"):
+        return "undecided"
+    return "for" if (c["status"] == "met") == (c["direction"] == "supports") else "against"
+
+
+def _word(item: str, vote: str | None) -> str:
+    words = OBJECTION_WORDS if item[0] in "Rm" else CLAIM_WORDS
+    return {"for": words[0], "against": words[1], "undecided": words[3]}.get(vote or "", words[4])
 
 
 def claim_verdicts(
     items: Sequence[str], experiments: Sequence[Mapping[str, Any]]
 ) -> list[dict[str, Any]]:
-    """One verdict per theory item from the criteria of the valid experiments bearing on it.
+    """One verdict per theory item, read from its primary criterion.
 
-    `experiments` are results.json entries (`id`, `verdict`, `criteria`). Each criterion votes
-    `for` (met and supports, or not met and refutes), `against` or `undecided`; all `for`:
-    supported (objections: stands), all `against`: refuted (answered), both: mixed; undecided
-    votes that could change that: inconclusive; no criteria: not tested. An invalid or not-run
-    experiment with criteria on the item casts no vote; it is listed under `excluded` (id and
-    verdict), so that "not tested" never hides an experiment that ran and failed its gates.
+    `experiments` are results.json entries (`id`, `verdict`, `criteria`, `gates`). Each criterion
+    votes `for` (met and supports, or not met and refutes), `against`, `undecided`, or
+    `uncontrolled` when its known-answer controls did not both come out as planted. The item's
+    verdict is its **primary** criterion's vote: for a claim `supported`, `refuted` or
+    `inconclusive`, for an objection `stands`, `answered` or `inconclusive`; `not tested` when
+    it has no primary that ran and earned its vote. Every other criterion on the item is shown
+    beside it (`evidence`, the primary first) and does not change it. An item that a sanity gate
+    `verifies` is `verified (algebra)` when that gate passed (`violated (algebra)` when not).
+    An invalid or not-run experiment casts no vote; it is listed under `excluded`.
     """
     out = []
     for item in items:
-        votes, ids, evidence, excluded = [], [], [], []
+        evidence, excluded, ids, algebra = [], [], [], None
         for e in experiments:
+            bears = any(c["claim"] == item for c in e["criteria"]) or any(
+                g.get("verifies") == item for g in e.get("gates", [])
+            )
             if e["verdict"] in ("invalid", "not run"):
-                if any(c["claim"] == item for c in e["criteria"]):
+                if bears:
                     excluded.append({"experiment": e["id"], "verdict": e["verdict"]})
                 continue
+            for g in e.get("gates", []):
+                if g.get("verifies") == item:
+                    algebra = (
+                        ALGEBRA_WORDS[0] if g["passed"] and algebra is None else ALGEBRA_WORDS[1]
+                    )
+                    ids.append(e["id"])
             for c in e["criteria"]:
                 if c["claim"] != item:
                     continue
-                status, supports = c["status"], c["direction"] == "supports"
-                vote = (
-                    "undecided"
-                    if status not in ("met", "not met")
-                    else "for"
-                    if (status == "met") == supports
-                    else "against"
-                )
-                votes.append(vote)
                 if e["id"] not in ids:
                     ids.append(e["id"])
                 evidence.append(
@@ -401,15 +418,27 @@ def claim_verdicts(
                         "high": c["high"],
                         "op": c["op"],
                         "threshold": c["threshold"],
-                        "status": status,
+                        "status": c["status"],
                         "direction": c["direction"],
-                        "vote": vote,
+                        "primary": bool(c.get("primary")),
+                        "controls": c.get("controls"),
+                        "vote": _vote(c),
                     }
                 )
+        evidence.sort(key=lambda v: not v["primary"])
+        primary = next((v for v in evidence if v["primary"]), None)
+        if algebra is not None:
+            verdict = algebra
+        elif primary is None or primary["vote"] == "uncontrolled":
+            verdict = _word(item, None)
+        else:
+            verdict = _word(item, primary["vote"])
         out.append(
             {
                 "id": item,
-                "verdict": _item_verdict(item, votes),
+                "verdict": verdict,
+                "primary": None if primary is None else primary["number"],
+                "primary_experiment": None if primary is None else primary["experiment"],
                 "experiments": ids,
                 "evidence": evidence,
                 "excluded": excluded,
