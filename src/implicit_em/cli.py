@@ -18,7 +18,7 @@ import typer
 from implicit_em import __version__, identities
 from implicit_em.arguments import OneLineErrors, fail, names
 from implicit_em.mixture.cli import fit_command
-from implicit_em.report.cli import publish_command, report_command
+from implicit_em.report.cli import publish_command, register_command, report_command
 from implicit_em.trace.cli import trace_app
 from implicit_em.trace.demo import trace_demo
 from implicit_em.windtunnel.cli import windtunnel
@@ -95,6 +95,7 @@ def verify(
 
 app.command("report")(report_command)
 app.command("publish")(publish_command)
+app.command("register")(register_command)
 app.command("windtunnel")(windtunnel)
 app.command("fit")(fit_command)
 

@@ -18,9 +18,12 @@ import pytest
 from typer.testing import CliRunner
 
 from implicit_em.cli import app
-from implicit_em.report import Criterion, Experiment, Rule
+from implicit_em.report import Experiment
+from implicit_em.report import registration as reg
 from implicit_em.report.build import published_seconds, write_report
+from implicit_em.report.controls import Control, Controls
 from implicit_em.report.freshness import published_document, refresh_command, stale_experiments
+from implicit_em.report.protocol import Protocol
 from implicit_em.report.publish import publish
 from implicit_em.report.runner import run_experiments
 
@@ -37,6 +40,22 @@ def run(config, out):
 """
 
 
+def _protocol(id_: str, full: dict | None = None) -> Protocol:
+    criterion = {"number": "x", "op": "<=", "threshold": 1.0, "means": "small"}
+    return Protocol.from_data(
+        {
+            "id": id_,
+            "criteria": [{**criterion, "claim": "C1", "direction": "supports", "primary": True}],
+            "sizes": {
+                "smoke": {"seeds": [0]},
+                "quick": {"seeds": [0, 1]},
+                "full": full or {"seeds": [1000, 1001, 1002]},
+                "control": {"seeds": [0]},
+            },
+        }
+    )
+
+
 def _experiment(folder: Path, id_: str, full: dict | None = None) -> Experiment:
     """An experiment whose `run` lives in its own module file `folder/<id>_run.py`."""
     path = folder / f"{id_.lower()}_run.py"
@@ -51,12 +70,13 @@ def _experiment(folder: Path, id_: str, full: dict | None = None) -> Experiment:
         claims=("C1",),
         hypothesis="h",
         setup="s",
-        rule=Rule((Criterion("x", "<=", 1.0, "small", claim="C1", direction="supports"),)),
         run=module.run,
-        configs={
-            "smoke": {"seeds": [0]},
-            "quick": {"seeds": [0, 1]},
-            "full": full or {"seeds": [0, 1, 2]},
+        protocol=_protocol(id_, full),
+        controls={
+            "x": Controls(
+                Control("x planted small", lambda config: [0.5, 0.4, 0.6]),
+                Control("x planted large", lambda config: [2.0, 2.2, 1.9]),
+            )
         },
         headline=("x",),
         meaning={"holds": "a", "partly": "b", "fails": "c"},
@@ -71,8 +91,13 @@ def _report(out: Path, experiments: list[Experiment], size: str = "full") -> Pat
 
 
 @pytest.fixture
-def two(tmp_path) -> list[Experiment]:
-    return [_experiment(tmp_path, "X1"), _experiment(tmp_path, "X2")]
+def two(tmp_path, monkeypatch) -> list[Experiment]:
+    """Two synthetic experiments whose protocols are registered (in a registry of the test's
+    own) before anything runs."""
+    experiments = [_experiment(tmp_path, "X1"), _experiment(tmp_path, "X2")]
+    monkeypatch.setattr(reg, "REGISTRY", tmp_path / "registry.json")
+    reg.register([e.protocol for e in experiments], when="2026-01-01 00:00:00 UTC")
+    return experiments
 
 
 def test_a_complete_full_run_is_published_with_its_provenance_and_is_fresh(tmp_path, two):
@@ -84,7 +109,7 @@ def test_a_complete_full_run_is_published_with_its_provenance_and_is_fresh(tmp_p
     document = published_document(dest)
     assert document["meta"]["publication"]["partial"] is False
     for entry in document["experiments"]:
-        assert entry["size"] == "full" and entry["seeds"] == [0, 1, 2]
+        assert entry["size"] == "full" and entry["seeds"] == [1000, 1001, 1002]
         assert entry["commit"] and entry["machine"] == document["meta"]["machine"]
         assert entry["seconds"] >= 0 and len(entry["key"]) == 16
     assert "partial" not in (dest / "summary.md").read_text()
@@ -111,7 +136,8 @@ def test_a_changed_source_makes_its_experiment_stale_and_names_the_command(tmp_p
 def test_a_changed_full_configuration_makes_its_experiment_stale(tmp_path, two):
     dest = tmp_path / "published"
     publish(_report(tmp_path / "run", two), dest, experiments=two)
-    changed = [two[0], replace(two[1], configs={**two[1].configs, "full": {"seeds": [0, 1]}})]
+    fewer = _protocol("X2", {"seeds": [1000, 1001]})
+    changed = [two[0], replace(two[1], protocol=fewer)]
     stale = stale_experiments(published_document(dest), changed)
     assert [s.id for s in stale] == ["X2"]
     removed = stale_experiments(published_document(dest), two[:1])
@@ -135,7 +161,8 @@ def test_a_stale_or_smaller_report_is_refused(tmp_path, two):
 
 
 def test_an_incomplete_run_needs_partial_and_is_marked_partial(tmp_path, two):
-    crashing = _experiment(tmp_path, "X3", full={"seeds": [0], "crash": True})
+    crashing = _experiment(tmp_path, "X3", full={"seeds": [1000], "crash": True})
+    reg.register([crashing.protocol])
     registry = [*two, crashing, _experiment(tmp_path, "X4")]
     source = _report(tmp_path / "run", [*two, crashing])
     with pytest.raises(
@@ -235,3 +262,18 @@ def test_publishing_fills_the_readme_column_or_refuses_a_readme_without_one(tmp_
     with pytest.raises(ValueError, match=r"--readme .*plain\.md: no claim table to fill"):
         publish(source, tmp_path / "elsewhere", readme=plain, experiments=two)
     assert not (tmp_path / "elsewhere").exists()
+
+
+def test_publish_refuses_a_run_whose_protocol_was_registered_late_or_never(
+    tmp_path, two, monkeypatch
+):
+    source = _report(tmp_path / "run", two)
+    late = tmp_path / "late.json"
+    monkeypatch.setattr(reg, "REGISTRY", late)
+    reg.register([e.protocol for e in two], when="2999-01-01 00:00:00 UTC")
+    with pytest.raises(ValueError, match=r"X1: protocol \w+ was registered 2999-01-01"):
+        publish(source, tmp_path / "dest", experiments=two)
+    monkeypatch.setattr(reg, "REGISTRY", tmp_path / "empty.json")
+    with pytest.raises(ValueError, match="never registered"):
+        publish(source, tmp_path / "dest", experiments=two)
+    assert not (tmp_path / "dest").exists()

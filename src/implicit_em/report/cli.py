@@ -1,5 +1,6 @@
 """`implicit-em report`: run the claims report and print where the page is; `implicit-em
-publish`: publish a finished full-size report into `results/full/`, or check the published one.
+publish`: publish a finished full-size report into `results/full/`, or check the published one;
+`implicit-em register`: register the experiments' protocols (or check that they are).
 
 Every argument is checked before any experiment runs; a bad one is one line naming the option
 and exit status 2.
@@ -15,6 +16,7 @@ from implicit_em.arguments import check_device, check_writable_folder, fail, nam
 from implicit_em.report.build import run_report
 from implicit_em.report.freshness import published_document, stale_experiments
 from implicit_em.report.publish import PUBLISHED, publish
+from implicit_em.report.registration import register, unregistered
 from implicit_em.report.registry import select
 from implicit_em.report.render import NO_FULL_RUN
 
@@ -122,3 +124,42 @@ def _check_published(folder: Path) -> None:
     if stale:
         raise typer.Exit(code=1)
     typer.echo(f"{folder}: every published experiment matches the current source")
+
+
+def register_command(
+    reason: str = typer.Option(
+        "", "--reason", help="Why a registered protocol changed (needed for an amendment)."
+    ),
+    after_data: bool = typer.Option(
+        False,
+        "--after-data",
+        help="The amendment was made after confirmatory data of the protocol were seen.",
+    ),
+    seen: str = typer.Option("", "--seen", help="With --after-data: what the data showed."),
+    seeds_seen: str = typer.Option(
+        "", "--seeds-seen", metavar="SEEDS", help="With --after-data: the seeds seen, e.g. 0,1,2."
+    ),
+    check: bool = typer.Option(
+        False, "--check", help="Register nothing: list the protocols not registered (exit 1)."
+    ),
+) -> None:
+    """Register each experiment's current protocol (protocols/registry.json) before a run."""
+    protocols = [e.protocol for e in select()]
+    todo = unregistered(protocols)
+    if check:
+        hashes = {p.id: p.hash for p in protocols}
+        for ident in todo:
+            typer.echo(f"not registered: {ident} (protocol {hashes[ident]})")
+        if todo:
+            raise typer.Exit(code=1)
+        typer.echo(f"every protocol is registered ({len(protocols)})")
+        return
+    try:
+        seeds = [int(s) for s in seeds_seen.split(",") if s.strip()]
+    except ValueError:
+        fail(f"--seeds-seen {seeds_seen!r}: expected whole numbers separated by commas")
+    try:
+        done = register(protocols, reason, after_data, seen, seeds)
+    except ValueError as err:
+        fail(str(err))
+    typer.echo(f"registered: {', '.join(done)}" if done else "every protocol was registered")

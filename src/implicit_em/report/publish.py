@@ -3,7 +3,8 @@
 `publish(source)` reads the report that `implicit-em report --full --out SOURCE` wrote and
 writes its `results.json`, `summary.md` and self-contained `index.html` into `results/full/`.
 It refuses, with one line naming the reason, a report that is not full size, one whose
-experiments no longer match the current source (`freshness.stale_experiments`), and one that is
+experiments no longer match the current source (`freshness.stale_experiments`), one whose
+protocols were not registered before its run started (`registration.check_run`), and one that is
 incomplete (an experiment of the report missing, `not run` or `invalid`) unless `partial` is
 set; a partial publication is marked as such on the page, in `summary.md` and in every report
 compared with it. Every published experiment carries its size, seeds, commit, machine line,
@@ -24,6 +25,7 @@ from implicit_em.report.files import write_atomic
 from implicit_em.report.freshness import published_document, stale_experiments
 from implicit_em.report.provenance import source_commit
 from implicit_em.report.readme import full_size_column
+from implicit_em.report.registration import check_run
 from implicit_em.report.registry import Experiment, select
 
 __all__ = ["PUBLISHED", "Publication", "gaps", "publish"]
@@ -103,6 +105,12 @@ def publish(
         raise ValueError(
             f"--from {source}: {', '.join(s.id for s in stale)} changed since the run (source or "
             f"full configuration); rerun: {stale[0].command}"
+        )
+    unregistered = check_run(document["experiments"])
+    if unregistered:
+        raise ValueError(
+            f"--from {source}: not a run of registered protocols ({'; '.join(unregistered)}); "
+            "register first (`implicit-em register`), then run on fresh confirmation seeds"
         )
     lacking = gaps(document, registry)
     if lacking and not partial:

@@ -104,8 +104,9 @@ class ProtocolStatus:
         }
 
 
-def read_registry(path: Path = REGISTRY) -> dict[str, Any]:
-    """The registry's content (empty when the file does not exist)."""
+def read_registry(path: Path | None = None) -> dict[str, Any]:
+    """The registry's content at `path` (`REGISTRY` when None; empty when there is no file)."""
+    path = REGISTRY if path is None else path
     if not path.is_file():
         return {}
     return json.loads(path.read_text(encoding="utf-8"))
@@ -144,7 +145,7 @@ def register(
     after_data: bool = False,
     seen: str = "",
     seeds_seen: Sequence[int] = (),
-    path: Path = REGISTRY,
+    path: Path | None = None,
     when: str | None = None,
 ) -> list[str]:
     """Register the current version of each protocol that is not registered yet.
@@ -153,6 +154,7 @@ def register(
     and needs one (`ValueError` naming `reason` otherwise), and one made `after_data` must say
     what the data showed (`seen`) and which seeds had been seen. Returns the ids registered.
     """
+    path = REGISTRY if path is None else path
     registry = read_registry(path)
     when = when or now()
     todo = unregistered(protocols, registry)

@@ -139,23 +139,24 @@ class Experiment:
     meaning: Mapping[str, str]
     minutes: Mapping[str, float]
     controls: Mapping[str, Controls] = field(default_factory=dict)
-
-    @property
-    def protocol(self) -> Protocol:
-        """The registered protocol (`protocols/<ID>.json`)."""
-        return load_protocol(self.id)
+    protocol: Protocol | None = None
+    """Its protocol; None reads the registered file `protocols/<ID>.json`."""
 
     @property
     def rule(self) -> Rule:
         """How the verdict follows from the numbers: the protocol's gates and criteria."""
+        assert self.protocol is not None
         return self.protocol.rule
 
     @property
     def configs(self) -> Mapping[str, Config]:
         """The configuration at each size (and of the controls), from the protocol."""
+        assert self.protocol is not None
         return self.protocol.sizes
 
     def __post_init__(self) -> None:
+        if self.protocol is None:
+            object.__setattr__(self, "protocol", load_protocol(self.id))
         unknown = set(self.controls) - {c.number for c in self.rule.criteria}
         if unknown:
             raise ValueError(
