@@ -17,7 +17,8 @@ from typing import Any
 from implicit_em.pages import embedded_figure, format_number, page
 from implicit_em.pages import escape as _esc
 from implicit_em.pages import table as _table
-from implicit_em.report.claims import CLAIMS
+from implicit_em.report.claims import CLAIMS, DIRECTIONS, direction
+from implicit_em.report.forest import forest_svg
 from implicit_em.report.judging import claim_verdicts
 from implicit_em.report.runner import duration
 
@@ -33,21 +34,19 @@ __all__ = [
     "report_document",
 ]
 
-_GREEN, _RED, _AMBER, _GREY, _PURPLE = "#1a7f37", "#cf222e", "#9a6700", "#57606a", "#8250df"
+_GREEN, _RED, _BLUE, _GREY, _PURPLE = "#1a7f37", "#cf222e", "#0969da", "#57606a", "#8250df"
 _COLOURS = {
-    "holds": _GREEN,
-    "partly": _AMBER,
-    "fails": _RED,
+    # An experiment's verdict says which of its criteria were met, not for whom: one neutral
+    # colour for all three; red only for a broken gate.
+    "holds": _BLUE,
+    "partly": _BLUE,
+    "fails": _BLUE,
     "inconclusive": _PURPLE,
     "invalid": _RED,
     "not run": _GREY,
-    "supported": _GREEN,
-    "stands": _GREEN,
-    "refuted": _RED,
-    "answered": _RED,
-    "mixed": _AMBER,
-    "not tested": _GREY,
 }
+_DIRECTION_COLOURS = dict(zip(DIRECTIONS, (_GREEN, _RED, _GREY), strict=True))
+"""Items are coloured by what their verdict says of the paper."""
 NO_FULL_RUN = "no full run published"
 NOT_PUBLISHED = "not published"
 
@@ -57,12 +56,17 @@ _INTRO = (
     "component j. A paper argues that gradient descent on such objectives therefore performs "
     "expectation-maximization implicitly, in mixtures, attention and classification; a referee "
     "objected. Each experiment below tests named claims (C) and objections or proposed tests "
-    "(R, T, m), states its rule before it runs, and gets its verdict from its measurements by "
-    "that rule. Sanity gates (true by algebra or implementation) make a verdict invalid when they "
-    "fail; criteria (empirical, could go either way) are judged on 95% intervals over "
-    "independent seeds: met, not met or undecided. Verdicts: holds, partly, fails, inconclusive "
-    "(an undecided criterion could change it), invalid or not run. The first table gives one "
-    "verdict per claim (supported, refuted, mixed) and per objection (stands, answered, mixed)."
+    "(R, T, m) under a protocol registered before its confirmatory run (its criteria, "
+    "thresholds, seeds and budgets, with a hash; every amendment is listed with its date and "
+    "reason, and a verdict resting on an amendment made after its data were seen is "
+    "exploratory). Sanity gates (true by algebra or implementation) make a verdict invalid when "
+    "they fail, and answer the items they verify (verified (algebra)). Criteria (empirical, "
+    "could go either way) are judged on 95% intervals over independent seeds: met, not met or "
+    "undecided; each earns its vote with two known-answer controls run through the same "
+    "measurement code, a planted effect that must read met and its absence that must read not "
+    "met. One criterion per item is primary and gives the item's verdict (supported, refuted or "
+    "inconclusive for a claim; stands, answered or inconclusive for an objection); the others "
+    "are shown beside it. Items are coloured by what their verdict says of the paper."
 )
 
 
@@ -106,12 +110,18 @@ def full_cell(verdict: str | None, published: bool) -> str:
 
 
 def _evidence(c: Mapping[str, Any]) -> str:
-    """One criterion's reading as a claim row shows it: number, interval, status."""
+    """One criterion's reading as a claim row shows it: primary or not, number, interval,
+    status, and its vote (`uncontrolled`: its known-answer controls did not come out)."""
+    role = "primary" if c.get("primary") else "secondary"
     return (
-        f"{c['experiment']} {c['number']} = {format_number(c['estimate'])} "
+        f"{role}: {c['experiment']} {c['number']} = {format_number(c['estimate'])} "
         f"[{format_number(c['low'])}, {format_number(c['high'])}] (needs {c['op']} "
-        f"{format_number(c['threshold'])}; {c['status']}, {c['direction']})"
+        f"{format_number(c['threshold'])}; {c['status']}, {c['direction']}; vote {c['vote']})"
     )
+
+
+def _direction(c: Mapping[str, Any]) -> str:
+    return direction(c["id"], c["verdict"])
 
 
 def _excluded(c: Mapping[str, Any]) -> list[str]:
@@ -178,7 +188,13 @@ def render_markdown(document: Mapping[str, Any]) -> str:
     smaller = meta["size"] != "full"
     published = meta.get("compared_with") is not None
     verdict = ["verdict", "full size"] if smaller else ["verdict"]
-    items = ["item", *verdict, "experiments", "numbers (95% intervals over seeds)"]
+    items = [
+        "item",
+        *verdict,
+        "for or against the paper",
+        "experiments",
+        "numbers (95% intervals over seeds; primary first)",
+    ]
     experiments = ["claims", "experiment", *verdict, "time", "key numbers"]
     lines = [
         f"Claims report ({meta['size']}), {meta['date']}, {meta['machine']}",
@@ -197,6 +213,7 @@ def render_markdown(document: Mapping[str, Any]) -> str:
                     c["id"],
                     f"**{c['verdict']}**",
                     *full,
+                    _direction(c),
                     ", ".join(c["experiments"]),
                     _cell(evidence),
                 ]
@@ -220,8 +237,8 @@ def render_markdown(document: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _verdict(verdict: str) -> str:
-    colour = _COLOURS.get(verdict, "#57606a")
+def _verdict(verdict: str, colour: str | None = None) -> str:
+    colour = colour or _COLOURS.get(verdict, _GREY)
     return f'<span class="verdict" style="background:{colour}">{_esc(verdict)}</span>'
 
 
@@ -235,6 +252,18 @@ def _figure(root: Path, figure: Mapping[str, str]) -> str:
     return embedded_figure((root / figure["path"]).read_bytes(), figure["caption"])
 
 
+def _controls(c: Mapping[str, Any]) -> str:
+    controls = c.get("controls")
+    if not controls:
+        return "none (casts no vote)"
+    planted = controls.get("positive") == "met" and controls.get("negative") == "not met"
+    verdict = "as planted" if planted else "NOT as planted (casts no vote)"
+    return (
+        f"positive {controls.get('positive')}, negative {controls.get('negative')}: {verdict}. "
+        f"{c.get('control_line', '')}"
+    )
+
+
 def _criteria_rows(criteria: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, ...], list]:
     columns = (
         "number",
@@ -243,11 +272,13 @@ def _criteria_rows(criteria: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, ..
         "estimate [95% interval]",
         "seeds",
         "status",
+        "known-answer controls",
         "what it says",
+        "the paper's words",
         "how it could have failed",
     )
     rows = []
-    for c in criteria:
+    for c in sorted(criteria, key=lambda c: not c.get("primary")):
         status = c["status"] or "not measured"
         if status == "undecided":
             more = c.get("seeds_to_decide")
@@ -258,19 +289,44 @@ def _criteria_rows(criteria: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, ..
             else f"{format_number(c['estimate'])} [{format_number(c['low'])}, "
             f"{format_number(c['high'])}] ({c['method']})"
         )
+        role = "primary for" if c.get("primary") else "secondary on"
         rows.append(
             (
                 c["number"],
-                f"{c['claim']} ({c['direction']})",
+                f"{role} {c['claim']} ({c['direction']})",
                 f"{c['op']} {format_number(c['threshold'])}",
                 measured,
                 c["seeds"],
                 status,
+                _controls(c),
                 c["means"],
+                c.get("quote", ""),
                 c["how_it_could_fail"],
             )
         )
     return columns, rows
+
+
+def _protocol_line(e: Mapping[str, Any]) -> str:
+    """The protocol the verdict was judged under: hash, registration, amendments."""
+    protocol = e.get("protocol") or {}
+    registered = protocol.get("registered")
+    when = f"registered {registered}" if registered else "NOT registered"
+    lines = [f"Protocol {protocol.get('hash', '?')}, {when}."]
+    for a in protocol.get("amendments", []):
+        after = (
+            f"after data were seen (seeds {', '.join(map(str, a.get('seeds_seen', [])))}): "
+            f"{a.get('seen', '')}"
+            if a["after_data"]
+            else "before any confirmatory data"
+        )
+        lines.append(f"Amendment of {a['date']}: {a['reason']} ({after}).")
+    if e.get("exploratory"):
+        lines.append(
+            "This verdict is EXPLORATORY: an amendment was made after these seeds' data were "
+            "seen; it stands only once rerun on fresh confirmation seeds."
+        )
+    return " ".join(lines)
 
 
 def _section(root: Path, e: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
@@ -280,6 +336,7 @@ def _section(root: Path, e: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
         f"<p><b>Hypothesis.</b> {_esc(e['hypothesis'])}</p>",
         f"<p><b>Setup.</b> {_esc(e['setup'])}</p>",
         f"<p><b>Rule, stated before the run.</b> {_esc(e['rule'])}</p>",
+        f"<p class='meta'>{_esc(_protocol_line(e))}</p>",
     ]
     if e["gates"]:
         rows = [(g["name"], "passed" if g["passed"] else "FAILED", g["detail"]) for g in e["gates"]]
@@ -288,7 +345,10 @@ def _section(root: Path, e: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
         parts.append(_table(*_criteria_rows(e["criteria"]), "Criteria (95% intervals over seeds)"))
     mark = _full_mark(e, meta)
     mark = f" ({mark})" if mark else ""
-    parts.append(f"<p><b>Verdict: {_esc(e['verdict'])}{_esc(mark)}.</b> {_esc(e['reason'])}</p>")
+    exploratory = " (exploratory)" if e.get("exploratory") else ""
+    parts.append(
+        f"<p><b>Verdict: {_esc(e['verdict'])}{exploratory}{_esc(mark)}.</b> {_esc(e['reason'])}</p>"
+    )
     if e["meaning"]:
         parts.append(f"<p><b>What it means.</b> {_esc(e['meaning'])}</p>")
     if e["error"]:
@@ -334,12 +394,20 @@ def render_html(document: Mapping[str, Any], root: Path) -> str:
     claim_rows = "".join(
         f"<tr id='claim-{_esc(c['id'])}'><td>{_esc(c['id'])}</td>"
         f"<td>{_esc(document['claims'].get(c['id'], ''))}</td>"
-        f"<td>{_verdict(c['verdict'])} {_esc(_full_mark(c, meta))}</td><td>"
+        f"<td>{_verdict(c['verdict'], _DIRECTION_COLOURS[_direction(c)])}<br>"
+        f"<span class='meta'>{_esc(_direction(c))}</span> {_esc(_full_mark(c, meta))}</td><td>"
         + ", ".join(f"<a href='#{_esc(i)}'>{_esc(i)}</a>" for i in c["experiments"])
         + "</td><td>"
+        + forest_svg(c["evidence"])
+        + "<details><summary>numbers</summary>"
         + "<br>".join(_esc(line) for line in [*map(_evidence, c["evidence"]), *_excluded(c)])
-        + "</td></tr>"
+        + "</details></td></tr>"
         for c in document["claim_verdicts"]
+    )
+    by_direction = [_direction(c) for c in document["claim_verdicts"]]
+    direction_tally = ", ".join(
+        f"<span style='color:{_DIRECTION_COLOURS[d]}'><b>{by_direction.count(d)}</b> {_esc(d)}</span>"
+        for d in DIRECTIONS
     )
     counts = {v: sum(e["verdict"] == v for e in experiments) for v in _COLOURS}
     tally = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
@@ -350,8 +418,13 @@ def render_html(document: Mapping[str, Any], root: Path) -> str:
 {_esc(meta["machine"])} · {meta["seconds"]:.0f} s of experiments</p>
 <p class="meta">{_esc(comparison_line(meta))}</p>
 <h2>Verdict per claim and objection</h2>
+<p>{direction_tally}. Each item's verdict is its primary criterion's; the plot shows every
+criterion on the item (primary first, thicker): its 95% interval over seeds (bar), estimate (dot)
+and threshold (black tick), each row on its own scale, coloured by its vote (green for the item,
+red against it, purple undecided, hollow grey when its known-answer controls did not come out as
+planted).</p>
 <table><thead><tr><th>id</th><th>statement</th><th>verdict</th><th>experiments</th>
-<th>numbers (95% intervals over seeds)</th></tr></thead><tbody>{claim_rows}</tbody></table>
+<th>criteria: 95% intervals against thresholds</th></tr></thead><tbody>{claim_rows}</tbody></table>
 <p>{_esc(_INTRO)}</p>
 <h2>Experiments</h2><p>{_esc(tally)}.</p>
 <table><thead><tr><th>claims</th><th>experiment</th><th>verdict</th><th>time</th>
