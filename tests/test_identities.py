@@ -23,10 +23,14 @@ EXPECTED = [
     "volume_gradient",
     "null_component",
     "no_competition",
+    "candidate_set_gradient",
+    "soft_label_gradient",
+    "transition_gradient",
+    "crowd_gradient",
 ]
 
 
-def test_registry_lists_the_ten_identities_with_sections():
+def test_registry_lists_the_fourteen_identities_with_sections():
     assert list(identities.REGISTRY) == EXPECTED
     for identity in identities.REGISTRY.values():
         assert identity.section.startswith("§") and identity.claims
@@ -64,7 +68,7 @@ def test_verify_prints_a_table_and_json():
     assert result.exit_code == 0, result.output
     for name in EXPECTED:
         assert name in result.output
-    assert "10 passed, 0 failed" in result.output
+    assert "14 passed, 0 failed" in result.output
     result = runner.invoke(app, ["verify", "--json", "--only", "lse_gradient"])
     assert result.exit_code == 0
     rows = json.loads(result.output)

@@ -30,12 +30,16 @@ from implicit_em.attention import attention, attention_gradients
 from implicit_em.core import lse, responsibilities
 from implicit_em.objectives import (
     append_null,
+    candidate_set_nll,
     correntropy,
     cross_entropy,
+    crowd_nll,
     mixture_nll,
     null_responsibility,
     sigmoid_bce,
+    soft_label_nll,
     soft_targets,
+    transition_nll,
 )
 
 __all__ = ["REGISTRY", "Identity", "IdentityResult", "register", "run", "run_all"]
@@ -351,7 +355,7 @@ def _volume_gradient(gen: torch.Generator) -> tuple[float, bool]:
 @register(
     "null_component",
     "§7.3",
-    "C10, C14",
+    "C10, C14c",
     "r_0 = sigmoid(-d_0 - L); d/dd_0 = +r_0 (mixture NLL), 1[y=null] - r_0 (cross-entropy)",
 )
 def _null_component(gen: torch.Generator) -> tuple[float, bool]:
@@ -407,6 +411,91 @@ def _no_competition(gen: torch.Generator) -> tuple[float, bool]:
         and _gradcheck(lambda x: sigmoid_bce(x, target, reduction="none"), d)
     )
     return error, ok
+
+
+# ---------------------------------------------------------------------------------------------
+# 11-14: partial clamps, imperfect supervision (§7.3)
+# ---------------------------------------------------------------------------------------------
+
+
+def _clamped_minus_free(d: Tensor, weights: Tensor) -> Tensor:
+    """The closed form r~ - r with r~_j = w_j r_j / sum_k w_k r_k, written out from r."""
+    r = responsibilities(d)
+    weighted = weights * r
+    return weighted / weighted.sum(dim=-1, keepdim=True) - r
+
+
+def _clamp_check(
+    gen: torch.Generator, weights: Tensor, loss: Callable[[Tensor], Tensor]
+) -> tuple[float, bool]:
+    """Gradient (closed form r~ - r) and value (-log sum_j w_j r_j) of a partial clamp."""
+    n, k = weights.shape
+    d = (3 * _randn(gen, n, k)).requires_grad_(True)
+    (grad,) = _grad(loss(d).sum(), d)
+    value = -torch.log((weights * responsibilities(d.detach())).sum(dim=-1))
+    error = _max_error((grad, _clamped_minus_free(d.detach(), weights)), (loss(d.detach()), value))
+    return error, _gradcheck(loss, d)
+
+
+@register(
+    "candidate_set_gradient",
+    "§7.3",
+    "C14b",
+    "partial labels: d/dd_j [-log sum_{j in S} r_j] = r~_j - r_j, r~ = r renormalized over S",
+)
+def _candidate_set_gradient(gen: torch.Generator) -> tuple[float, bool]:
+    candidates = torch.rand(8, 6, generator=gen, dtype=DTYPE) < 0.5
+    candidates[:, 0] |= ~candidates.any(dim=-1)  # no empty set
+    candidates[-1] = True  # an unlabeled row: all classes, loss 0 and no gradient
+    weights = candidates.to(DTYPE)
+    return _clamp_check(gen, weights, lambda x: candidate_set_nll(x, candidates, reduction="none"))
+
+
+@register(
+    "soft_label_gradient",
+    "§7.3",
+    "C14b",
+    "soft labels as evidence: d/dd_j [-log sum_j t_j r_j] = r~_j - r_j, r~_j ∝ t_j r_j",
+)
+def _soft_label_gradient(gen: torch.Generator) -> tuple[float, bool]:
+    target = torch.softmax(2 * _randn(gen, 8, 6), dim=-1)
+    return _clamp_check(gen, target, lambda x: soft_label_nll(x, target, reduction="none"))
+
+
+@register(
+    "transition_gradient",
+    "§7.3",
+    "C14b",
+    "noisy labels: d/dd_j [-log sum_j T_{j,y~} r_j] = r~_j - r_j, r~_j ∝ T_{j,y~} r_j",
+)
+def _transition_gradient(gen: torch.Generator) -> tuple[float, bool]:
+    transition = torch.softmax(_randn(gen, 6, 6) + 3 * torch.eye(6, dtype=DTYPE), dim=-1)
+    noisy = torch.randint(0, 6, (8,), generator=gen)
+    weights = torch.stack([transition[:, label] for label in noisy.tolist()])
+    return _clamp_check(
+        gen, weights, lambda x: transition_nll(x, noisy, transition, reduction="none")
+    )
+
+
+@register(
+    "crowd_gradient",
+    "§7.3",
+    "C14b",
+    "crowd labels: d/dd_j [-log sum_j prod_a pi^a_{j,y_a} r_j] = r~_j - r_j (Dawid-Skene)",
+)
+def _crowd_gradient(gen: torch.Generator) -> tuple[float, bool]:
+    n, a, k = 8, 4, 5
+    confusions = torch.softmax(_randn(gen, a, k, k) + 2 * torch.eye(k, dtype=DTYPE), dim=-1)
+    annotations = torch.randint(-1, k, (n, a), generator=gen)  # -1: no label
+    weights = torch.ones(n, k, dtype=DTYPE)
+    for row in range(n):
+        for annotator in range(a):
+            label = int(annotations[row, annotator])
+            if label >= 0:
+                weights[row] *= confusions[annotator, :, label]
+    return _clamp_check(
+        gen, weights, lambda x: crowd_nll(x, annotations, confusions, reduction="none")
+    )
 
 
 # ---------------------------------------------------------------------------------------------

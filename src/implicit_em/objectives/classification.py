@@ -101,7 +101,7 @@ def cross_entropy(
     target : Tensor
         Class indices (`d`'s shape without `dim`) or probabilities (`d`'s shape).
     label_smoothing : float, default=0.0
-        $\varepsilon \in [0, 1]$ (a partial clamp, C14).
+        $\varepsilon \in [0, 1]$ (a partial clamp, C14b).
     dim : int, default=-1
         The component axis.
     reduction : {"mean", "sum", "none"}, default="mean"

@@ -1,4 +1,4 @@
-r"""The null ("none of the above") component of the normalized objectives (C10, C14).
+r"""The null ("none of the above") component of the normalized objectives (C10, C14c).
 
 $r_0 = e^{-d_0} / (e^{-d_0} + \sum_j \pi_j e^{-d_j}) = \sigma(-d_0 - L)$.
 """

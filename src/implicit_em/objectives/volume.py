@@ -1,4 +1,4 @@
-r"""Batch surrogates of the volume (log-det) term that neural objectives lack (C9, C14).
+r"""Batch surrogates of the volume (log-det) term that neural objectives lack (C9, C14a).
 
 The variance penalty is the diagonal of the missing $\log|\det|$, the decorrelation penalty its
 off-diagonal.

@@ -151,7 +151,7 @@ class Criterion:
     means : str
         What meeting it says, in words.
     claim : str
-        The one theory item it bears on ("C1".."C14", "R1".."R4", "m1".."m3", "T1".."T3").
+        The one theory item it bears on ("C1".."C13", "C14a".."C14d", "R1".."R4", "m1".."m3", "T1".."T3").
     direction : {"supports", "refutes"}
         What meeting the criterion says about `claim`.
     method : {"t", "bootstrap", "wilson", "clopper-pearson"}
