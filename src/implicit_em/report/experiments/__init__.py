@@ -18,6 +18,7 @@ from implicit_em.report.experiments import (
     e12_two_timescales,
     e13_score_gradients,
     e14_distance_reading,
+    e16_partial_clamps,
 )
 
 EXPERIMENTS = [
@@ -35,6 +36,7 @@ EXPERIMENTS = [
     e12_two_timescales.EXPERIMENT,
     e13_score_gradients.EXPERIMENT,
     e14_distance_reading.EXPERIMENT,
+    e16_partial_clamps.EXPERIMENT,
 ]
 
 __all__ = ["EXPERIMENTS"]

@@ -1,0 +1,214 @@
+r"""E16's model, its two fitters (gradient descent on a partial clamp, explicit EM) and the rivals.
+
+The model is a distance classifier over PCA features $z$: one prototype per class and a learned
+prior, $d_j = \tfrac12\|z - \mu_j\|^2 - \log\pi_j$, so $r = \mathrm{softmax}(-d)$ is the
+posterior of a mixture of unit-variance Gaussians. Supervision is a weight $\log w$ over the
+classes per row (`implicit_em.objectives.clamped_nll`); noisy and crowd labels get their weights
+from a transition matrix or confusion matrices that are learned with the model.
+
+* `fit_gd`: Adam on the clamped objective itself (gradient $\tilde r - r$), the transition or
+  confusions as parameters beside the prototypes (`TransitionNLL`, `CrowdNLL`).
+* `fit_em`: explicit EM on the same model: E-step $\tilde r$ from the current model and
+  supervision; M-step fits the model to $\tilde r$ (closed form for the joint likelihood of the
+  semi-supervised arm; Adam steps on the cross-entropy to $\tilde r$ otherwise) and the
+  transition or confusions by their closed form (expected counts).
+
+Rivals, each from its own library where one installs here: pseudo-labelling (Lee 2013), the
+naive average over candidates and PRODEN (Lv et al., ICML 2020), generalized cross-entropy
+(Zhang & Sabuncu, NeurIPS 2018), cleanlab's `CleanLearning`, and crowd-kit's `MajorityVote`,
+`DawidSkene` and `GLAD`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from implicit_em import objectives
+from implicit_em.distances import squared_euclidean
+
+__all__ = [
+    "Model",
+    "Supervision",
+    "fit_em",
+    "fit_gd",
+    "fit_targets",
+    "generalized_ce",
+    "proden",
+]
+
+
+class Model(nn.Module):
+    r"""Prototypes $\mu$ `[K, D]` and prior logits; `distances(z)` is $d$ `[N, K]`."""
+
+    def __init__(self, start: Tensor) -> None:
+        super().__init__()
+        self.prototypes = nn.Parameter(start.clone())
+        self.prior = nn.Parameter(torch.zeros(len(start), dtype=start.dtype))
+
+    def distances(self, z: Tensor) -> Tensor:
+        return 0.5 * squared_euclidean(z, self.prototypes) - torch.log_softmax(self.prior, 0)
+
+    def posteriors(self, z: Tensor) -> Tensor:
+        with torch.no_grad():
+            return torch.softmax(-self.distances(z), dim=-1)
+
+
+@dataclass(frozen=True)
+class Supervision:
+    r"""What one arm observes per training row.
+
+    `kind` is `"mask"` (candidate sets; all-True rows are unlabeled; `joint` uses the joint
+    likelihood, so unlabeled rows count), `"noisy"` (one label per row, transition learned) or
+    `"crowd"` (`[N, A]` labels, -1 missing; confusions learned).
+    """
+
+    kind: str
+    labels: Tensor
+    joint: bool = False
+
+
+def _stochastic_from_counts(counts: Tensor, smoothing: float = 1.0) -> Tensor:
+    counts = counts + smoothing
+    return counts / counts.sum(-1, keepdim=True)
+
+
+def _log_weights(supervision: Supervision, k: int, noise: Tensor | None) -> Tensor:
+    """$\\log w$ `[N, K]` for the supervision, with the current transition or confusions."""
+    if supervision.kind == "mask":
+        mask = supervision.labels
+        return torch.where(mask, 0.0, float("-inf")).to(torch.float32)
+    assert noise is not None
+    if supervision.kind == "noisy":
+        return torch.log(noise)[:, supervision.labels].T
+    return objectives.crowd_log_weights(supervision.labels, noise)
+
+
+def _noise_start(supervision: Supervision, k: int, diagonal: float) -> Tensor | None:
+    if supervision.kind == "mask":
+        return None
+    eye = torch.eye(k)
+    single = eye * diagonal + (1 - eye) * (1 - diagonal) / (k - 1)
+    if supervision.kind == "noisy":
+        return single
+    return single.expand(supervision.labels.shape[1], k, k).clone()
+
+
+def fit_gd(
+    z: Tensor, supervision: Supervision, start: Tensor, steps: int, lr: float, diagonal: float
+) -> tuple[Model, Tensor | None]:
+    """Adam on the partial-clamp objective: the model and the learned transition/confusions."""
+    model = Model(start)
+    k = len(start)
+    noise = _noise_start(supervision, k, diagonal)
+    noise_logits = None if noise is None else nn.Parameter(torch.log(noise))
+    parameters = [*model.parameters(), *([] if noise_logits is None else [noise_logits])]
+    optimizer = torch.optim.Adam(parameters, lr=lr)
+    for _ in range(steps):
+        optimizer.zero_grad(set_to_none=True)
+        current = None if noise_logits is None else torch.softmax(noise_logits, -1)
+        log_w = _log_weights(supervision, k, current)
+        loss = objectives.clamped_nll(model.distances(z), log_w, conditional=not supervision.joint)
+        loss.backward()
+        optimizer.step()
+    final = None if noise_logits is None else torch.softmax(noise_logits.detach(), -1)
+    return model, final
+
+
+def fit_targets(z: Tensor, targets: Tensor, start: Tensor, steps: int, lr: float) -> Model:
+    """The model fitted to soft (or one-hot) targets by cross-entropy: an M-step, and the way
+    every rival that produces labels trains the same model."""
+    model = Model(start)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    for _ in range(steps):
+        optimizer.zero_grad(set_to_none=True)
+        objectives.cross_entropy(model.distances(z), targets).backward()
+        optimizer.step()
+    return model
+
+
+def _closed_form_m_step(z: Tensor, posterior: Tensor) -> Tensor:
+    """Means of the joint (generative) M-step: responsibility-weighted averages."""
+    weight = posterior.sum(0).clamp_min(1e-12)
+    return (posterior.T @ z) / weight[:, None]
+
+
+def fit_em(
+    z: Tensor,
+    supervision: Supervision,
+    start: Tensor,
+    iterations: int,
+    m_steps: int,
+    lr: float,
+    diagonal: float,
+) -> tuple[Model, Tensor | None]:
+    """Explicit EM on the same model and supervision (see the module docstring)."""
+    k = len(start)
+    model = Model(start)
+    noise = _noise_start(supervision, k, diagonal)
+    for _ in range(iterations):
+        with torch.no_grad():
+            log_w = _log_weights(supervision, k, noise)
+            posterior = objectives.clamped_responsibilities(model.distances(z), log_w)
+        if supervision.joint:
+            model.prototypes.data = _closed_form_m_step(z, posterior)
+            model.prior.data = torch.log(posterior.mean(0).clamp_min(1e-12))
+        else:
+            fitted = fit_targets(z, posterior, model.prototypes.detach(), m_steps, lr)
+            model.load_state_dict(fitted.state_dict())
+        if supervision.kind == "noisy":
+            onehot = torch.nn.functional.one_hot(supervision.labels, k).to(posterior.dtype)
+            noise = _stochastic_from_counts(posterior.T @ onehot)
+        elif supervision.kind == "crowd":
+            labels = supervision.labels
+            onehot = torch.nn.functional.one_hot(labels.clamp_min(0), k).to(posterior.dtype)
+            onehot = onehot * (labels >= 0).unsqueeze(-1)
+            noise = _stochastic_from_counts(torch.einsum("nj,nal->ajl", posterior, onehot))
+    return model, noise
+
+
+def proden(
+    z: Tensor, candidates: Tensor, start: Tensor, epochs: int, steps: int, lr: float
+) -> Model:
+    r"""PRODEN (Lv et al., ICML 2020): cross-entropy to weights over the candidates, the weights
+    re-estimated after each epoch as the model's confidence renormalized over the candidate set,
+    $w_{nj} = r_{nj} 1[j \in S_n] / \sum_{k \in S_n} r_{nk}$, from uniform weights."""
+    weights = candidates.float() / candidates.sum(-1, keepdim=True)
+    model = fit_targets(z, weights, start, steps, lr)
+    for _ in range(epochs - 1):
+        r = model.posteriors(z) * candidates
+        weights = r / r.sum(-1, keepdim=True).clamp_min(1e-30)
+        model = fit_targets(z, weights, model.prototypes.detach(), steps, lr)
+    return model
+
+
+def generalized_ce(
+    z: Tensor, labels: Tensor, start: Tensor, steps: int, lr: float, q: float = 0.7
+) -> Model:
+    r"""Generalized cross-entropy (Zhang & Sabuncu, NeurIPS 2018): $(1 - p_y^q)/q$, between
+    cross-entropy ($q \to 0$) and the mean absolute error ($q = 1$)."""
+    model = Model(start)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    for _ in range(steps):
+        optimizer.zero_grad(set_to_none=True)
+        log_p = torch.log_softmax(-model.distances(z), -1).gather(1, labels[:, None])
+        ((1 - torch.exp(q * log_p)) / q).mean().backward()
+        optimizer.step()
+    return model
+
+
+def accuracy(model_or_labels: Model | Tensor, z: Tensor, y: Tensor) -> float:
+    """Accuracy of a model's argmax posterior on `(z, y)`."""
+    predicted = (
+        model_or_labels.posteriors(z).argmax(-1)
+        if isinstance(model_or_labels, Model)
+        else model_or_labels
+    )
+    return float((predicted == y).float().mean())
+
+
+def agreement(a: Model, b: Model, z: Tensor) -> float:
+    """$1 - $ the mean total-variation distance between two models' posteriors on `z`."""
+    return 1.0 - 0.5 * float((a.posteriors(z) - b.posteriors(z)).abs().sum(-1).mean())
