@@ -181,53 +181,57 @@ def _rule_row(n: int) -> str:
     return "|" + "---|" * n
 
 
-def render_markdown(document: Mapping[str, Any]) -> str:
-    """The summary in Markdown: one row per theory item first, then one per experiment, each
-    with its measured time; below full size each verdict has the published full one beside it."""
+def verdict_table(document: Mapping[str, Any]) -> list[str]:
+    """The short table of one verdict per theory item (item, statement, verdict, and below full
+    size the published full-size verdict), linking each item to its row on the page: the table
+    the README shows."""
     meta = document["meta"]
     smaller = meta["size"] != "full"
     published = meta.get("compared_with") is not None
     verdict = ["verdict", "full size"] if smaller else ["verdict"]
-    items = [
-        "item",
-        *verdict,
-        "for or against the paper",
-        "experiments",
-        "numbers (95% intervals over seeds; primary first)",
-    ]
+    header = ["item", "statement", *verdict, "for or against the paper"]
+    lines = [_row(header), _rule_row(len(header))]
+    for c in document["claim_verdicts"]:
+        full = [full_cell(c.get("full_verdict"), published)] if smaller else []
+        statement = _cell(document["claims"].get(c["id"], ""))
+        lines.append(_row([c["id"], statement, f"**{c['verdict']}**", *full, _direction(c)]))
+    return lines
+
+
+def render_markdown(document: Mapping[str, Any]) -> str:
+    """The summary in Markdown: the short verdict table (`verdict_table`), each item's primary
+    criterion and the numbers behind it, then one row per experiment with its measured time;
+    below full size each verdict has the published full one beside it."""
+    meta = document["meta"]
+    smaller = meta["size"] != "full"
+    published = meta.get("compared_with") is not None
+    verdict = ["verdict", "full size"] if smaller else ["verdict"]
+    numbers = ["item", "primary criterion", "numbers (95% intervals over seeds; primary first)"]
     experiments = ["claims", "experiment", *verdict, "time", "key numbers"]
     lines = [
         f"Claims report ({meta['size']}), {meta['date']}, {meta['machine']}",
         "",
         comparison_line(meta),
         "",
-        _row(items),
-        _rule_row(len(items)),
+        *verdict_table(document),
+        "",
+        _row(numbers),
+        _rule_row(len(numbers)),
     ]
     for c in document["claim_verdicts"]:
         evidence = "; ".join([*(_evidence(x) for x in c["evidence"]), *_excluded(c)])
-        full = [full_cell(c.get("full_verdict"), published)] if smaller else []
-        lines.append(
-            _row(
-                [
-                    c["id"],
-                    f"**{c['verdict']}**",
-                    *full,
-                    _direction(c),
-                    ", ".join(c["experiments"]),
-                    _cell(evidence),
-                ]
-            )
-        )
+        primary = f"{c['primary_experiment']} {c['primary']}" if c.get("primary") else "none"
+        lines.append(_row([c["id"], primary, _cell(evidence)]))
     lines += ["", _row(experiments), _rule_row(len(experiments))]
     for e in document["experiments"]:
         full = [full_cell(e.get("full_verdict"), published)] if smaller else []
+        exploratory = " (exploratory)" if e.get("exploratory") else ""
         lines.append(
             _row(
                 [
                     ", ".join(e["claims"]),
                     f"{e['id']}: {_cell(e['title'])}",
-                    f"**{e['verdict']}**",
+                    f"**{e['verdict']}**{exploratory}",
                     *full,
                     duration(e["seconds"]),
                     _cell(_headline(e)),
