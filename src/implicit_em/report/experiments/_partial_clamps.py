@@ -41,12 +41,17 @@ __all__ = [
 
 
 class Model(nn.Module):
-    r"""Prototypes $\mu$ `[K, D]` and prior logits; `distances(z)` is $d$ `[N, K]`."""
+    r"""Prototypes $\mu$ `[K, D]` and prior logits; `distances(z)` is $d$ `[N, K]`. A `Model`
+    as `start` copies its prototypes and prior; a tensor starts the prior uniform."""
 
-    def __init__(self, start: Tensor) -> None:
+    def __init__(self, start: Tensor | Model) -> None:
         super().__init__()
-        self.prototypes = nn.Parameter(start.clone())
-        self.prior = nn.Parameter(torch.zeros(len(start), dtype=start.dtype))
+        if isinstance(start, Model):
+            prototypes, prior = start.prototypes.detach(), start.prior.detach()
+        else:
+            prototypes, prior = start, torch.zeros(len(start), dtype=start.dtype)
+        self.prototypes = nn.Parameter(prototypes.clone())
+        self.prior = nn.Parameter(prior.clone())
 
     def distances(self, z: Tensor) -> Tensor:
         return 0.5 * squared_euclidean(z, self.prototypes) - torch.log_softmax(self.prior, 0)
@@ -62,12 +67,14 @@ class Supervision:
 
     `kind` is `"mask"` (candidate sets; all-True rows are unlabeled; `joint` uses the joint
     likelihood, so unlabeled rows count), `"noisy"` (one label per row, transition learned) or
-    `"crowd"` (`[N, A]` labels, -1 missing; confusions learned).
+    `"crowd"` (`[N, A]` labels, -1 missing; confusions learned). A `known` transition `[K, K]`
+    (or confusions `[A, K, K]`) is used as given instead of being learned.
     """
 
     kind: str
     labels: Tensor
     joint: bool = False
+    known: Tensor | None = None
 
 
 def _stochastic_from_counts(counts: Tensor, smoothing: float = 1.0) -> Tensor:
@@ -103,29 +110,34 @@ def fit_gd(
     model = Model(start)
     k = len(start)
     noise = _noise_start(supervision, k, diagonal)
-    noise_logits = None if noise is None else nn.Parameter(torch.log(noise))
+    learned = noise is not None and supervision.known is None
+    noise_logits = nn.Parameter(torch.log(noise)) if learned else None
     parameters = [*model.parameters(), *([] if noise_logits is None else [noise_logits])]
     optimizer = torch.optim.Adam(parameters, lr=lr)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, steps)
     for _ in range(steps):
         optimizer.zero_grad(set_to_none=True)
-        current = None if noise_logits is None else torch.softmax(noise_logits, -1)
+        current = supervision.known if noise_logits is None else torch.softmax(noise_logits, -1)
         log_w = _log_weights(supervision, k, current)
         loss = objectives.clamped_nll(model.distances(z), log_w, conditional=not supervision.joint)
         loss.backward()
         optimizer.step()
-    final = None if noise_logits is None else torch.softmax(noise_logits.detach(), -1)
+        schedule.step()
+    final = supervision.known if noise_logits is None else torch.softmax(noise_logits.detach(), -1)
     return model, final
 
 
-def fit_targets(z: Tensor, targets: Tensor, start: Tensor, steps: int, lr: float) -> Model:
+def fit_targets(z: Tensor, targets: Tensor, start: Tensor | Model, steps: int, lr: float) -> Model:
     """The model fitted to soft (or one-hot) targets by cross-entropy: an M-step, and the way
     every rival that produces labels trains the same model."""
     model = Model(start)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, steps)
     for _ in range(steps):
         optimizer.zero_grad(set_to_none=True)
         objectives.cross_entropy(model.distances(z), targets).backward()
         optimizer.step()
+        schedule.step()
     return model
 
 
@@ -148,6 +160,8 @@ def fit_em(
     k = len(start)
     model = Model(start)
     noise = _noise_start(supervision, k, diagonal)
+    if supervision.known is not None:
+        noise = supervision.known
     for _ in range(iterations):
         with torch.no_grad():
             log_w = _log_weights(supervision, k, noise)
@@ -156,8 +170,9 @@ def fit_em(
             model.prototypes.data = _closed_form_m_step(z, posterior)
             model.prior.data = torch.log(posterior.mean(0).clamp_min(1e-12))
         else:
-            fitted = fit_targets(z, posterior, model.prototypes.detach(), m_steps, lr)
-            model.load_state_dict(fitted.state_dict())
+            model = fit_targets(z, posterior, model, m_steps, lr)
+        if supervision.known is not None:
+            continue
         if supervision.kind == "noisy":
             onehot = torch.nn.functional.one_hot(supervision.labels, k).to(posterior.dtype)
             noise = _stochastic_from_counts(posterior.T @ onehot)
@@ -180,7 +195,7 @@ def proden(
     for _ in range(epochs - 1):
         r = model.posteriors(z) * candidates
         weights = r / r.sum(-1, keepdim=True).clamp_min(1e-30)
-        model = fit_targets(z, weights, model.prototypes.detach(), steps, lr)
+        model = fit_targets(z, weights, model, steps, lr)
     return model
 
 
@@ -210,5 +225,11 @@ def accuracy(model_or_labels: Model | Tensor, z: Tensor, y: Tensor) -> float:
 
 
 def agreement(a: Model, b: Model, z: Tensor) -> float:
+    """The share of the rows of `z` on which two models' posteriors put their largest mass on
+    the same class."""
+    return float((a.posteriors(z).argmax(-1) == b.posteriors(z).argmax(-1)).float().mean())
+
+
+def posterior_overlap(a: Model, b: Model, z: Tensor) -> float:
     """$1 - $ the mean total-variation distance between two models' posteriors on `z`."""
     return 1.0 - 0.5 * float((a.posteriors(z) - b.posteriors(z)).abs().sum(-1).mean())
