@@ -34,6 +34,7 @@ from implicit_em.objectives import mixture_nll
 from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments._cells import interval_cell
 from implicit_em.report.experiments._experts import (
+    MixtureOfExperts,
     expert_distances,
     gate_kl,
     matched_purity,
@@ -55,6 +56,19 @@ from implicit_em.report.units import unit
 
 OBJECTIVES = {"mixture": "competitive mixture loss", "blend": "blended output, squared error"}
 COLORS = ("#0969da", "#cf222e", "#1a7f37", "#bf8700", "#8250df", "#57606a")
+
+
+def gate_gradient_residual(model: MixtureOfExperts, x: Tensor, y: Tensor) -> float:
+    r"""$\max |B\,\partial\ell/\partial\,\mathrm{logit} - (g - h)|$ under the mixture loss on
+    `(x, y)`: the gate's gradient is its distance from the responsibilities, so descent fits the
+    gate to them (the construction behind "gates are responsibilities")."""
+    logits = model.gate(x).detach().requires_grad_()
+    log_g = torch.log_softmax(logits, dim=-1)
+    d = expert_distances(y, model.experts(x))
+    (grad,) = torch.autograd.grad(mixture_nll(d, log_prior=log_g), logits)
+    with torch.no_grad():
+        h = responsibilities(d, log_prior=log_g)
+        return float((grad * len(x) - (log_g.exp() - h)).abs().max())
 
 
 def train(objective: str, seed: int, config: dict[str, Any]) -> dict[str, Any]:
@@ -103,6 +117,8 @@ def train(objective: str, seed: int, config: dict[str, Any]) -> dict[str, Any]:
             if traced is not None:
                 traced.step()
     result: dict[str, Any] = {"kl_curve": torch.stack(kl_curve).tolist()}
+    if objective == "mixture":
+        result["gate_gradient_residual"] = gate_gradient_residual(model, x, y)
     if traced is not None:
         frame = traced.history.to_pandas()
         sites = frame[frame["kind"] == "site"]
@@ -190,6 +206,7 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
                 plus_minus(per_seed["mse_blend"]),
             )
         )
+    numbers["gate_gradient_residual"] = max(r["gate_gradient_residual"] for r in runs["mixture"])
     numbers["trace_agreement"] = max(r["trace_agreement"] for r in runs["mixture"])
     numbers["trace_residual"] = max(r["trace_residual"] for r in runs["mixture"])
     numbers["alarms_mixture"] = sorted({a for r in runs["mixture"] for a in r["alarms"]})
