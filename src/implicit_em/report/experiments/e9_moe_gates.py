@@ -421,20 +421,20 @@ EXPERIMENT = Experiment(
         "one-to-one matching)."
     ),
     run=run,
-    headline=("purity_mixture", "kl_mixture", "purity_blend"),
+    headline=("owner_purity_gap_gate_free", "purity_mixture", "kl_mixture"),
     meaning={
         "holds": (
-            "C13 holds on this task: the mixture loss's gradient makes the gate an M-step "
-            "towards the responsibilities, and the experts specialize. See the blend's row "
-            "for what a gate that is not trained towards responsibilities does."
+            "C13 holds on this task: without a gate the responsibilities still route each "
+            "segment to one expert, the mixture loss's gate specializes, and gradient descent "
+            "routes as well as EM from the same start."
         ),
         "partly": (
-            "Either the experts specialized without the gate matching the responsibilities, "
-            "or the gate matched them without a clean one-to-one specialization."
+            "Part holds; the criteria not met say which: routing without a gate, the gate's "
+            "specialization under the mixture loss, or gradient descent against EM."
         ),
         "fails": (
-            "Neither specialization nor a gate close to the responsibilities: C13 is not "
-            "borne out on this task."
+            "Without a gate the routing is lost, the gate does not specialize, and gradient "
+            "descent routes worse than EM: C13 is not borne out on this task."
         ),
     },
     minutes={"smoke": 0.1, "quick": 0.4, "full": 6.0},
