@@ -463,6 +463,6 @@ EXPERIMENT = Experiment(
             "unknown inputs above chance."
         ),
     },
-    minutes={"smoke": 0.2, "quick": 0.8, "full": 6.0},
+    minutes={"smoke": 0.2, "quick": 0.8, "full": 7.0},
     controls=CONTROLS,
 )

@@ -22,6 +22,7 @@ is $\mathrm{KL}(h \,\Vert\, g)$ averaged over inputs.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -351,9 +352,12 @@ def _owner_purity_gap_gate_free(config: dict[str, Any]) -> list[float]:
     ]
 
 
-def _planted(config: dict[str, Any], **changes: Any) -> dict[str, Any]:
-    """The control configuration with the experts started on the task's lines."""
-    return {**config, "planted_experts": True, **changes}
+def _planted(
+    says: str, measure: Callable[[dict[str, Any]], list[float]], **changes: Any
+) -> Control:
+    """A control that runs `measure` on the control configuration with the experts started on
+    the task's lines and `changes` applied."""
+    return Control(says, lambda c: measure({**c, "planted_experts": True, **changes}))
 
 
 _ONE_LINE = {"slopes": [2.0] * 4, "intercepts": [1.0] * 4}
@@ -365,38 +369,47 @@ _SHARED_LEVELS = {"slopes": [0.0] * 4, "intercepts": [0.0, 3.0, 0.0, 3.0]}
 
 CONTROLS = {
     "purity_mixture": Controls(
-        positive=Control(
+        positive=_planted(
             "four segments at four levels (y names the segment), experts started on them, gate "
             "learned by the mixture loss",
-            lambda c: _purity_mixture(_planted(c, **_LEVELS)),
+            _purity_mixture,
+            **_LEVELS,
         ),
-        negative=Control(
+        negative=_planted(
             "four segments on one line, every expert started on it: h = g, the gate gets no "
             "gradient and stays at its random start",
-            lambda c: _purity_mixture(_planted(c, **_ONE_LINE)),
+            _purity_mixture,
+            **_ONE_LINE,
         ),
     ),
     "purity_gap_em": Controls(
-        positive=Control(
+        positive=_planted(
             "four segments at four levels, experts started on them; gradient descent and EM "
             "both fit the gate",
-            lambda c: _purity_gap_em(_planted(c, **_LEVELS)),
+            _purity_gap_em,
+            **_LEVELS,
         ),
-        negative=Control(
+        negative=_planted(
             "the same start, but gradient descent stopped after one step while EM runs",
-            lambda c: _purity_gap_em(_planted(c, steps=1, **_LEVELS)),
+            _purity_gap_em,
+            steps=1,
+            **_LEVELS,
         ),
     ),
     "owner_purity_gap_gate_free": Controls(
-        positive=Control(
+        positive=_planted(
             "four segments at four levels (y names the segment), experts started on them; "
             "gated model given the true segment gate",
-            lambda c: _owner_purity_gap_gate_free(_planted(c, planted_gate=True, **_LEVELS)),
+            _owner_purity_gap_gate_free,
+            planted_gate=True,
+            **_LEVELS,
         ),
-        negative=Control(
+        negative=_planted(
             "segments 1 and 3 (2 and 4) share a level, so only x tells them apart; the gated "
             "model has the true segment gate, the gate-free one cannot route by x",
-            lambda c: _owner_purity_gap_gate_free(_planted(c, planted_gate=True, **_SHARED_LEVELS)),
+            _owner_purity_gap_gate_free,
+            planted_gate=True,
+            **_SHARED_LEVELS,
         ),
     ),
 }
@@ -437,6 +450,6 @@ EXPERIMENT = Experiment(
             "descent routes worse than EM: C13 is not borne out on this task."
         ),
     },
-    minutes={"smoke": 0.1, "quick": 0.4, "full": 6.0},
+    minutes={"smoke": 0.1, "quick": 0.3, "full": 6.0},
     controls=CONTROLS,
 )
