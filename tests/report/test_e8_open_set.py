@@ -8,9 +8,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from implicit_em.objectives import append_null, cross_entropy, null_responsibility
 from implicit_em.report import select
 from implicit_em.report.experiments import _open_set
+from implicit_em.report.experiments import _open_set_scores as e8_scores
 from implicit_em.report.experiments import e8_open_set as e8
+from implicit_em.report.experiments._neural import load_images
+from implicit_em.report.experiments._open_set_splits import digits_as_images, random_split
 
 (E8,) = select(["E8"])
 
@@ -89,31 +93,83 @@ def test_open_set_metrics_reject_bad_input():
         e8.open_set_metrics(np.array([0.1, 0.2, 0.3]), np.array([True, False]))
 
 
+CONFIG = {"null_target": 0.05, "oe_weight": 0.5, "knn_bank": 100, "knn_k": 3, "vim_dim": 2}
+
+
 def test_null_responsibility_ranks_as_the_energy_with_a_constant_d0():
     torch.manual_seed(0)
     model = _open_set.OpenSetClassifier("null", 5, 8, 3, 4, d0=1.5)
-    x = torch.randn(200, 5)
-    result = e8.evaluate(
-        model, x, torch.randint(0, 4, (200,)), torch.randn(300, 5) * 3, {"knn_bank": 100}
-    )
-    check = result["null_check"]
-    assert check["closed_form_error"] < 1e-12 and check["closed_form_lse_error"] < 1e-12
+    scorer = _open_set.Scorer(model, torch.randn(200, 5), torch.randint(0, 4, (200,)), CONFIG)
+    x = torch.randn(300, 5) * 3
+    check = scorer.null_check(x)
+    assert check["closed_form_error"] < 1e-12
     assert check["rank_violations"] == 0 and check["d0"] == pytest.approx(1.5)
+    scores = scorer.scores(x)
     unknown = np.arange(300) % 3 == 0
-    same = e8.open_set_metrics(result["scores"]["null"], unknown)
-    energy = e8.open_set_metrics(result["scores"]["energy"], unknown)
+    same = e8.open_set_metrics(scores["null"], unknown)
+    energy = e8.open_set_metrics(scores["energy"], unknown)
     assert same == pytest.approx(energy, abs=1e-12)
+    assert "vim" not in scores  # ViM needs a linear head
 
 
-def test_null_loss_gradient_on_d0_is_target_minus_responsibility():
+def test_every_detector_scores_a_linear_head():
     torch.manual_seed(0)
-    model = _open_set.OpenSetClassifier("null", 5, 8, 3, 4, d0=0.5).double()
+    model = _open_set.OpenSetClassifier("softmax", 5, 8, 3, 4, d0=0.0)
+    scorer = _open_set.Scorer(model, torch.randn(200, 5), torch.randint(0, 4, (200,)), CONFIG)
+    scores = scorer.scores(torch.randn(30, 5))
+    assert set(scores) == set(e8_scores.DETECTORS)
+    assert all(v.shape == (30,) and np.isfinite(v).all() for v in scores.values())
+
+
+@pytest.mark.parametrize("kind", ["null", "null_x"])
+def test_null_loss_gradient_on_d0_is_target_minus_responsibility(kind):
+    """∂ℓ/∂d₀ = t₀ − r₀ per sample (for d₀(x), on the per-input null distance)."""
+    torch.manual_seed(0)
+    model = _open_set.OpenSetClassifier(kind, 5, 8, 3, 4, d0=0.5).double()
     x, y = torch.randn(16, 5, dtype=torch.float64), torch.randint(0, 4, (16,))
-    model.loss(x, y, null_target=0.05).backward()
-    _, z = model(x)
-    r0 = _open_set.null_responsibility(-z, model.null.d0).detach()
-    # ∂ℓ/∂d₀ = t₀ − r₀ per sample, averaged over the batch.
-    assert float(model.null.d0.grad) == pytest.approx(float((0.05 - r0).mean()), abs=1e-12)
+    h, z = model(x)
+    d0 = model.null_distance(h)
+    d0.retain_grad()
+    extended = append_null(-z, d0)
+    target = torch.nn.functional.one_hot(y, 5).double() * 0.95
+    target[:, 4] += 0.05
+    cross_entropy(extended, target).backward()
+    r0 = null_responsibility(-z, d0).detach()
+    torch.testing.assert_close(d0.grad * 16, (0.05 - r0).expand_as(d0.grad))
+    loss = model.loss(x, y, {"null_target": 0.05})
+    assert float(loss.detach()) == pytest.approx(float(cross_entropy(extended, target).detach()))
+
+
+def test_input_dependent_null_is_a_broad_background_component():
+    torch.manual_seed(0)
+    null = _open_set.BackgroundNull(3, d0=0.5)
+    h = torch.randn(7, 3)
+    tau = 1.0 + torch.nn.functional.softplus(null.rho)
+    assert float(tau.detach()) > 1.0
+    torch.testing.assert_close(null(h), ((h - null.centre) ** 2).sum(1) / tau + 0.5)
+
+
+def test_sigmoid_and_outlier_exposure_losses():
+    torch.manual_seed(0)
+    x, y = torch.randn(16, 5, dtype=torch.float64), torch.randint(0, 4, (16,))
+    sigmoid = _open_set.OpenSetClassifier("sigmoid", 5, 8, 3, 4, d0=0.0).double()
+    _, z = sigmoid(x)
+    one_hot = torch.nn.functional.one_hot(y, 4).double()
+    bce = torch.nn.functional.binary_cross_entropy_with_logits(z, one_hot, reduction="none")
+    assert float(sigmoid.loss(x, y, CONFIG).detach()) == pytest.approx(
+        float(bce.sum(1).mean().detach())
+    )
+    oe = _open_set.OpenSetClassifier("oe", 5, 8, 3, 4, d0=0.0).double()
+    outliers = torch.randn(10, 5, dtype=torch.float64)
+    _, z = oe(x)
+    _, z_out = oe(outliers)
+    # Hendrycks et al.: CE on known inputs + λ · CE from the uniform distribution on outliers.
+    expected = torch.nn.functional.cross_entropy(z, y) + 0.5 * (-torch.log_softmax(z_out, 1).mean())
+    assert float(oe.loss(x, y, CONFIG, outliers).detach()) == pytest.approx(
+        float(expected.detach())
+    )
+    with pytest.raises(ValueError, match="outliers"):
+        oe.loss(x, y, CONFIG)
 
 
 def test_smoothing_ablation_is_label_smoothing_without_a_null():
@@ -123,7 +179,7 @@ def test_smoothing_ablation_is_label_smoothing_without_a_null():
     assert model.null is None
     _, z = model(x)
     expected = torch.nn.functional.cross_entropy(z, y, label_smoothing=0.05).detach()
-    loss = model.loss(x, y, null_target=0.05).detach()
+    loss = model.loss(x, y, {"null_target": 0.05}).detach()
     assert float(loss) == pytest.approx(float(expected), abs=1e-12)
 
 
@@ -132,18 +188,53 @@ def test_unknown_head_kind():
         _open_set.OpenSetClassifier("cosine", 5, 8, 3, 4, d0=0.0)
 
 
+def test_random_splits_keep_the_roles_apart():
+    images = load_images({"data": "fashion-mnist", "n_train": 3000, "device": "cpu"})
+    x_far = digits_as_images(images.mean)
+    assert x_far.shape == (1797, 784)
+    config = {"known": 6, "outlier": 2, "n_val": 100}
+    first, again, other = (random_split(images, x_far, s, config) for s in (0, 0, 1))
+    assert first.known == again.known and (first.known, first.outlier) != (
+        other.known,
+        other.outlier,
+    )
+    assert sorted(first.known + first.outlier + first.unknown) == list(range(10))
+    assert len(first.unknown) == 2 and first.classes == 6
+    assert set(first.y_train.tolist()) == set(range(6))
+    assert len(first.x_val) == 200 and first.val_unknown.sum() == 100
+    # The outlier classes' test images are left out; known test labels are remapped.
+    y_test = images.y_test.numpy()
+    kept = ~np.isin(y_test, first.outlier)
+    assert len(first.x_test) == kept.sum()
+    assert (first.test_unknown == np.isin(y_test[kept], first.unknown)).all()
+    with pytest.raises(ValueError, match="unknown class"):
+        random_split(images, x_far, 0, {**config, "known": 8})
+
+
 def test_smoke_run(tmp_path):
     outcome = E8.run({**E8.configs["smoke"], "device": "cpu"}, tmp_path)
     n = outcome.numbers
+    for where in e8.SETS:
+        for model in e8.MODELS:
+            for score in ("msp", "energy", "max_logit", "mahalanobis", "knn", "react"):
+                assert 0 <= n[f"auroc_{where}_{model}_{score}"] <= 1
+        assert 0 <= n[f"auroc_{where}_softmax_vim"] <= 1
+        assert 0 <= n[f"auroc_{where}_null_x_null"] <= 1
     for model in e8.MODELS:
-        for score in ("msp", "energy", "max_logit", "mahalanobis", "knn"):
-            assert 0 <= n[f"auroc_{model}_{score}"] <= 1
-        assert 0 <= n[f"closed_world_share_{model}"] <= 1
-    assert n["null_rank_violations"] == 0 and n["null_energy_auroc_gap"] < 1e-12
-    assert -1 <= n["null_gain_over_best"] <= 1 and -1 <= n["null_gain_over_smoothing"] <= 1
-    assert len(n["best_baseline_per_seed"]) == len(E8.configs["smoke"]["seeds"])
-    assert n["unknown_classes"] == ["6", "7", "8", "9"]
+        assert 0 <= n[f"share_{model}"] <= 1 and 0 <= n[f"share_far_{model}"] <= 1
+    assert n["null_rank_violations"] == 0
+    assert -1 <= n["null_gain_over_best_near"] <= 1 and -1 <= n["null_x_gain_over_oe_far"] <= 1
+    assert len(n["chosen_baseline_per_seed"]) == len(E8.configs["smoke"]["seeds"])
     assert all((tmp_path / f.path).is_file() for f in outcome.figures)
     assert E8.judge(outcome).verdict not in ("not run", "invalid")
     for criterion in E8.rule.criteria:
         assert len(outcome.samples[criterion.number]) >= len(E8.configs["smoke"]["seeds"])
+
+
+def test_a_split_can_keep_a_random_subset_of_the_test_images():
+    images = load_images({"data": "fashion-mnist", "n_train": 3000, "device": "cpu"})
+    x_far = digits_as_images(images.mean)
+    config = {"known": 6, "outlier": 2, "n_val": 100, "n_test": 500}
+    split = random_split(images, x_far, 0, config)
+    assert len(split.x_test) == 500 and split.test_unknown.any() and (~split.test_unknown).any()
+    assert not np.isin(split.outlier, split.unknown).any()

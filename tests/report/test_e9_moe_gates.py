@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from implicit_em.core import responsibilities
 from implicit_em.objectives import mixture_nll
 from implicit_em.report import select
 from implicit_em.report.experiments import e9_moe_gates as e9
+from implicit_em.report.experiments._experts import start_model
 
 (E9,) = select(["E9"])
 
@@ -54,6 +56,34 @@ def test_matched_purity():
     assert e9.matched_purity(torch.tensor([0, 1, 0, 1, 2, 2, 3, 3]), segment, 4, 4) == 0.75
 
 
+def test_planted_starts():
+    config = {
+        "slopes": [1.0, -1.0],
+        "intercepts": [0.0, 2.0],
+        "experts": 2,
+        "gate_hidden": 4,
+        "planted_experts": True,
+        "planted_gate": True,
+    }
+    model = start_model(config)
+    assert model.experts.weight[:, 0].tolist() == [1.0, -1.0]
+    assert model.experts.bias.tolist() == [0.0, 2.0]
+    x = torch.tensor([[-0.5], [0.5]])
+    # The planted gate puts logit 10 on the expert of each point's segment and has no parameters.
+    assert model.gate(x).tolist() == [[10.0, 0.0], [0.0, 10.0]]
+    assert not list(model.gate.parameters())
+    with pytest.raises(ValueError, match="one expert per segment"):
+        start_model({**config, "experts": 3})
+
+
+def test_gate_gradient_is_its_distance_from_the_responsibilities():
+    torch.manual_seed(0)
+    config = {"slopes": [1.0, -1.0], "intercepts": [0.0, 2.0], "noise": 0.1}
+    x, y, _ = e9.piecewise_task(64, config, torch.Generator().manual_seed(0))
+    model = start_model({**config, "experts": 2, "gate_hidden": 4})
+    assert e9.gate_gradient_residual(model, x, y) < 1e-6
+
+
 def test_smoke_run(tmp_path):
     outcome = E9.run({**E9.configs["smoke"], "device": "cpu"}, tmp_path)
     n = outcome.numbers
@@ -61,6 +91,7 @@ def test_smoke_run(tmp_path):
         assert 0.25 <= n[f"purity_{objective}"] <= 1 and n[f"kl_{objective}"] >= 0
     # The tracer's per-expert mass is the mean of h read here from the same gradient.
     assert n["trace_agreement"] < 1e-5 and n["trace_residual"] < 1e-5
+    assert n["gate_gradient_residual"] < 1e-5
     assert all((tmp_path / f.path).is_file() for f in outcome.figures)
     assert E9.judge(outcome).verdict not in ("not run", "invalid")
     for criterion in E9.rule.criteria:

@@ -70,12 +70,41 @@ def test_open_set_metrics_on_known_orderings() -> None:
         os_.open_set_metrics(np.array([0.0, np.nan]), np.array([0, 1], dtype=bool))
 
 
-def test_best_baseline_gaps_pair_each_seed_with_its_best_score() -> None:
-    gaps, names = os_.best_baseline_gaps(
-        [0.9, 0.8, 0.7], {"msp": [0.85, 0.9, 0.6], "knn": [0.7, 0.95, float("nan")]}
+def test_vim_on_a_worked_example() -> None:
+    """Second moment diag(2, 2, 0.25) about u = 0: the principal plane is x-y, the residual is
+    |h_z|; α = Σ max z / Σ residual = 4 / 2 = 2; for h = (1, 1, 3), z = (1, 1): the score is
+    2 · 3 − log(e + e) = 5 − log 2."""
+    weight = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], dtype=torch.float64)
+    h_train = torch.tensor(
+        [[2.0, 0.0, 0.5], [0.0, 2.0, -0.5], [-2.0, 0.0, 0.5], [0.0, -2.0, -0.5]],
+        dtype=torch.float64,
     )
-    assert gaps[:2] == pytest.approx([0.05, -0.15])
-    assert math.isnan(gaps[2])
-    assert names == ["msp", "knn", "n/a"]
-    with pytest.raises(ValueError, match="one value per unit"):
-        os_.best_baseline_gaps([0.9], {"msp": [0.1, 0.2]})
+    h = torch.tensor([[1.0, 1.0, 3.0]], dtype=torch.float64)
+    expected = 5.0 - math.log(2.0)
+    for bias in ([0.0, 0.0], [1.0, -1.0]):
+        b = torch.tensor(bias, dtype=torch.float64)
+        # The origin u = −W⁺b = (−b₁, −b₂, 0): shifting the features by u leaves the score.
+        u = torch.tensor([-bias[0], -bias[1], 0.0], dtype=torch.float64)
+        train, test = h_train + u, h + u
+        score = os_.vim(train, train @ weight.T + b, test, test @ weight.T + b, weight, b, dim=2)
+        assert score.tolist() == pytest.approx([expected])
+    with pytest.raises(ValueError, match="dim must be"):
+        os_.vim(h_train, h_train[:, :2], h, h[:, :2], weight, torch.zeros(2), dim=3)
+
+
+def test_react_clips_at_the_training_percentile_then_takes_the_energy() -> None:
+    """Training features 0..10: the 90th percentile is 9, so 12 is clipped to 9 and 3 kept."""
+    h_train = torch.arange(11, dtype=torch.float64)[:, None]
+    h = torch.tensor([[12.0], [3.0]], dtype=torch.float64)
+    score = os_.react_energy(h_train, h, lambda f: torch.cat([f, -f], dim=1))
+    expected = [-math.log(math.exp(9) + math.exp(-9)), -math.log(math.exp(3) + math.exp(-3))]
+    assert score.tolist() == pytest.approx(expected)
+
+
+def test_the_baseline_is_chosen_on_validation() -> None:
+    validation = {"softmax/msp": 0.7, "sigmoid/knn": 0.9, "distance/energy": 0.9}
+    assert os_.chosen_on_validation(validation) == "sigmoid/knn"
+    with pytest.raises(ValueError, match="at least one"):
+        os_.chosen_on_validation({})
+    with pytest.raises(ValueError, match="NaN"):
+        os_.chosen_on_validation({"softmax/msp": float("nan")})

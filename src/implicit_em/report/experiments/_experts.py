@@ -8,7 +8,21 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-__all__ = ["MixtureOfExperts", "expert_distances", "gate_kl", "matched_purity", "piecewise_task"]
+__all__ = [
+    "MixtureOfExperts",
+    "SegmentGate",
+    "expert_distances",
+    "gate_kl",
+    "matched_purity",
+    "piecewise_task",
+    "segment_of",
+    "start_model",
+]
+
+
+def segment_of(x: Tensor, segments: int) -> Tensor:
+    """The segment of each `x` in [-1, 1] cut into `segments` equal widths, `[N]` (long)."""
+    return torch.clamp(((x + 1.0) / 2.0 * segments).long(), 0, segments - 1)
 
 
 def piecewise_task(
@@ -20,7 +34,7 @@ def piecewise_task(
     intercepts = torch.tensor(config["intercepts"], dtype=torch.float32)
     segments = len(slopes)
     x = torch.rand(n, generator=generator) * 2.0 - 1.0
-    segment = torch.clamp(((x + 1.0) / 2.0 * segments).long(), 0, segments - 1)
+    segment = segment_of(x, segments)
     y = (
         slopes[segment] * x
         + intercepts[segment]
@@ -43,6 +57,48 @@ class MixtureOfExperts(nn.Module):
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """The experts' outputs `o[N, K]` and the gate's log-probabilities `log g[N, K]`."""
         return self.experts(x), torch.log_softmax(self.gate(x), dim=-1)
+
+
+class SegmentGate(nn.Module):
+    """A planted gate with no parameters: logit `scale` for the expert whose index is the
+    segment of `x`, 0 for the others (known-answer controls)."""
+
+    def __init__(self, experts: int, scale: float = 10.0) -> None:
+        super().__init__()
+        self.experts, self.scale = experts, scale
+
+    def forward(self, x: Tensor) -> Tensor:
+        segment = segment_of(x[:, 0], self.experts)
+        return self.scale * nn.functional.one_hot(segment, self.experts).to(x.dtype)
+
+
+def start_model(config: dict[str, Any], gate: nn.Module | None = None) -> MixtureOfExperts:
+    """The model every E9 fit starts from (call after seeding torch).
+
+    With `config["planted_experts"]` the experts start on the task's lines (expert i on segment
+    i); with `config["planted_gate"]` a learned gate is replaced by [SegmentGate][]. Both plant
+    a known answer for the known-answer controls.
+
+    Raises
+    ------
+    ValueError
+        If experts are planted and their number differs from the number of segments.
+    """
+    experts = config["experts"]
+    planted = [k for k in ("planted_experts", "planted_gate") if config.get(k)]
+    if planted and len(config["slopes"]) != experts:
+        raise ValueError(
+            f"{planted[0]} needs one expert per segment, got {experts} experts and "
+            f"{len(config['slopes'])} segments"
+        )
+    if config.get("planted_gate") and gate is None:
+        gate = SegmentGate(experts)
+    model = MixtureOfExperts(experts, config["gate_hidden"], gate)
+    if config.get("planted_experts"):
+        with torch.no_grad():
+            model.experts.weight[:, 0] = torch.tensor(config["slopes"])
+            model.experts.bias.copy_(torch.tensor(config["intercepts"]))
+    return model
 
 
 def expert_distances(y: Tensor, o: Tensor) -> Tensor:

@@ -32,10 +32,10 @@ from torch import Tensor, nn
 from implicit_em.core import responsibilities
 from implicit_em.objectives import mixture_nll
 from implicit_em.report.experiments._experts import (
-    MixtureOfExperts,
     gate_kl,
     matched_purity,
     piecewise_task,
+    start_model,
 )
 from implicit_em.report.experiments._neural import minibatches
 
@@ -151,7 +151,8 @@ def baseline(kind: str, seed: int, config: dict[str, Any]) -> dict[str, float]:
 
     `em`: [em_fit][] from the model E9's `mixture` run starts from; `sigma`: the mixture loss
     with a learnable noise scale per expert ([gaussian_expert_nll][]), Adam; `gate_free`: the
-    mixture loss (σ = 1) with a [ConstantGate][], Adam. Returns the gate's and the
+    mixture loss (σ = 1) with a [ConstantGate][], Adam. Every fit starts from [start_model][]
+    (planted experts or gate where the configuration says so). Returns the gate's and the
     responsibilities' matched purity, KL(h ‖ g), the routed MSE and the mean learned σ.
     """
     if kind not in BASELINES:
@@ -161,8 +162,7 @@ def baseline(kind: str, seed: int, config: dict[str, Any]) -> dict[str, float]:
     x_test, y_test, seg_test = piecewise_task(config["n_test"], config, generator)
     torch.manual_seed(seed)
     experts = config["experts"]
-    gate = ConstantGate(experts) if kind == "gate_free" else None
-    model = MixtureOfExperts(experts, config["gate_hidden"], gate)
+    model = start_model(config, ConstantGate(experts) if kind == "gate_free" else None)
     log_sigma = torch.zeros(experts, requires_grad=kind == "sigma")
     if kind == "em":
         fit = em_fit(

@@ -52,6 +52,8 @@ class Images:
         The class names.
     source : str
         Where the images were read from.
+    mean : Tensor
+        `[1, D]`: the training mean subtracted from both splits (to centre other images alike).
     """
 
     name: str
@@ -61,6 +63,7 @@ class Images:
     y_test: Tensor
     classes: tuple[str, ...]
     source: str
+    mean: Tensor
 
     @property
     def n_features(self) -> int:
@@ -95,6 +98,7 @@ def load_images(config: Mapping[str, Any]) -> Images:
         y_test=torch.from_numpy(data.y_test).to(device),
         classes=data.classes,
         source=data.source,
+        mean=torch.from_numpy(mean).to(device),
     )
 
 

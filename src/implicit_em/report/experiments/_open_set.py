@@ -1,45 +1,98 @@
-"""Models of E8: the heads with and without a null component, the smoothing ablation, and the
-scores of a trained model (computed by `_open_set_scores`)."""
+r"""Models of E8: heads with and without a "none of the above" component, their rivals, and the
+scores of a trained model (computed by `_open_set_scores`).
+
+Every model is an MLP encoder $h(x)$ and a head over the $K$ known classes:
+
+* `softmax`: logits $z = Wh + b$, cross-entropy;
+* `sigmoid`: the same linear head with one-vs-rest sigmoids $\sigma(z_j)$ and binary
+  cross-entropy (unnormalized: every class may be absent);
+* `distance`: prototypes, $d_j = \lVert h - \mu_j\rVert^2$, logits $z = -d$, cross-entropy;
+* `null`: the prototype head plus a null component with a learnable constant distance $d_0$,
+  cross-entropy over $K+1$ components against $(1-\varepsilon)e_y + \varepsilon e_0$
+  ($\partial\ell/\partial d_0 = \varepsilon - r_0$: $d_0$ settles where the mean $r_0$ on known
+  inputs is $\varepsilon$);
+* `null_x`: the same with an input-dependent null, a broad background component in feature
+  space, $d_0(x) = \lVert h - m\rVert^2/\tau + c$ with learnable $m$, $c$ and
+  $\tau = 1 + \operatorname{softplus}(\rho) > 1$ (wider than the unit-scale prototypes);
+* `oe`: the softmax head trained with outlier exposure (Hendrycks et al., ICLR 2019):
+  cross-entropy on known inputs plus $\lambda$ times the cross-entropy from the uniform
+  distribution, $-\frac1K\sum_j \log\operatorname{softmax}(z)_j$, on a batch of outliers from
+  classes that are neither known nor among the test unknowns;
+* `smoothing` (the ablation of the null's soft target): the prototype head with label smoothing
+  of mass $\varepsilon$ and no null component.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
 from implicit_em.core import lse, responsibilities
 from implicit_em.distances import SquaredEuclidean
-from implicit_em.objectives import NullComponent, append_null, cross_entropy, null_responsibility
-from implicit_em.report.experiments._neural import (
-    MLPEncoder,
-    minibatches,
+from implicit_em.objectives import (
+    NullComponent,
+    append_null,
+    cross_entropy,
+    null_responsibility,
+    sigmoid_bce,
 )
-from implicit_em.report.experiments._open_set_scores import knn, logit_scores, mahalanobis
+from implicit_em.report.experiments._neural import MLPEncoder, minibatches
+from implicit_em.report.experiments._open_set_scores import (
+    knn,
+    logit_scores,
+    mahalanobis,
+    react_energy,
+    vim,
+)
 
 MODELS = {
     "softmax": "linear softmax head",
+    "sigmoid": "linear one-vs-rest sigmoid head",
     "distance": "distance (prototype) head",
-    "null": "distance head + null component",
+    "null": "distance head + null component, constant d₀",
+    "null_x": "distance head + null component, input-dependent d₀(x)",
+    "oe": "softmax head + outlier exposure",
     "smoothing": "distance head + label smoothing, no null (ablation)",
 }
+NULLS = ("null", "null_x")
+LINEAR = ("softmax", "sigmoid", "oe")
 SCORES = {
     "msp": "max softmax probability",
     "energy": "energy (−logsumexp)",
     "max_logit": "max logit",
     "mahalanobis": "Mahalanobis (features)",
     "knn": "nearest neighbour (normalized features)",
+    "vim": "ViM (virtual logit)",
+    "react": "ReAct + energy",
     "null": "null responsibility r₀",
 }
 CONFIDENT = 0.9
 """The closed-world claim counts unknown inputs given to a known class with more than this."""
 
 
+class BackgroundNull(nn.Module):
+    r"""An input-dependent null distance $d_0(h) = \lVert h - m\rVert^2/\tau + c$,
+    $\tau = 1 + \operatorname{softplus}(\rho)$: a broad component in feature space."""
+
+    def __init__(self, features: int, d0: float) -> None:
+        super().__init__()
+        self.centre = nn.Parameter(torch.zeros(features))
+        self.rho = nn.Parameter(torch.tensor(0.0))
+        self.offset = nn.Parameter(torch.tensor(float(d0)))
+
+    def forward(self, h: Tensor) -> Tensor:
+        tau = 1.0 + nn.functional.softplus(self.rho)
+        return ((h - self.centre) ** 2).sum(-1) / tau + self.offset
+
+
 class OpenSetClassifier(nn.Module):
-    """An MLP encoder with a `softmax`, `distance` or `null` head (see the module docstring).
+    """An MLP encoder with one of the heads of `MODELS` (see the module docstring).
 
     `forward(x)` returns the features `h` and the logits over the known classes
-    ($z = Wh + b$, or $z = -d$).
+    ($z = Wh + b$, or $z = -d$); `null_distance(h)` the null's $d_0$ (null heads only).
     """
 
     def __init__(
@@ -51,91 +104,163 @@ class OpenSetClassifier(nn.Module):
         self.kind = kind
         self.encoder = MLPEncoder(in_features, hidden, features)
         self.head: nn.Module = (
-            nn.Linear(features, classes)
-            if kind == "softmax"
-            else SquaredEuclidean(features, classes)
+            nn.Linear(features, classes) if kind in LINEAR else SquaredEuclidean(features, classes)
         )
-        self.null = NullComponent(d0, learnable=True) if kind == "null" else None
+        self.null: nn.Module | None = (
+            NullComponent(d0, learnable=True)
+            if kind == "null"
+            else BackgroundNull(features, d0)
+            if kind == "null_x"
+            else None
+        )
+
+    def logits(self, h: Tensor) -> Tensor:
+        """The logits of features `h`: $Wh + b$ or $-d$."""
+        out = self.head(h)
+        return out if self.kind in LINEAR else -out
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         h = self.encoder(x)
-        out = self.head(h)
-        return h, out if self.kind == "softmax" else -out
+        return h, self.logits(h)
 
-    def loss(self, x: Tensor, y: Tensor, null_target: float) -> Tensor:
-        _, z = self(x)
-        if self.kind == "softmax":
-            return torch.nn.functional.cross_entropy(z, y)
+    def null_distance(self, h: Tensor) -> Tensor:
+        """$d_0$ per row of `h`, `[N]` (a constant for `null`)."""
+        if self.null is None:
+            raise ValueError(f"the {self.kind} head has no null component")
+        if isinstance(self.null, NullComponent):
+            return self.null.d0.expand(len(h))
+        return self.null(h)
+
+    def loss(
+        self, x: Tensor, y: Tensor, config: dict[str, Any], outliers: Tensor | None = None
+    ) -> Tensor:
+        """The training loss on known inputs `(x, y)` (and `outliers`, for `oe`)."""
+        h, z = self(x)
+        epsilon = config["null_target"]
+        if self.kind in ("softmax", "oe"):
+            loss = nn.functional.cross_entropy(z, y)
+            if self.kind == "oe":
+                if outliers is None:
+                    raise ValueError("outlier exposure needs a batch of outliers")
+                _, z_out = self(outliers)
+                uniform = -torch.log_softmax(z_out, dim=1).mean(1).mean()
+                loss = loss + config["oe_weight"] * uniform
+            return loss
+        if self.kind == "sigmoid":
+            return sigmoid_bce(-z, y)
         d = -z
         if self.kind == "smoothing":
-            return cross_entropy(d, y, label_smoothing=null_target)
+            return cross_entropy(d, y, label_smoothing=epsilon)
         if self.null is None:
             return cross_entropy(d, y)
-        extended = self.null(d)
+        extended = append_null(d, self.null_distance(h))
         k = d.shape[-1]
-        target = torch.nn.functional.one_hot(y, k + 1).to(d.dtype) * (1.0 - null_target)
-        target[:, k] += null_target
+        target = nn.functional.one_hot(y, k + 1).to(d.dtype) * (1.0 - epsilon)
+        target[:, k] += epsilon
         return cross_entropy(extended, target)
 
 
-def evaluate(
-    model: OpenSetClassifier,
-    x_train: Tensor,
-    y_train: Tensor,
-    x_test: Tensor,
-    config: dict[str, Any],
-) -> dict[str, Any]:
-    """Every score of `model` on `x_test`, its predictive distribution, and the null check."""
-    with torch.no_grad():
-        h_train, _ = model(x_train)
-        h, z = model(x_test)
-    z = z.double()
-    classes = z.shape[1]
-    p = torch.softmax(z, dim=1)
-    scores = {
-        **logit_scores(z),
-        "mahalanobis": mahalanobis(h_train, y_train, h, classes),
-        "knn": knn(h_train[: config["knn_bank"]], h),
-    }
-    result: dict[str, Any] = {"predicted": p.argmax(1)}
-    if model.null is None:
-        result["confidence"] = p.amax(1)
-    else:
-        d = -z
-        d0 = model.null.d0.detach().double()
-        extended = responsibilities(append_null(d, d0))
-        closed_form = null_responsibility(d, d0)
-        r0 = extended[:, -1]
-        scores["null"] = r0
-        order = torch.argsort(scores["energy"], stable=True)
-        energy_sorted, r0_sorted = scores["energy"][order], r0[order]
-        rising = energy_sorted[1:] > energy_sorted[:-1]
-        result["null_check"] = {
-            "closed_form_error": float((r0 - closed_form).abs().max()),
-            "closed_form_lse_error": float((closed_form - torch.sigmoid(-d0 - lse(d))).abs().max()),
-            "rank_violations": int(((r0_sorted[1:] < r0_sorted[:-1]) & rising).sum()),
-            "d0": float(d0),
-        }
-        result["confidence"] = extended[:, :-1].amax(1)
-    result["scores"] = {k: v.cpu().numpy() for k, v in scores.items()}
-    return result
-
-
 def train_model(
-    kind: str, x: Tensor, y: Tensor, classes: int, seed: int, config: dict[str, Any]
+    kind: str,
+    x: Tensor,
+    y: Tensor,
+    classes: int,
+    seed: int,
+    config: dict[str, Any],
+    outliers: Tensor | None = None,
 ) -> OpenSetClassifier:
-    """Train one open-set classifier on the known classes `(x, y)`."""
+    """Train one open-set classifier on the known classes `(x, y)` (Adam); `oe` also draws a
+    batch of `outliers` per step."""
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     model = OpenSetClassifier(
         kind, x.shape[1], config["hidden"], config["features"], classes, config["d0_init"]
-    )
-    model = model.to(x.device)
+    ).to(x.device)
     optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
     for index in minibatches(len(y), config["batch"], config["steps"], generator):
         index = index.to(x.device)
-        loss = model.loss(x[index], y[index], config["null_target"])
+        batch_outliers = None
+        if kind == "oe" and outliers is not None:
+            pick = torch.randint(len(outliers), (config["batch"],), generator=generator)
+            batch_outliers = outliers[pick.to(x.device)]
+        loss = model.loss(x[index], y[index], config, batch_outliers)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
     return model
+
+
+class Scorer:
+    """Every detector of one trained model, fitted once on its training features.
+
+    `scores(x)` returns each score for "unknown" per row of `x` (numpy, float64): the logit
+    scores, Mahalanobis, KNN, ReAct, ViM (linear heads) and $r_0$ (null heads);
+    `confidence(x)` the largest probability the model gives a known class (softmax over the
+    known classes, the largest sigmoid, or over the $K+1$ components with a null).
+    """
+
+    def __init__(
+        self, model: OpenSetClassifier, x_train: Tensor, y_train: Tensor, config: dict[str, Any]
+    ) -> None:
+        self.model, self.config = model, config
+        self.y_train = y_train
+        with torch.no_grad():
+            self.h_train, self.z_train = model(x_train)
+        self.bank = self.h_train[: config["knn_bank"]]
+
+    def scores(self, x: Tensor) -> dict[str, np.ndarray]:
+        model, config = self.model, self.config
+        with torch.no_grad():
+            h, z = model(x)
+            classes = z.shape[1]
+            scores = {
+                **logit_scores(z),
+                "mahalanobis": mahalanobis(self.h_train, self.y_train, h, classes),
+                "knn": knn(self.bank, h, k=config["knn_k"]),
+                "react": react_energy(self.h_train, h, model.logits),
+            }
+            if model.kind in LINEAR:
+                head = model.head
+                scores["vim"] = vim(
+                    self.h_train, self.z_train, h, z, head.weight, head.bias, config["vim_dim"]
+                )
+            if model.null is not None:
+                d0 = model.null_distance(h).double()
+                scores["null"] = null_responsibility(-z.double(), d0)
+        return {k: v.cpu().numpy() for k, v in scores.items()}
+
+    def confidence(self, x: Tensor) -> np.ndarray:
+        model = self.model
+        with torch.no_grad():
+            h, z = model(x)
+            z = z.double()
+            if model.kind == "sigmoid":
+                p = torch.sigmoid(z)
+            elif model.null is not None:
+                p = responsibilities(append_null(-z, model.null_distance(h).double()))[:, :-1]
+            else:
+                p = torch.softmax(z, dim=1)
+        return p.amax(1).cpu().numpy()
+
+    def predicted(self, x: Tensor) -> Tensor:
+        with torch.no_grad():
+            return self.model(x)[1].argmax(1)
+
+    def null_check(self, x: Tensor) -> dict[str, float]:
+        """For a constant $d_0$: $r_0$ against $\\sigma(-d_0 - L)$ and the number of pairs
+        ordered one way by the energy and the other by $r_0$ (0 by algebra)."""
+        model = self.model
+        with torch.no_grad():
+            h, z = model(x)
+            d = -z.double()
+            d0 = model.null_distance(h).double()
+            r0 = responsibilities(append_null(d, d0))[:, -1]
+            energy = -lse(d)
+        order = torch.argsort(energy, stable=True)
+        energy_sorted, r0_sorted = energy[order], r0[order]
+        rising = energy_sorted[1:] > energy_sorted[:-1]
+        return {
+            "closed_form_error": float((r0 - torch.sigmoid(-d0 - lse(d))).abs().max()),
+            "rank_violations": int(((r0_sorted[1:] < r0_sorted[:-1]) & rising).sum()),
+            "d0": float(d0.mean()),
+        }

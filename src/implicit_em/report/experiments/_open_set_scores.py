@@ -1,4 +1,5 @@
-r"""Open-set scores and their metrics, as the OpenOOD benchmark defines them (E8's baselines).
+r"""Open-set scores (detectors) and their metrics, each to its published definition (E8's
+baselines).
 
 Every score is a score for "unknown": larger means more likely unknown. From a classifier's
 logits $z$ (for a distance head $z = -d$) and its penultimate features $h$:
@@ -11,7 +12,15 @@ logits $z$ (for a distance head $z = -d$) and its penultimate features $h$:
 | `mahalanobis` | $\min_c (h-m_c)^\top \Sigma^{-1} (h-m_c)$, class means $m_c$ and the    |
 |               | shared (tied) covariance $\Sigma$ of the training features              |
 | `knn`         | distance of $h/\lVert h\rVert$ to its $k$-th nearest normalized         |
-|               | training feature                                                        |
+|               | training feature (Sun et al., ICML 2022)                                |
+| `vim`         | $\alpha\lVert (I-PP^\top)(h-u)\rVert - \log\sum_j e^{z_j}$, linear heads  |
+|               | $z = Wh+b$ only (Wang et al., CVPR 2022; see [vim][])                    |
+| `react`       | the energy of the logits recomputed from $\min(h, c)$, $c$ the 90th     |
+|               | percentile of the training features (Sun et al., NeurIPS 2021)          |
+
+MSP is Hendrycks and Gimpel (ICLR 2017), the energy Liu et al. (NeurIPS 2020, temperature 1),
+the max logit Hendrycks et al. (ICML 2022), Mahalanobis Lee et al. (NeurIPS 2018, without
+input preprocessing or feature ensembles).
 
 Unknown inputs are the positive class of every metric: AUROC, FPR at 95% TPR (the share of
 known inputs flagged at the threshold that first flags 95% of the unknowns) and the average
@@ -20,15 +29,15 @@ precision of detecting unknowns (AUPR-out) and knowns (AUPR-in).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import torch
 from torch import Tensor
 
 __all__ = [
-    "BASELINES",
-    "best_baseline_gaps",
+    "DETECTORS",
+    "chosen_on_validation",
     "class_mahalanobis",
     "energy",
     "knn",
@@ -37,10 +46,12 @@ __all__ = [
     "max_logit",
     "msp",
     "open_set_metrics",
+    "react_energy",
+    "vim",
 ]
 
-BASELINES = ("msp", "energy", "max_logit", "mahalanobis", "knn")
-"""The scores a null component must beat, by their OpenOOD names."""
+DETECTORS = ("msp", "energy", "max_logit", "mahalanobis", "knn", "vim", "react")
+"""The detectors every head without a null component is scored by (`vim` on linear heads)."""
 
 
 def msp(z: Tensor) -> Tensor:
@@ -116,6 +127,50 @@ def knn(bank: Tensor, h: Tensor, k: int = 1, chunk: int = 2048) -> Tensor:
     return torch.sqrt((2.0 - 2.0 * cosine).clamp_min(0.0))
 
 
+def vim(
+    h_train: Tensor, z_train: Tensor, h: Tensor, z: Tensor, weight: Tensor, bias: Tensor, dim: int
+) -> Tensor:
+    r"""ViM, the virtual-logit matching score (Wang et al., CVPR 2022), for a linear head
+    $z = Wh + b$ (`weight[K, F]`, `bias[K]`). Float64.
+
+    The origin $u = -W^{+}b$ (the pseudo-inverse) makes the logits linear in $h - u$. $P$ holds
+    the `dim` leading eigenvectors of $\frac1N\sum_i (h_i-u)(h_i-u)^\top$ over `h_train`
+    (uncentred: the covariance about $u$); the residual of a row is
+    $\lVert (I - PP^\top)(h-u)\rVert$. The scale
+    $\alpha = \sum_i \max_j z_{ij} / \sum_i \lVert (I-PP^\top)(h_i-u)\rVert$ over the
+    training rows matches the virtual logit $\alpha\,\text{residual}$ to the logits; the score
+    for "unknown" is the virtual logit minus the energy,
+    $\alpha\lVert (I-PP^\top)(h-u)\rVert - \log\sum_j e^{z_j}$ (the official code's
+    `-vlogit + energy` with its sign flipped).
+
+    Raises
+    ------
+    ValueError
+        If `dim` is not in `[1, F)`: the residual space must not be empty.
+    """
+    features = h.shape[1]
+    if not 1 <= dim < features:
+        raise ValueError(f"dim must be in [1, {features}) (the features), got {dim}")
+    origin = -torch.linalg.pinv(weight.double()) @ bias.double()
+    shifted = h_train.double() - origin
+    _, vectors = torch.linalg.eigh(shifted.T @ shifted / len(shifted))
+    residual_space = vectors[:, : features - dim]
+    train_residual = (shifted @ residual_space).norm(dim=1)
+    alpha = z_train.double().amax(1).sum() / train_residual.sum()
+    residual = ((h.double() - origin) @ residual_space).norm(dim=1)
+    return alpha * residual - torch.logsumexp(z.double(), dim=1)
+
+
+def react_energy(
+    h_train: Tensor, h: Tensor, head: Callable[[Tensor], Tensor], percentile: float = 90.0
+) -> Tensor:
+    r"""ReAct (Sun et al., NeurIPS 2021): the energy $-\log\sum_j e^{z_j}$ of the logits
+    `head(min(h, c))`, with every feature clipped at $c$, the `percentile`-th percentile of all
+    entries of `h_train`. Float64."""
+    c = torch.quantile(h_train.double().flatten(), percentile / 100.0)
+    return energy(head(h.clamp(max=c.to(h.dtype))))
+
+
 def open_set_metrics(score: np.ndarray, unknown: np.ndarray) -> dict[str, float]:
     """AUROC, AUPR-in, AUPR-out and FPR at 95% TPR of a score for "unknown" (scikit-learn).
 
@@ -145,33 +200,17 @@ def open_set_metrics(score: np.ndarray, unknown: np.ndarray) -> dict[str, float]
     }
 
 
-def best_baseline_gaps(
-    candidate: Sequence[float], baselines: Mapping[str, Sequence[float]]
-) -> tuple[list[float], list[str]]:
-    """Per unit (seed), the candidate's AUROC minus the best baseline's, and that baseline.
-
-    `candidate[i]` and every `baselines[name][i]` come from the same seed (same backbone
-    training seed and splits), so the gap is paired. A NaN baseline makes the gap NaN (it is
-    never skipped).
+def chosen_on_validation(validation: Mapping[str, float]) -> str:
+    """The baseline with the highest validation AUROC (the first of equals): the selection is
+    made on validation inputs, never on the test inputs the comparison is judged on.
 
     Raises
     ------
     ValueError
-        If there are no baselines or the lists differ in length.
+        If there is no baseline or a validation AUROC is NaN.
     """
-    if not baselines:
-        raise ValueError("baselines must name at least one score")
-    n = len(candidate)
-    if any(len(v) != n for v in baselines.values()):
-        raise ValueError("every baseline needs one value per unit of the candidate")
-    gaps, names = [], []
-    for i in range(n):
-        values = {name: float(v[i]) for name, v in baselines.items()}
-        if any(np.isnan(v) for v in values.values()):
-            gaps.append(float("nan"))
-            names.append("n/a")
-            continue
-        name = max(values, key=values.__getitem__)
-        gaps.append(float(candidate[i]) - values[name])
-        names.append(name)
-    return gaps, names
+    if not validation:
+        raise ValueError("validation must name at least one baseline")
+    if any(np.isnan(v) for v in validation.values()):
+        raise ValueError("a validation AUROC is NaN")
+    return max(validation, key=validation.__getitem__)
