@@ -45,6 +45,7 @@ from implicit_em.objectives.unnormalized import (
 from implicit_em.objectives.volume import (
     VolumeSurrogate,
     decorrelation_penalty,
+    log_det_penalty,
     variance_penalty,
 )
 
@@ -60,6 +61,7 @@ __all__ = [
     "correntropy",
     "cross_entropy",
     "decorrelation_penalty",
+    "log_det_penalty",
     "mixture_nll",
     "null_responsibility",
     "sigmoid_bce",
