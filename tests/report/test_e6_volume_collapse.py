@@ -9,6 +9,7 @@ import torch
 
 from implicit_em import data
 from implicit_em.objectives import (
+    cross_entropy,
     decorrelation_penalty,
     log_det_penalty,
     mixture_nll,
@@ -45,6 +46,17 @@ def test_encoder_losses():
         assert torch.allclose(_encoders.encoder_loss(d, patched, config), mixture_nll(d))
     with pytest.raises(ValueError, match="variant"):
         _encoders.encoder_loss(d, "lse_only", config)
+    # The supervised prototype classifier: cross-entropy over the head's class distances.
+    class_distances = torch.rand(32, 4)
+    labels = torch.arange(32) % 4
+    ce = cross_entropy(class_distances, labels)
+    assert torch.allclose(_encoders.encoder_loss(d, "ce", config, class_distances, labels), ce)
+    assert torch.allclose(
+        _encoders.encoder_loss(d, "ce_log_det", config, class_distances, labels),
+        ce + 3.0 * log_det_penalty(d, _encoders.LOG_DET_EPS),
+    )
+    with pytest.raises(ValueError, match="needs class_distances"):
+        _encoders.encoder_loss(d, "ce", config)
 
 
 def test_feature_statistics_on_a_hand_made_matrix():

@@ -22,6 +22,12 @@ def _check_batch(d: Tensor, name: str = "d") -> None:
         )
 
 
+def _batch_covariance(d: Tensor) -> Tensor:
+    """The unbiased covariance `[K, K]` of the rows of `d[B, K]`."""
+    centered = d - d.mean(dim=0, keepdim=True)
+    return centered.T @ centered / (d.shape[0] - 1)
+
+
 def variance_penalty(d: Tensor, eps: float = 1e-6) -> Tensor:
     r"""Variance penalty $-\sum_j \log(\operatorname{Var}_b(d_{bj}) + \varepsilon)$ over a batch.
 
@@ -82,8 +88,7 @@ def decorrelation_penalty(d: Tensor, eps: float = 1e-6) -> Tensor:
         If `d` is not of shape `[B, K]` with $B \ge 2$.
     """
     _check_batch(d)
-    centered = d - d.mean(dim=0, keepdim=True)
-    cov = centered.T @ centered / (d.shape[0] - 1)
+    cov = _batch_covariance(d)
     std = torch.sqrt(torch.diagonal(cov) + eps)
     corr = cov / (std[:, None] * std[None, :])
     eye = torch.eye(d.shape[1], dtype=d.dtype, device=d.device)
@@ -99,34 +104,14 @@ def log_det_penalty(d: Tensor, eps: float = 1e-4) -> Tensor:
     the variance penalty plus $-\log\det\operatorname{Corr}(d)$ (at $\varepsilon = 0$). A
     distance map that shrinks or folds the data onto fewer directions is penalized without bound.
 
-    Parameters
-    ----------
-    d : Tensor
-        Distances `[B, K]` with $B \ge 2$.
-    eps : float, default=1e-4
-        $\varepsilon$, added to the diagonal so that a constant unit costs $-\log\varepsilon$.
-
-    Returns
-    -------
-    Tensor
-        The penalty, a scalar.
-
-    Raises
-    ------
-    TypeError
-        If `d` is not a floating tensor.
-    ValueError
-        If `d` is not of shape `[B, K]` with $B \ge 2$.
-
-    Notes
-    -----
-    Gradient: $\partial/\partial d_{b} = -\dfrac{2}{B-1}(C + \varepsilon I)^{-1}(d_b - \bar d)$.
+    `d` (`[B, K]`, $B \ge 2$) and the errors are those of `variance_penalty`; `eps`
+    (default 1e-4) is added to the diagonal, so that a constant unit costs
+    $-\log\varepsilon$. Returns the penalty, a scalar, whose gradient is
+    $\partial/\partial d_{b} = -\dfrac{2}{B-1}(C + \varepsilon I)^{-1}(d_b - \bar d)$.
     """
     _check_batch(d)
-    centered = d - d.mean(dim=0, keepdim=True)
-    cov = centered.T @ centered / (d.shape[0] - 1)
     eye = torch.eye(d.shape[1], dtype=d.dtype, device=d.device)
-    return -torch.logdet(cov + eps * eye)
+    return -torch.logdet(_batch_covariance(d) + eps * eye)
 
 
 class VolumeSurrogate(nn.Module):

@@ -11,7 +11,11 @@ and a loss on its batch of distances $d[B, K]$:
   (`objectives.log_det_penalty`);
 * `layernorm`, `layernorm_plain`, `batchnorm`: the LSE objective alone with a normalization
   layer before the ReLU (LayerNorm with and without its affine parameters, BatchNorm without);
-* `weight_decay`: the LSE objective alone with decoupled weight decay (AdamW).
+* `weight_decay`: the LSE objective alone with decoupled weight decay (AdamW);
+* `ce`, `ce_log_det`, `ce_layernorm_plain`, `ce_batchnorm`: the supervised prototype classifier,
+  the same encoder read by a prototype head $z_c = -\lVert d - \mu_c\rVert^2$ and trained by
+  cross-entropy over those distances, alone, with the log-det of $d$, or behind the two
+  normalization layers without affine parameters.
 
 A control can plant the encoder's start (`config["start"]`: `"constant"`, $W = 0$ and
 $b = -1$, every unit constant over the images; `"spread"`, $W$ ten times its initial draw and
@@ -28,7 +32,9 @@ import torch
 from torch import Tensor, nn
 
 from implicit_em.core import responsibilities
+from implicit_em.distances import SquaredEuclidean
 from implicit_em.objectives import (
+    cross_entropy,
     decorrelation_penalty,
     log_det_penalty,
     mixture_nll,
@@ -48,12 +54,14 @@ from implicit_em.report.experiments._neural import (
 @dataclass(frozen=True)
 class Variant:
     """One encoder training: its label, the encoder's normalization, the volume term added to
-    the LSE objective (`none`, `surrogates`, `log_det`) and whether AdamW decays the weights."""
+    the fit (`none`, `surrogates`, `log_det`), whether AdamW decays the weights, and whether
+    the fit is the LSE objective (unsupervised) or the prototype classifier's cross-entropy."""
 
     label: str
     encoder: str = "plain"
     volume: str = "none"
     weight_decay: bool = False
+    supervised: bool = False
 
 
 VARIANTS = {
@@ -68,8 +76,18 @@ VARIANTS = {
         "LSE alone, BatchNorm without affine before the ReLU", encoder="batchnorm"
     ),
     "weight_decay": Variant("LSE alone, with weight decay (AdamW)", weight_decay=True),
+    "ce": Variant("prototype classifier, cross-entropy alone", supervised=True),
+    "ce_log_det": Variant(
+        "prototype classifier, cross-entropy + log-det", volume="log_det", supervised=True
+    ),
+    "ce_layernorm_plain": Variant(
+        "prototype classifier, LayerNorm without affine", encoder="layernorm_plain", supervised=True
+    ),
+    "ce_batchnorm": Variant(
+        "prototype classifier, BatchNorm without affine", encoder="batchnorm", supervised=True
+    ),
 }
-"""The trainings by key."""
+"""The trainings by key: the unsupervised encoders, then the supervised prototype classifiers."""
 
 STARTS = ("default", "constant", "spread")
 """The encoder's start: PyTorch's initialization, or one planted by a control."""
@@ -81,24 +99,39 @@ LOG_DET_EPS = 1e-4
 """$\\varepsilon$ of the log-det, in the loss and in the recorded trajectory."""
 
 
-def encoder_loss(d: Tensor, variant: str, config: dict[str, Any]) -> Tensor:
+def encoder_loss(
+    d: Tensor,
+    variant: str,
+    config: dict[str, Any],
+    class_distances: Tensor | None = None,
+    labels: Tensor | None = None,
+) -> Tensor:
     r"""The training objective of `variant` on a batch of distances `d[B, K]`.
 
-    The LSE term receives its own view of `d`: the gradient a tracer reads at that site is then
-    the LSE term's alone ($r/B$), not the sum with the volume terms' gradients.
+    The fit is the LSE objective on `d`, or, for a supervised variant, the cross-entropy over
+    the prototype head's `class_distances[B, C]` against `labels[B]`. The LSE term receives its
+    own view of `d`: the gradient a tracer reads at that site is then the LSE term's alone
+    ($r/B$), not the sum with the volume terms' gradients.
     """
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
-    volume = VARIANTS[variant].volume
+    spec = VARIANTS[variant]
+    if spec.supervised:
+        if class_distances is None or labels is None:
+            raise ValueError(f"variant {variant!r} needs class_distances and labels")
+        fit = cross_entropy(class_distances, labels)
+    else:
+        fit = mixture_nll(d.view_as(d))
+    volume = spec.volume
     if volume == "none":
-        return mixture_nll(d)
+        return fit
     if volume == "surrogates":
         penalty = config["variance_weight"] * variance_penalty(d) + config[
             "decorrelation_weight"
         ] * decorrelation_penalty(d)
     else:
         penalty = config["log_det_weight"] * log_det_penalty(d, LOG_DET_EPS)
-    return mixture_nll(d.view_as(d)) + penalty
+    return fit + penalty
 
 
 def feature_statistics(f: Tensor) -> dict[str, float]:
@@ -177,7 +210,12 @@ def train_encoder(
     encoder = build_encoder(spec.encoder, images.n_features, config["units"]).to(device)
     _plant(encoder, config.get("start", "default"))
     decay = config["weight_decay"] if spec.weight_decay else 0.0
-    optimizer = encoder_optimizer(list(encoder.parameters()), config["lr"], decay)
+    params = list(encoder.parameters())
+    head = None
+    if spec.supervised:
+        head = SquaredEuclidean(config["units"], len(images.classes)).to(device)
+        params += list(head.parameters())
+    optimizer = encoder_optimizer(params, config["lr"], decay)
     input_decay = config.get("input_decay", 1.0)
     monitor = images.x_train[: config["monitor"]]
     curve: dict[str, list[float]] = {"step": [], "dead_fraction": [], "l0": [], "log_det": []}
@@ -185,8 +223,10 @@ def train_encoder(
     batches = minibatches(len(images.y_train), config["batch"], steps, generator)
     with quiet_alarms(), Tracer(encoder, every=config["trace_every"]) as tracer:
         for step, index in enumerate(batches):
-            d = encoder(images.x_train[index.to(device)] * input_decay**step)
-            loss = encoder_loss(d, variant, config)
+            index = index.to(device)
+            d = encoder(images.x_train[index] * input_decay**step)
+            class_distances = None if head is None else head(d)
+            loss = encoder_loss(d, variant, config, class_distances, images.y_train[index])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

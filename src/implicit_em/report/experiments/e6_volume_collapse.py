@@ -6,7 +6,10 @@ alone; with the volume term itself, $-\log\det(\operatorname{Cov}_b d + \varepsi
 two surrogates (variance, decorrelation); and the LSE alone behind the normalization layers that
 might stand in for the volume term: LayerNorm without affine parameters and BatchNorm without
 affine parameters, beside the two patches that cannot work (LayerNorm with its bias, which can
-switch every unit off; weight decay, which pulls W towards 0 as the LSE term does).
+switch every unit off; weight decay, which pulls W towards 0 as the LSE term does). The same
+encoder is also read by a prototype head and trained by cross-entropy (the supervised prototype
+classifier), alone, with the log-det, or behind either normalization layer: reported beside the
+encoders, with no vote.
 
 Since $d \ge 0$, $-\log\sum_j e^{-d_j} \ge -\log K$ with equality exactly when every $d_j = 0$:
 without a volume term the global optimum switches every unit off (C9). Whether gradient descent
@@ -55,11 +58,37 @@ STYLES = {
     "layernorm_plain": ("#bf8700", "-.", "v"),
     "batchnorm": ("#1b7c83", "--", "P"),
     "weight_decay": ("#57606a", ":", "x"),
+    "ce": ("#cf222e", "-", "o"),
+    "ce_log_det": ("#0969da", "--", "D"),
+    "ce_layernorm_plain": ("#bf8700", "-.", "v"),
+    "ce_batchnorm": ("#1b7c83", ":", "P"),
 }
 """Colour, line style and marker per variant: lines that coincide stay told apart."""
 
-SUBSTITUTES = ("layernorm_plain", "batchnorm", "layernorm", "weight_decay")
-"""The variants read against the explicit volume term (`probe_gap_<variant>`)."""
+SUBSTITUTES = {
+    "layernorm_plain": "lse_log_det",
+    "batchnorm": "lse_log_det",
+    "layernorm": "lse_log_det",
+    "weight_decay": "lse_log_det",
+    "ce": "ce_log_det",
+    "ce_layernorm_plain": "ce_log_det",
+    "ce_batchnorm": "ce_log_det",
+}
+"""Each variant read against the explicit volume term of its own model (`probe_gap_<variant>`)."""
+
+SHORT = {
+    "lse": "LSE",
+    "lse_var_decor": "+var+decor",
+    "lse_log_det": "+log-det",
+    "layernorm": "LN",
+    "layernorm_plain": "LN no affine",
+    "batchnorm": "BN no affine",
+    "weight_decay": "WD",
+    "ce": "CE",
+    "ce_log_det": "CE+log-det",
+    "ce_layernorm_plain": "CE, LN no affine",
+    "ce_batchnorm": "CE, BN no affine",
+}
 
 
 def dead_fractions(runs: list[dict[str, Any]]) -> list[float]:
@@ -137,8 +166,8 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
                 kinds or "none",
             )
         )
-    for v in SUBSTITUTES:
-        samples[f"probe_gap_{v}"] = probe_gaps(runs[v], runs["lse_log_det"])
+    for v, reference in SUBSTITUTES.items():
+        samples[f"probe_gap_{v}"] = probe_gaps(runs[v], runs[reference])
         numbers[f"probe_gap_{v}"] = float(np.mean(samples[f"probe_gap_{v}"]))
     comparators = comparator_probes(images, config)
     for name, values in comparators.items():
@@ -194,6 +223,21 @@ def _notes(n: dict[str, Any]) -> list[str]:
             f"({gap:+.3f} against the explicit log-det): it {verdict}."
         )
     notes.append(
+        "The supervised prototype classifier (the same encoder, prototype head, cross-entropy): "
+        + "; ".join(
+            f"{label} {dead(v)} dead, final log det {n[f'log_det_{v}']:.1f}, probe "
+            f"{n[f'probe_{v}']:.3f}"
+            + ("" if v == "ce_log_det" else f" ({n[f'probe_gap_{v}']:+.3f} against its log-det)")
+            for v, label in (
+                ("ce", "alone"),
+                ("ce_log_det", "with the log-det"),
+                ("ce_layernorm_plain", "LayerNorm without affine"),
+                ("ce_batchnorm", "BatchNorm without affine"),
+            )
+        )
+        + "."
+    )
+    notes.append(
         f"The patches that cannot work: LayerNorm with its affine bias leaves {dead('layernorm')} "
         f"dead, weight decay {dead('weight_decay')}."
     )
@@ -214,10 +258,34 @@ def _notes(n: dict[str, Any]) -> list[str]:
 
 
 def _figure(runs: dict[str, list[dict[str, Any]]], config: dict, out: Path, data: str) -> Figure:
-    fig, axes = new_figure(ncols=4, width=4.2, height=3.5)
-    ax_dead, ax_volume, ax_scale, ax_probe = axes[0]
+    groups = [
+        [v for v, spec in VARIANTS.items() if not spec.supervised],
+        [v for v, spec in VARIANTS.items() if spec.supervised],
+    ]
+    fig, axes = new_figure(ncols=4, nrows=len(groups), width=4.2, height=3.5)
+    for row, group in zip(axes, groups, strict=True):
+        _figure_row(row, runs, group, data)
+    axes[0, 0].set_title("LSE objective (unsupervised encoder)", fontsize=9)
+    axes[1, 0].set_title("prototype classifier (cross-entropy)", fontsize=9)
+    name = save(fig, out, "e6_collapse.png")
+    return Figure(
+        name,
+        f"Top row: the unsupervised encoders; bottom row: the supervised prototype classifiers. "
+        f"Left: share of units whose variance over {config['monitor']} training images is below "
+        f"{DEAD_VARIANCE}, during training (mean over seeds). Second: the volume the missing "
+        "term measures, log det of the distances' covariance (ε = 1e-4 per unit; mean over "
+        "seeds). Third: the tracer's distance scale (mean per-image std of d) at the loss site "
+        "(symmetric log axis from 0). Right: linear-probe accuracy of the final features (mean "
+        "± std). Line styles and markers tell apart curves that lie on one another.",
+    )
+
+
+def _figure_row(
+    row: Any, runs: dict[str, list[dict[str, Any]]], group: list[str], data: str
+) -> None:
+    ax_dead, ax_volume, ax_scale, ax_probe = row
     # Drawn widest first, so that a line lying on another still shows around it.
-    for rank, (v, spec) in enumerate(VARIANTS.items()):
+    for rank, v in enumerate(group):
         colour, style, marker = STYLES[v]
         kw = {
             "color": colour,
@@ -225,7 +293,7 @@ def _figure(runs: dict[str, list[dict[str, Any]]], config: dict, out: Path, data
             "marker": marker,
             "markersize": 4,
             "linewidth": 3.2 - 0.35 * rank,
-            "label": spec.label,
+            "label": VARIANTS[v].label,
         }
         steps = runs[v][0]["curve"]["step"]
         dead = torch.tensor([r["curve"]["dead_fraction"] for r in runs[v]]).mean(0)
@@ -233,9 +301,8 @@ def _figure(runs: dict[str, list[dict[str, Any]]], config: dict, out: Path, data
         volume = torch.tensor([r["curve"]["log_det"] for r in runs[v]]).mean(0)
         ax_volume.plot(steps, volume.tolist(), **kw)
         trace = runs[v][0]["trace"]
-        ax_scale.plot(
-            trace["step"], trace["scale"], markevery=max(1, len(trace["step"]) // 8), **kw
-        )
+        every = max(1, len(trace["step"]) // 8)
+        ax_scale.plot(trace["step"], trace["scale"], markevery=every, **kw)
     ax_dead.set_xlabel("training step")
     ax_dead.set_ylabel("share of dead units (monitor images)")
     ax_dead.set_ylim(-0.03, 1.03)
@@ -246,31 +313,17 @@ def _figure(runs: dict[str, list[dict[str, Any]]], config: dict, out: Path, data
     ax_scale.set_ylabel("tracer: distance scale (first seed)")
     ax_scale.set_yscale("symlog", linthresh=1e-3)
     ax_scale.set_ylim(bottom=0)
-    means = [mean_std([r["final"]["probe"] for r in runs[v]]) for v in VARIANTS]
+    means = [mean_std([r["final"]["probe"] for r in runs[v]]) for v in group]
     ax_probe.bar(
-        range(len(VARIANTS)),
+        range(len(group)),
         [m for m, _ in means],
         yerr=[s for _, s in means],
-        color=[STYLES[v][0] for v in VARIANTS],
+        color=[STYLES[v][0] for v in group],
     )
-    ax_probe.set_xticks(range(len(VARIANTS)))
-    ax_probe.set_xticklabels(
-        ["LSE", "+var+decor", "+log-det", "LN", "LN no affine", "BN no affine", "WD"],
-        fontsize=7,
-        rotation=30,
-    )
+    ax_probe.set_xticks(range(len(group)))
+    ax_probe.set_xticklabels([SHORT[v] for v in group], fontsize=7, rotation=30)
     ax_probe.set_ylabel(f"linear probe accuracy ({data} test)")
     ax_probe.set_ylim(0, 1)
-    name = save(fig, out, "e6_collapse.png")
-    return Figure(
-        name,
-        f"Left: share of units whose variance over {config['monitor']} training images is below "
-        f"{DEAD_VARIANCE}, during training (mean over seeds). Second: the volume the missing "
-        "term measures, log det of the distances' covariance (ε = 1e-4 per unit; mean over "
-        "seeds). Third: the tracer's distance scale (mean per-image std of d) at the LSE site "
-        "(symmetric log axis from 0). Right: linear-probe accuracy of the final features (mean "
-        "± std). Line styles and markers tell apart curves that lie on one another.",
-    )
 
 
 # -- known-answer controls ---------------------------------------------------------------------
@@ -371,7 +424,9 @@ EXPERIMENT = Experiment(
         "decorrelation (weights 1); LSE alone behind LayerNorm (with and without affine), "
         "BatchNorm (without affine), or with AdamW weight decay 0.1. Dead: variance over the "
         "training images < 0.01. Probe: scikit-learn LogisticRegression on the standardized "
-        "features, test accuracy. The Tracer (default thresholds) runs on every training."
+        "features, test accuracy. The supervised prototype classifier reads the same encoder "
+        "with a prototype head z_c = −‖d − μ_c‖² trained by cross-entropy. The Tracer (default "
+        "thresholds) runs on every training."
     ),
     run=run,
     headline=("dead_fraction_lse", "dead_fraction_lse_log_det", "probe_gap_batchnorm"),
