@@ -434,6 +434,6 @@ EXPERIMENT = Experiment(
         ),
         "fails": "No collapse without the volume term and no recovery with it: C9 is not borne out here.",
     },
-    minutes={"smoke": 0.1, "quick": 0.4, "full": 3.0},
+    minutes={"smoke": 0.1, "quick": 0.3, "full": 3.0},
     controls=CONTROLS,
 )

@@ -446,6 +446,6 @@ EXPERIMENT = Experiment(
             "normalization stood in, and the tracer did not see it."
         ),
     },
-    minutes={"smoke": 0.15, "quick": 0.5, "full": 6.0},
+    minutes={"smoke": 0.2, "quick": 0.7, "full": 9.0},
     controls=CONTROLS,
 )
