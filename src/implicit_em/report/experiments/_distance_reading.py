@@ -146,7 +146,7 @@ def density_auroc(logits: Callable[[Tensor], Tensor], x: Tensor, x_far: Tensor) 
 
 def class_gaussian_logits(
     x: Tensor, y: Tensor, classes: int, sign: float = 1.0, shrink: float = 0.1
-):
+) -> Callable[[Tensor], Tensor]:
     r"""Planted distance logits $z_j(v) = -\mathrm{sign}\cdot\tfrac12 (v - \bar x_j)^\top
     \Sigma^{-1} (v - \bar x_j)$: squared Mahalanobis distances to the class means of `(x, y)`
     under their pooled within-class covariance, shrunk towards its mean variance by `shrink`

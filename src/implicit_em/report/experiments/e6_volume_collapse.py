@@ -47,6 +47,7 @@ from implicit_em.report.experiments._neural import (
 )
 from implicit_em.report.figures import new_figure, save
 from implicit_em.report.progress import progress
+from implicit_em.report.protocol import load_protocol
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
 from implicit_em.report.units import unit
 
@@ -210,11 +211,13 @@ def _notes(n: dict[str, Any]) -> list[str]:
         f"variance + decorrelation {dead('lse_var_decor')} dead, probe "
         f"{n['probe_lse_var_decor']:.3f}.",
     ]
+    thresholds = {c.number: c.threshold for c in load_protocol("E6").criteria}
     for v, name in (("layernorm_plain", "LayerNorm without affine"), ("batchnorm", "BatchNorm")):
         gap = n[f"probe_gap_{v}"]
         verdict = (
             "substitutes for the volume term here"
-            if gap >= -0.02 and n[f"dead_fraction_{v}"] <= 0.05
+            if gap >= thresholds[f"probe_gap_{v}"]
+            and n[f"dead_fraction_{v}"] <= thresholds["dead_fraction_layernorm_plain"]
             else "does not substitute for the volume term here"
         )
         notes.append(
@@ -335,7 +338,9 @@ def _control_images(data: str) -> Images:
 
 
 @cache
-def _planted_run(key: str, variant: str, start: str, input_decay: float, probe: bool, seed: int):
+def _planted_run(
+    key: str, variant: str, start: str, input_decay: float, probe: bool, seed: int
+) -> dict[str, Any]:
     config = json.loads(key)
     planted = {
         **config,
