@@ -75,11 +75,12 @@ class Components(torch.nn.Module):
 
     def gaussian_log_likelihood(self, x: torch.Tensor) -> float:
         """Mean log-likelihood of `x` under the Gaussian mixture these parameters define."""
-        d = self(x)
-        log_p = (
-            torch.logsumexp(self.log_prior() - d + self.distance.log_det(), dim=1)
-            - 0.5 * x.shape[1] * _LOG_2PI
-        )
+        with torch.no_grad():
+            d = self(x)
+            log_p = (
+                torch.logsumexp(self.log_prior() - d + self.distance.log_det(), dim=1)
+                - 0.5 * x.shape[1] * _LOG_2PI
+            )
         return float(log_p.mean())
 
 
