@@ -210,6 +210,23 @@ def test_volume_surrogates():
         obj.decorrelation_penalty(d[0])
 
 
+def test_log_det_penalty_is_the_variance_penalty_plus_minus_log_det_corr():
+    gen = torch.Generator().manual_seed(1)
+    d = torch.randn(64, 3, generator=gen, dtype=DT) * torch.tensor([1.0, 2.0, 0.5], dtype=DT)
+    corr = torch.corrcoef(d.T)
+    expected = obj.variance_penalty(d, eps=0.0) - torch.logdet(corr)
+    torch.testing.assert_close(obj.log_det_penalty(d, eps=0.0), expected)
+    # A constant unit costs -log(eps) (plus the rest): the penalty is bounded only by eps.
+    constant = torch.cat([d[:, :2], torch.full((64, 1), 3.0, dtype=DT)], dim=1)
+    torch.testing.assert_close(
+        obj.log_det_penalty(constant, eps=1e-4),
+        -torch.logdet(torch.cov(constant.T) + 1e-4 * torch.eye(3, dtype=DT)),
+    )
+    assert obj.log_det_penalty(constant) > obj.log_det_penalty(d) + 5
+    with pytest.raises(ValueError, match="B >= 2"):
+        obj.log_det_penalty(d[:1])
+
+
 def test_every_objective_passes_gradcheck():
     d = _rand(5, 4, 3).requires_grad_(True)
     y = torch.tensor([0, 2, 1, 2])
@@ -226,6 +243,7 @@ def test_every_objective_passes_gradcheck():
         (lambda x: obj.sigmoid_bce(x, y, bias=0.2, reduction="none"), (d,)),
         (lambda x: obj.variance_penalty(x), (d,)),
         (lambda x: obj.decorrelation_penalty(x), (d,)),
+        (lambda x: obj.log_det_penalty(x.reshape(-1, 3)), (d,)),
     ]
     for fn, inputs in checks:
         assert torch.autograd.gradcheck(fn, inputs)

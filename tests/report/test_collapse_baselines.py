@@ -32,8 +32,15 @@ def test_encoders_and_optimizers() -> None:
     for kind in cb.ENCODERS:
         d = cb.build_encoder(kind, 5, 3)(x)
         assert d.shape == (8, 3) and (d >= 0).all()
+    # Without affine parameters each input's pre-activations (LayerNorm) or each unit's over
+    # the batch (BatchNorm) have mean 0 and variance 1.
+    for kind, dim in (("layernorm_plain", 1), ("batchnorm", 0)):
+        encoder = cb.build_encoder(kind, 5, 3)
+        z = encoder.norm(encoder.linear(x))
+        assert torch.allclose(z.mean(dim), torch.zeros(z.shape[1 - dim]), atol=1e-5)
+        assert list(encoder.norm.parameters()) == []
     with pytest.raises(ValueError, match="kind must be"):
-        cb.build_encoder("batchnorm", 5, 3)
+        cb.build_encoder("groupnorm", 5, 3)
     params = list(cb.build_encoder("plain", 5, 3).parameters())
     assert isinstance(cb.encoder_optimizer(params, 1e-3, 0.1), torch.optim.AdamW)
     assert type(cb.encoder_optimizer(params, 1e-3)) is torch.optim.Adam

@@ -62,6 +62,7 @@ from implicit_em.objectives.unnormalized import (
 from implicit_em.objectives.volume import (
     VolumeSurrogate,
     decorrelation_penalty,
+    log_det_penalty,
     variance_penalty,
 )
 
@@ -86,6 +87,7 @@ __all__ = [
     "crowd_log_weights",
     "crowd_nll",
     "decorrelation_penalty",
+    "log_det_penalty",
     "mixture_nll",
     "null_responsibility",
     "sigmoid_bce",

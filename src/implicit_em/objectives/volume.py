@@ -1,7 +1,7 @@
 r"""Batch surrogates of the volume (log-det) term that neural objectives lack (C9, C14a).
 
 The variance penalty is the diagonal of the missing $\log|\det|$, the decorrelation penalty its
-off-diagonal.
+off-diagonal; `log_det_penalty` is the term itself, on the batch covariance.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from implicit_em.core import check_component_axis
 
-__all__ = ["VolumeSurrogate", "decorrelation_penalty", "variance_penalty"]
+__all__ = ["VolumeSurrogate", "decorrelation_penalty", "log_det_penalty", "variance_penalty"]
 
 
 def _check_batch(d: Tensor, name: str = "d") -> None:
@@ -20,6 +20,12 @@ def _check_batch(d: Tensor, name: str = "d") -> None:
         raise ValueError(
             f"{name} must have shape [B, K] with a batch of B >= 2 samples, got {tuple(d.shape)}"
         )
+
+
+def _batch_covariance(d: Tensor) -> Tensor:
+    """The unbiased covariance `[K, K]` of the rows of `d[B, K]`."""
+    centered = d - d.mean(dim=0, keepdim=True)
+    return centered.T @ centered / (d.shape[0] - 1)
 
 
 def variance_penalty(d: Tensor, eps: float = 1e-6) -> Tensor:
@@ -82,12 +88,30 @@ def decorrelation_penalty(d: Tensor, eps: float = 1e-6) -> Tensor:
         If `d` is not of shape `[B, K]` with $B \ge 2$.
     """
     _check_batch(d)
-    centered = d - d.mean(dim=0, keepdim=True)
-    cov = centered.T @ centered / (d.shape[0] - 1)
+    cov = _batch_covariance(d)
     std = torch.sqrt(torch.diagonal(cov) + eps)
     corr = cov / (std[:, None] * std[None, :])
     eye = torch.eye(d.shape[1], dtype=d.dtype, device=d.device)
     return ((corr - eye) ** 2).sum()
+
+
+def log_det_penalty(d: Tensor, eps: float = 1e-4) -> Tensor:
+    r"""Explicit volume term $-\log\det(\operatorname{Cov}_b(d) + \varepsilon I)$ over a batch.
+
+    The batch covariance of the distances is $C = \frac{1}{B-1}\sum_b (d_b - \bar d)(d_b -
+    \bar d)^\top$. Its log-det splits into the two surrogates' parts,
+    $\log\det C = \sum_j \log C_{jj} + \log\det\operatorname{Corr}(d)$: the penalty is
+    the variance penalty plus $-\log\det\operatorname{Corr}(d)$ (at $\varepsilon = 0$). A
+    distance map that shrinks or folds the data onto fewer directions is penalized without bound.
+
+    `d` (`[B, K]`, $B \ge 2$) and the errors are those of `variance_penalty`; `eps`
+    (default 1e-4) is added to the diagonal, so that a constant unit costs
+    $-\log\varepsilon$. Returns the penalty, a scalar, whose gradient is
+    $\partial/\partial d_{b} = -\dfrac{2}{B-1}(C + \varepsilon I)^{-1}(d_b - \bar d)$.
+    """
+    _check_batch(d)
+    eye = torch.eye(d.shape[1], dtype=d.dtype, device=d.device)
+    return -torch.logdet(_batch_covariance(d) + eps * eye)
 
 
 class VolumeSurrogate(nn.Module):

@@ -9,12 +9,16 @@ shaped, at the same width $K$:
 * `random`: the untrained encoder, $\mathrm{ReLU}(W_0 x + b_0)$ with PyTorch's default
   initialization of `nn.Linear` drawn from the seed.
 
-and the paper's patches (C9: "normalization layers and weight decay only patch this"):
+and the normalization layers that might stand in for the missing volume term (C9, §7.3), each
+$d = \mathrm{ReLU}(N(Wx + b))$ trained on the LSE objective alone:
 
-* `layernorm`: $d = \mathrm{ReLU}(\mathrm{LayerNorm}(Wx + b))$, LayerNorm with its learnable
-  gain and bias, trained on the LSE objective alone;
-* `weight_decay`: the plain encoder trained on the LSE objective alone with decoupled weight
-  decay (AdamW).
+* `layernorm`: $N$ = LayerNorm with its learnable gain and bias (the paper's patch as usually
+  built; its bias alone can send every pre-activation below zero);
+* `layernorm_plain`: LayerNorm without affine parameters: each input's K pre-activations have
+  mean 0 and variance 1, so no shift can switch every unit off on every input;
+* `batchnorm`: BatchNorm without affine parameters: each unit's pre-activation has mean 0 and
+  variance 1 over the batch, so no unit can be constant over the batch.
+
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ __all__ = [
     "random_features",
 ]
 
-ENCODERS = ("plain", "layernorm")
+ENCODERS = ("plain", "layernorm", "layernorm_plain", "batchnorm")
 
 
 def pca_features(x_train: Tensor, x_test: Tensor, width: int) -> tuple[Tensor, Tensor]:
@@ -62,42 +66,36 @@ def random_features(
         return torch.relu(layer(x_train)), torch.relu(layer(x_test))
 
 
-class LayerNormEncoder(nn.Module):
-    """$d = \\mathrm{ReLU}(\\mathrm{LayerNorm}(Wx + b))$, `[..., D] -> [..., K]`."""
+class Encoder(nn.Module):
+    """$d = \\mathrm{ReLU}(N(Wx + b))$, `[..., D] -> [..., K]`, with $N$ a normalization
+    layer or the identity."""
 
-    def __init__(self, in_features: int, units: int) -> None:
+    def __init__(self, in_features: int, units: int, norm: nn.Module) -> None:
         super().__init__()
         self.linear = nn.Linear(in_features, units)
-        self.norm = nn.LayerNorm(units)
+        self.norm = norm
 
     def forward(self, x: Tensor) -> Tensor:
         return torch.relu(self.norm(self.linear(x)))
 
 
-class PlainEncoder(nn.Module):
-    """$d = \\mathrm{ReLU}(Wx + b)$, `[..., D] -> [..., K]`."""
-
-    def __init__(self, in_features: int, units: int) -> None:
-        super().__init__()
-        self.linear = nn.Linear(in_features, units)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return torch.relu(self.linear(x))
-
-
 def build_encoder(kind: str, in_features: int, units: int) -> nn.Module:
-    """The `plain` or `layernorm` encoder producing `units` distances.
+    """The encoder of `kind` (one of `ENCODERS`) producing `units` distances.
 
     Raises
     ------
     ValueError
         If `kind` is unknown.
     """
-    if kind == "plain":
-        return PlainEncoder(in_features, units)
-    if kind == "layernorm":
-        return LayerNormEncoder(in_features, units)
-    raise ValueError(f"kind must be one of {ENCODERS}, got {kind!r}")
+    norms = {
+        "plain": nn.Identity,
+        "layernorm": lambda: nn.LayerNorm(units),
+        "layernorm_plain": lambda: nn.LayerNorm(units, elementwise_affine=False),
+        "batchnorm": lambda: nn.BatchNorm1d(units, affine=False),
+    }
+    if kind not in norms:
+        raise ValueError(f"kind must be one of {ENCODERS}, got {kind!r}")
+    return Encoder(in_features, units, norms[kind]())
 
 
 def encoder_optimizer(

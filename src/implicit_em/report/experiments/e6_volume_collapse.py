@@ -1,33 +1,38 @@
-r"""E6 (C9, C14): collapse without a volume term in a decoder-free encoder, and the surrogates.
+r"""E6 (C9, C14a, C14d): collapse without a volume term in a decoder-free encoder, and its cures.
 
-One linear layer with a ReLU, $d(x) = \mathrm{ReLU}(Wx + b) \in \mathbb{R}^K_{\ge 0}$, read
-as K distances, is trained on images with no decoder and six objectives:
+One linear layer with a ReLU, $d(x) = \mathrm{ReLU}(N(Wx + b)) \in \mathbb{R}^K_{\ge 0}$, read as
+K distances, is trained on images with no decoder (`_encoders.VARIANTS`): the LSE objective
+alone; with the volume term itself, $-\log\det(\operatorname{Cov}_b d + \varepsilon I)$; with its
+two surrogates (variance, decorrelation); and the LSE alone behind the normalization layers that
+might stand in for the volume term: LayerNorm without affine parameters and BatchNorm without
+affine parameters, beside the two patches that cannot work (LayerNorm with its bias, which can
+switch every unit off; weight decay, which pulls W towards 0 as the LSE term does). The same
+encoder is also read by a prototype head and trained by cross-entropy (the supervised prototype
+classifier), alone, with the log-det, or behind either normalization layer: reported beside the
+encoders, with no vote.
 
-* `lse`: the log-sum-exp objective alone, $-\log\sum_j e^{-d_j}$ (mean over the batch);
-* `lse_var`: plus the variance term $-\sum_j\log(\operatorname{Var}_b d_j + \varepsilon)$
-  (`variance_penalty`, the diagonal of the missing log-det);
-* `lse_var_decor`: plus the decorrelation term $\lVert\operatorname{Corr}(d) - I\rVert_F^2$
-  (`decorrelation_penalty`, its off-diagonal);
-* `var_decor`: the two volume surrogates alone;
-* `layernorm` and `weight_decay`: the LSE alone with the paper's patches for collapse,
-  LayerNorm before the ReLU, or decoupled weight decay (AdamW).
+Since $d \ge 0$, $-\log\sum_j e^{-d_j} \ge -\log K$ with equality exactly when every $d_j = 0$:
+without a volume term the global optimum switches every unit off (C9). Whether gradient descent
+gets there within the budget is what `dead_fraction_lse` measures. Beside the encoders, at the
+same width K and read by the same linear probe: PCA and the untrained encoder.
 
-Beside them, at the same width K and read by the same linear probe: PCA and the untrained
-encoder (random ReLU features). What the LSE term adds is read as the probe's gain of
-`lse_var_decor` over `var_decor`, and over PCA and random features.
-
-Since $d \ge 0$, $-\log\sum_j e^{-d_j} \ge -\log K$ with equality exactly when every
-$d_j = 0$: without a volume term the global optimum switches every unit off (C9).
+Each criterion's known-answer controls run `train_encoder` on planted starts, frozen (learning
+rate 0): every unit constant over the images (dead by construction), or every unit spread
+(alive), and, for the tracer, inputs shrunk by a factor each step (the distance scale falls by
+construction).
 """
 
 from __future__ import annotations
 
+import json
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments._collapse_baselines import COMPARATORS, comparator_probes
 from implicit_em.report.experiments._encoders import (
     DEAD_VARIANCE,
@@ -35,23 +40,77 @@ from implicit_em.report.experiments._encoders import (
     train_encoder,
 )
 from implicit_em.report.experiments._neural import (
+    Images,
     load_images,
     mean_std,
     plus_minus,
 )
 from implicit_em.report.figures import new_figure, save
 from implicit_em.report.progress import progress
+from implicit_em.report.protocol import load_protocol
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
 from implicit_em.report.units import unit
 
-COLORS = {
-    "lse": "#cf222e",
-    "lse_var": "#bf8700",
-    "lse_var_decor": "#1a7f37",
-    "var_decor": "#0969da",
-    "layernorm": "#8250df",
-    "weight_decay": "#57606a",
+STYLES = {
+    "lse": ("#cf222e", "-", "o"),
+    "lse_var_decor": ("#1a7f37", "--", "s"),
+    "lse_log_det": ("#0969da", "-", "D"),
+    "layernorm": ("#8250df", ":", "^"),
+    "layernorm_plain": ("#bf8700", "-.", "v"),
+    "batchnorm": ("#1b7c83", "--", "P"),
+    "weight_decay": ("#57606a", ":", "x"),
+    "ce": ("#cf222e", "-", "o"),
+    "ce_log_det": ("#0969da", "--", "D"),
+    "ce_layernorm_plain": ("#bf8700", "-.", "v"),
+    "ce_batchnorm": ("#1b7c83", ":", "P"),
 }
+"""Colour, line style and marker per variant: lines that coincide stay told apart."""
+
+SUBSTITUTES = {
+    "layernorm_plain": "lse_log_det",
+    "batchnorm": "lse_log_det",
+    "layernorm": "lse_log_det",
+    "weight_decay": "lse_log_det",
+    "ce": "ce_log_det",
+    "ce_layernorm_plain": "ce_log_det",
+    "ce_batchnorm": "ce_log_det",
+}
+"""Each variant read against the explicit volume term of its own model (`probe_gap_<variant>`)."""
+
+SHORT = {
+    "lse": "LSE",
+    "lse_var_decor": "+var+decor",
+    "lse_log_det": "+log-det",
+    "layernorm": "LN",
+    "layernorm_plain": "LN no affine",
+    "batchnorm": "BN no affine",
+    "weight_decay": "WD",
+    "ce": "CE",
+    "ce_log_det": "CE+log-det",
+    "ce_layernorm_plain": "CE, LN no affine",
+    "ce_batchnorm": "CE, BN no affine",
+}
+
+
+def dead_fractions(runs: list[dict[str, Any]]) -> list[float]:
+    """Per run: the share of units whose variance over the training images is below
+    `DEAD_VARIANCE`."""
+    return [r["final"]["dead_fraction"] for r in runs]
+
+
+def probe_gaps(runs: list[dict[str, Any]], reference: list[dict[str, Any]]) -> list[float]:
+    """Per seed: the probe accuracy of `runs` minus that of `reference` (paired by seed)."""
+    return [a["final"]["probe"] - b["final"]["probe"] for a, b in zip(runs, reference, strict=True)]
+
+
+def scale_ratios(runs: list[dict[str, Any]]) -> list[float]:
+    """Per run: the distance scale the tracer read at its last measured step over its first
+    (the `shrinking_scale` alarm fires below 0.1)."""
+    ratios = []
+    for r in runs:
+        scale = r["trace"]["scale"]
+        ratios.append(scale[-1] / scale[0] if scale and scale[0] > 0 else float("nan"))
+    return ratios
 
 
 def run(config: dict[str, Any], out: Path) -> Outcome:
@@ -74,22 +133,19 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
         "steps": config["steps"],
         "train_images": len(images.y_train),
     }
+    samples: dict[str, list[float]] = {}
     rows = []
-    for v, label in VARIANTS.items():
+    for v, spec in VARIANTS.items():
         finals = [r["final"] for r in runs[v]]
-        for key in (
-            "dead",
-            "dead_fraction",
-            "redundancy",
-            "mean_sq_corr",
-            "entropy",
-            "l0",
-            "probe",
-            "weight_norm",
-        ):
+        for key in ("dead", "redundancy", "mean_sq_corr", "entropy", "l0", "probe", "weight_norm"):
             mean, std = mean_std([f[key] for f in finals])
             numbers[f"{key}_{v}"] = mean
             numbers[f"{key}_{v}_std"] = std
+        numbers[f"log_det_{v}"] = float(np.mean([f["log_det"] for f in finals]))
+        samples[f"dead_fraction_{v}"] = dead_fractions(runs[v])
+        samples[f"trace_scale_ratio_{v}"] = scale_ratios(runs[v])
+        numbers[f"dead_fraction_{v}"] = float(np.mean(samples[f"dead_fraction_{v}"]))
+        numbers[f"trace_scale_ratio_{v}"] = float(np.mean(samples[f"trace_scale_ratio_{v}"]))
         fired = [r["alarms"] for r in runs[v]]
         numbers[f"alarm_seed_share_{v}"] = sum(bool(a) for a in fired) / len(fired)
         numbers[f"alarms_{v}"] = sorted({name for a in fired for name in a})
@@ -102,48 +158,26 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
         )
         rows.append(
             (
-                label,
+                spec.label,
                 plus_minus([f["dead"] for f in finals], 1),
+                plus_minus([f["log_det"] for f in finals], 1),
                 plus_minus([f["redundancy"] for f in finals], 2),
-                plus_minus([f["entropy"] for f in finals], 3),
                 plus_minus([f["l0"] for f in finals], 3),
                 plus_minus([f["probe"] for f in finals], 3),
                 kinds or "none",
             )
         )
-    numbers["probe_gain_var_decor"] = numbers["probe_lse_var_decor"] - numbers["probe_lse"]
+    for v, reference in SUBSTITUTES.items():
+        samples[f"probe_gap_{v}"] = probe_gaps(runs[v], runs[reference])
+        numbers[f"probe_gap_{v}"] = float(np.mean(samples[f"probe_gap_{v}"]))
     comparators = comparator_probes(images, config)
-    per_seed = {v: [r["final"] for r in runs[v]] for v in VARIANTS}
-    healthy = [f["probe"] for f in per_seed["lse_var_decor"]]
-    gains = {
-        "probe_gain_over_var_decor": [
-            a - f["probe"] for a, f in zip(healthy, per_seed["var_decor"], strict=True)
-        ],
-        **{
-            f"probe_gain_over_{name}": [a - b for a, b in zip(healthy, values, strict=True)]
-            for name, values in comparators.items()
-        },
-    }
     for name, values in comparators.items():
         numbers[f"probe_{name}"] = float(np.mean(values))
         rows.append((COMPARATORS[name], "", "", "", "", plus_minus(values, 3), "—"))
-    for name, values in gains.items():
-        numbers[name] = float(np.mean(values))
 
-    figures = [_figure(runs, config, out, images.name)]
-    notes = _notes(numbers)
     return Outcome(
         numbers=numbers,
-        samples={
-            "dead_fraction_lse_var_decor": [f["dead_fraction"] for f in per_seed["lse_var_decor"]],
-            "alarm_seed_share_lse": [float(bool(r["alarms"])) for r in runs["lse"]],
-            "alarm_seed_share_lse_var_decor": [
-                float(bool(r["alarms"])) for r in runs["lse_var_decor"]
-            ],
-            "dead_fraction_layernorm": [f["dead_fraction"] for f in per_seed["layernorm"]],
-            "dead_fraction_weight_decay": [f["dead_fraction"] for f in per_seed["weight_decay"]],
-            **gains,
-        },
+        samples=samples,
         tables=[
             Table(
                 f"Encoders on {images.name} ({config['units']} units, {len(seeds)} seeds, "
@@ -151,8 +185,8 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
                 (
                     "objective",
                     "dead units",
+                    "log det(Cov d + εI)",
                     "‖Corr − I‖²_F (live units)",
-                    "responsibility entropy (nats)",
                     "L0 (share active)",
                     "linear probe accuracy",
                     "tracer alarms",
@@ -160,151 +194,263 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
                 tuple(rows),
             )
         ],
-        figures=figures,
-        notes=notes,
+        figures=[_figure(runs, config, out, images.name)],
+        notes=_notes(numbers),
     )
 
 
 def _notes(n: dict[str, Any]) -> list[str]:
     k = n["units"]
+
+    def dead(v: str) -> str:
+        return f"{n[f'dead_{v}']:.1f} of {k}"
+
     notes = [
-        f"LSE alone: {n['dead_lse']:.1f} of {k} units dead; with variance + decorrelation "
-        f"{n['dead_lse_var_decor']:.1f}; probe accuracy {n['probe_lse']:.3f} → "
+        f"LSE alone: {dead('lse')} units dead, probe accuracy {n['probe_lse']:.3f}; with the "
+        f"explicit log-det {dead('lse_log_det')} dead, probe {n['probe_lse_log_det']:.3f}; with "
+        f"variance + decorrelation {dead('lse_var_decor')} dead, probe "
         f"{n['probe_lse_var_decor']:.3f}.",
     ]
-    alarms = n["alarms_lse"]
-    if alarms:
+    thresholds = {c.number: c.threshold for c in load_protocol("E6").criteria}
+    for v, name in (("layernorm_plain", "LayerNorm without affine"), ("batchnorm", "BatchNorm")):
+        gap = n[f"probe_gap_{v}"]
+        verdict = (
+            "substitutes for the volume term here"
+            if gap >= thresholds[f"probe_gap_{v}"]
+            and n[f"dead_fraction_{v}"] <= thresholds["dead_fraction_layernorm_plain"]
+            else "does not substitute for the volume term here"
+        )
         notes.append(
-            "On the collapsing encoder the tracer raised: " + ", ".join(alarms) + ". Dead ReLU "
-            "units all output d = 0, so their responsibilities are uniform (1/K each): the "
-            "collapse shows in the distance scale, not in the per-component mass alarms."
+            f"{name} under LSE alone: {dead(v)} dead, final log det {n[f'log_det_{v}']:.1f} "
+            f"(explicit log-det {n['log_det_lse_log_det']:.1f}), probe {n[f'probe_{v}']:.3f} "
+            f"({gap:+.3f} against the explicit log-det): it {verdict}."
         )
-    else:
-        notes.append("The tracer raised no alarm on the collapsing encoder.")
-    probe_change = n["probe_lse_var_decor"] - n["probe_var_decor"]
-    l0_change = n["l0_lse_var_decor"] - n["l0_var_decor"]
     notes.append(
-        (
-            "The LSE term changes little"
-            if abs(probe_change) <= 0.01 and abs(l0_change) <= 0.02
-            else "The LSE term changes the features"
+        "The supervised prototype classifier (the same encoder, prototype head, cross-entropy): "
+        + "; ".join(
+            f"{label} {dead(v)} dead, final log det {n[f'log_det_{v}']:.1f}, probe "
+            f"{n[f'probe_{v}']:.3f}"
+            + ("" if v == "ce_log_det" else f" ({n[f'probe_gap_{v}']:+.3f} against its log-det)")
+            for v, label in (
+                ("ce", "alone"),
+                ("ce_log_det", "with the log-det"),
+                ("ce_layernorm_plain", "LayerNorm without affine"),
+                ("ce_batchnorm", "BatchNorm without affine"),
+            )
         )
-        + f" once the surrogates are on: probe accuracy {n['probe_lse_var_decor']:.3f} with it "
-        f"and {n['probe_var_decor']:.3f} without, L0 {n['l0_lse_var_decor']:.3f} and "
-        f"{n['l0_var_decor']:.3f}."
-    )
-    grows = n["weight_norm_lse_var"] > 1.5 * n["weight_norm_lse_var_decor"]
-    notes.append(
-        f"‖W‖_F at the end: {n['weight_norm_lse_var']:.1f} with the variance term alone, "
-        f"{n['weight_norm_lse_var_decor']:.1f} with decorrelation"
-        + (
-            " (−log Var is unbounded below: with nothing else to stop it the scale keeps growing)."
-            if grows
-            else "."
-        )
-    )
-    healthy = n["alarms_lse_var_decor"]
-    notes.append(
-        "On LSE + variance + decorrelation the tracer raised "
-        + (", ".join(healthy) if healthy else "no alarm")
         + "."
     )
     notes.append(
-        f"Against features no LSE term shaped, at the same width: probe accuracy "
-        f"{n['probe_lse_var_decor']:.3f} for LSE + surrogates, {n['probe_pca']:.3f} for PCA, "
-        f"{n['probe_random']:.3f} for the untrained encoder. The paper's patches under LSE "
-        f"alone: LayerNorm leaves {n['dead_layernorm']:.1f} of {k} units dead, weight decay "
-        f"{n['dead_weight_decay']:.1f}."
+        f"The patches that cannot work: LayerNorm with its affine bias leaves {dead('layernorm')} "
+        f"dead, weight decay {dead('weight_decay')}."
+    )
+    notes.append(
+        f"The tracer's distance scale at the end over its start, LSE alone: "
+        f"{n['trace_scale_ratio_lse']:.3g} (alarm below 0.1); alarms on LSE alone: "
+        + (", ".join(n["alarms_lse"]) or "none")
+        + "; on the explicit log-det: "
+        + (", ".join(n["alarms_lse_log_det"]) or "none")
+        + ". Dead ReLU units all output d = 0, so their responsibilities are uniform: the "
+        "collapse can show only in the distance scale."
+    )
+    notes.append(
+        f"Against features no LSE term shaped, at the same width: PCA {n['probe_pca']:.3f}, "
+        f"the untrained encoder {n['probe_random']:.3f}."
     )
     return notes
 
 
 def _figure(runs: dict[str, list[dict[str, Any]]], config: dict, out: Path, data: str) -> Figure:
-    fig, axes = new_figure(ncols=3, width=4.6, height=3.5)
-    ax_dead, ax_scale, ax_probe = axes[0]
-    for v, label in VARIANTS.items():
-        steps = runs[v][0]["curve"]["step"]
-        dead = torch.tensor([r["curve"]["dead_fraction"] for r in runs[v]]).mean(0)
-        ax_dead.plot(steps, dead.tolist(), color=COLORS[v], label=label)
-        trace = runs[v][0]["trace"]
-        ax_scale.plot(trace["step"], trace["scale"], color=COLORS[v], label=label)
-        first = runs[v][0]["alarms"].get("shrinking_scale")
-        if first is not None:
-            ax_scale.axvline(first, color=COLORS[v], linestyle=":", linewidth=1)
-    ax_dead.set_xlabel("training step")
-    ax_dead.set_ylabel("share of dead units (monitor images)")
-    ax_dead.set_ylim(-0.03, 1.03)
-    ax_dead.legend(fontsize=7)
-    ax_scale.set_xlabel("training step")
-    ax_scale.set_ylabel("tracer: distance scale (seed 0)")
-    ax_scale.set_yscale("symlog", linthresh=1e-3)
-    ax_scale.set_title("dotted: shrinking_scale alarm", fontsize=8)
-    means = [mean_std([r["final"]["probe"] for r in runs[v]]) for v in VARIANTS]
-    ax_probe.bar(
-        range(len(VARIANTS)),
-        [m for m, _ in means],
-        yerr=[s for _, s in means],
-        color=[COLORS[v] for v in VARIANTS],
-    )
-    ax_probe.set_xticks(range(len(VARIANTS)))
-    ax_probe.set_xticklabels(
-        ["LSE", "+var", "+var+decor", "vol only", "LSE+LN", "LSE+WD"], fontsize=7, rotation=30
-    )
-    ax_probe.set_ylabel(f"linear probe accuracy ({data} test)")
-    ax_probe.set_ylim(0, 1)
+    groups = [
+        [v for v, spec in VARIANTS.items() if not spec.supervised],
+        [v for v, spec in VARIANTS.items() if spec.supervised],
+    ]
+    fig, axes = new_figure(ncols=4, nrows=len(groups), width=4.2, height=3.5)
+    for row, group in zip(axes, groups, strict=True):
+        _figure_row(row, runs, group, data)
+    axes[0, 0].set_title("LSE objective (unsupervised encoder)", fontsize=9)
+    axes[1, 0].set_title("prototype classifier (cross-entropy)", fontsize=9)
     name = save(fig, out, "e6_collapse.png")
     return Figure(
         name,
+        f"Top row: the unsupervised encoders; bottom row: the supervised prototype classifiers. "
         f"Left: share of units whose variance over {config['monitor']} training images is below "
-        f"{DEAD_VARIANCE}, during training (mean over seeds). Middle: the tracer's distance "
-        "scale (mean per-image std of d) at the LSE site; dotted lines mark the first "
-        "shrinking_scale alarm. Right: linear-probe accuracy of the final features (mean ± std).",
+        f"{DEAD_VARIANCE}, during training (mean over seeds). Second: the volume the missing "
+        "term measures, log det of the distances' covariance (ε = 1e-4 per unit; mean over "
+        "seeds). Third: the tracer's distance scale (mean per-image std of d) at the loss site "
+        "(symmetric log axis from 0). Right: linear-probe accuracy of the final features (mean "
+        "± std). Line styles and markers tell apart curves that lie on one another.",
     )
 
 
-_CONFIG = {
-    "weight_decay": 0.1,
-    "variance_weight": 1.0,
-    "decorrelation_weight": 1.0,
-    "lr": 1e-3,
-    "batch": 256,
+def _figure_row(
+    row: Any, runs: dict[str, list[dict[str, Any]]], group: list[str], data: str
+) -> None:
+    ax_dead, ax_volume, ax_scale, ax_probe = row
+    # Drawn widest first, so that a line lying on another still shows around it.
+    for rank, v in enumerate(group):
+        colour, style, marker = STYLES[v]
+        kw = {
+            "color": colour,
+            "linestyle": style,
+            "marker": marker,
+            "markersize": 4,
+            "linewidth": 3.2 - 0.35 * rank,
+            "label": VARIANTS[v].label,
+        }
+        steps = runs[v][0]["curve"]["step"]
+        dead = torch.tensor([r["curve"]["dead_fraction"] for r in runs[v]]).mean(0)
+        ax_dead.plot(steps, dead.tolist(), **kw)
+        volume = torch.tensor([r["curve"]["log_det"] for r in runs[v]]).mean(0)
+        ax_volume.plot(steps, volume.tolist(), **kw)
+        trace = runs[v][0]["trace"]
+        every = max(1, len(trace["step"]) // 8)
+        ax_scale.plot(trace["step"], trace["scale"], markevery=every, **kw)
+    ax_dead.set_xlabel("training step")
+    ax_dead.set_ylabel("share of dead units (monitor images)")
+    ax_dead.set_ylim(-0.03, 1.03)
+    ax_dead.legend(fontsize=6)
+    ax_volume.set_xlabel("training step")
+    ax_volume.set_ylabel("log det(Cov d + εI) (monitor images)")
+    ax_scale.set_xlabel("training step")
+    ax_scale.set_ylabel("tracer: distance scale (first seed)")
+    ax_scale.set_yscale("symlog", linthresh=1e-3)
+    ax_scale.set_ylim(bottom=0)
+    means = [mean_std([r["final"]["probe"] for r in runs[v]]) for v in group]
+    ax_probe.bar(
+        range(len(group)),
+        [m for m, _ in means],
+        yerr=[s for _, s in means],
+        color=[STYLES[v][0] for v in group],
+    )
+    ax_probe.set_xticks(range(len(group)))
+    ax_probe.set_xticklabels([SHORT[v] for v in group], fontsize=7, rotation=30)
+    ax_probe.set_ylabel(f"linear probe accuracy ({data} test)")
+    ax_probe.set_ylim(0, 1)
+
+
+# -- known-answer controls ---------------------------------------------------------------------
+
+
+@cache
+def _control_images(data: str) -> Images:
+    return load_images({"data": data, "device": "cpu"})
+
+
+@cache
+def _planted_run(
+    key: str, variant: str, start: str, input_decay: float, probe: bool, seed: int
+) -> dict[str, Any]:
+    config = json.loads(key)
+    planted = {
+        **config,
+        "lr": 0.0,
+        "start": start,
+        "input_decay": input_decay,
+        "probe_train": config["probe_train"] if probe else 0,
+    }
+    return train_encoder(_control_images(config["data"]), variant, seed, planted)
+
+
+def _planted(
+    config: dict[str, Any], variant: str, start: str, input_decay: float = 1.0, probe: bool = False
+) -> list[dict[str, Any]]:
+    """`train_encoder` per control seed from a planted `start`, frozen (learning rate 0); runs
+    shared between controls are computed once."""
+    key = json.dumps({k: v for k, v in config.items() if k != "device"}, sort_keys=True)
+    return [_planted_run(key, variant, start, input_decay, probe, s) for s in config["seeds"]]
+
+
+_DEAD = "every unit planted constant over the images (W = 0, b = −1), frozen"
+_ALIVE = "every unit planted spread over the images (W × 10, b = 0), frozen"
+
+
+def _dead_controls(variant: str, collapse: bool) -> Controls:
+    """Controls of `dead_fraction_<variant>`: planted dead and planted alive, the positive one
+    the side the criterion looks for (`collapse`: many dead)."""
+    dead = Control(_DEAD, lambda c: dead_fractions(_planted(c, variant, "constant")))
+    alive = Control(_ALIVE, lambda c: dead_fractions(_planted(c, variant, "spread")))
+    return Controls(positive=dead, negative=alive) if collapse else Controls(alive, dead)
+
+
+def _gap_controls(variant: str) -> Controls:
+    """Controls of `probe_gap_<variant>`: the explicit log-det encoder read against itself (a
+    perfect substitute), and the variant planted dead against it."""
+
+    def reference(c: dict[str, Any]) -> list[dict[str, Any]]:
+        return _planted(c, "lse_log_det", "spread", probe=True)
+
+    return Controls(
+        positive=Control(
+            "the variant planted as the log-det encoder itself (spread, frozen)",
+            lambda c: probe_gaps(reference(c), reference(c)),
+        ),
+        negative=Control(
+            f"the variant planted dead ({_DEAD}) against the log-det encoder spread",
+            lambda c: probe_gaps(_planted(c, variant, "constant", probe=True), reference(c)),
+        ),
+    )
+
+
+CONTROLS = {
+    "dead_fraction_lse": _dead_controls("lse", collapse=True),
+    "dead_fraction_lse_log_det": _dead_controls("lse_log_det", collapse=False),
+    "dead_fraction_lse_var_decor": _dead_controls("lse_var_decor", collapse=False),
+    "dead_fraction_layernorm_plain": _dead_controls("layernorm_plain", collapse=False),
+    "probe_gap_layernorm_plain": _gap_controls("layernorm_plain"),
+    "probe_gap_batchnorm": _gap_controls("batchnorm"),
+    "trace_scale_ratio_lse": Controls(
+        positive=Control(
+            _ALIVE + ", inputs shrunk by the control's input_decay each step",
+            lambda c: scale_ratios(_planted(c, "lse", "spread", c["input_decay"])),
+        ),
+        negative=Control(
+            _ALIVE + ", inputs unchanged", lambda c: scale_ratios(_planted(c, "lse", "spread"))
+        ),
+    ),
 }
+
 
 EXPERIMENT = Experiment(
     id="E6",
-    title="Collapse without a volume term in a decoder-free encoder",
+    title="Collapse without a volume term in a decoder-free encoder, and what stands in for it",
     claims=("C9", "C14a", "C14d"),
     hypothesis=(
         "Trained with the log-sum-exp objective alone, a ReLU encoder read as distances loses "
-        "its units (nothing pays for volume); the variance and decorrelation surrogates of the "
-        "log-det keep every unit alive and informative, and the tracer flags the collapse."
+        "its units (nothing pays for volume); the explicit log-det, and its variance and "
+        "decorrelation surrogates, keep every unit alive; normalization layers without affine "
+        "parameters keep the units alive and as informative as the log-det does; the tracer's "
+        "distance scale shows the collapse."
     ),
     setup=(
-        "d = ReLU(Wx + b) with W of K x D (64 x 784 on Fashion-MNIST, 32 x 64 on the 8 x 8 "
-        "digits), pixels in [0, 1] centred by the training mean, Adam (lr 1e-3, batch 256), "
-        "four objectives: LSE alone, + variance, + variance + decorrelation (weights 1), the "
-        "two surrogates alone. Dead: variance over the training images < 0.01. Probe: "
-        "scikit-learn LogisticRegression on the standardized features, test accuracy. The "
-        "Tracer (default thresholds) runs on every training."
+        "d = ReLU(N(Wx + b)) with W of K x D (64 x 784 at full size, 32 x 784 at quick size, "
+        "both on Fashion-MNIST), pixels in [0, 1] centred by the training mean, Adam (lr 1e-3, "
+        "batch 256). Objectives: LSE alone; + −log det(Cov_b d + 1e-4 I); + variance + "
+        "decorrelation (weights 1); LSE alone behind LayerNorm (with and without affine), "
+        "BatchNorm (without affine), or with AdamW weight decay 0.1. Dead: variance over the "
+        "training images < 0.01. Probe: scikit-learn LogisticRegression on the standardized "
+        "features, test accuracy. The supervised prototype classifier reads the same encoder "
+        "with a prototype head z_c = −‖d − μ_c‖² trained by cross-entropy. The Tracer (default "
+        "thresholds) runs on every training."
     ),
     run=run,
-    headline=("dead_lse", "dead_lse_var_decor", "probe_lse_var_decor"),
+    headline=("dead_fraction_lse", "dead_fraction_lse_log_det", "probe_gap_batchnorm"),
     meaning={
         "holds": (
-            "C9 holds for this encoder: with no volume term the LSE objective is maximized by "
-            "switching every unit off, and it does. The log-det surrogates (C14) keep the "
-            "units alive and informative, and the tracer flags the collapse (through the "
-            "distance scale: dead units give uniform responsibilities)."
+            "C9 holds for this encoder: with no volume term the LSE objective switches every "
+            "unit off; the explicit log-det and its surrogates keep the units alive (C14a); "
+            "normalization layers without affine parameters stand in for the volume term; the "
+            "tracer's distance scale shows the collapse (C14d)."
         ),
         "partly": (
             "Part of the picture holds; the criteria not met say which: collapse without the "
-            "volume term, survival with it, information in the kept units, or the tracer's "
-            "alarms."
+            "volume term, survival with it, normalization standing in for it, or the tracer."
         ),
         "fails": (
-            "The LSE-only encoder did not collapse, the surrogates did not help, and the "
-            "tracer did not tell them apart: C9 is not borne out in this encoder."
+            "The LSE-only encoder did not collapse, the volume terms did not help, no "
+            "normalization stood in, and the tracer did not see it."
         ),
     },
-    minutes={"smoke": 0.15, "quick": 2.3, "full": 5.0},
+    minutes={"smoke": 0.2, "quick": 0.7, "full": 9.0},
+    controls=CONTROLS,
 )
