@@ -179,6 +179,6 @@ EXPERIMENT = Experiment(
             "are not each needed, against C3."
         ),
     },
-    minutes={"smoke": 0.05, "quick": 0.2, "full": 1.5},
+    minutes={"smoke": 0.05, "quick": 0.2, "full": 0.5},
     controls=CONTROLS,
 )
