@@ -40,18 +40,28 @@ def trained(
     arm: str,
     start: torch.Tensor | None = None,
     learning_rate: float | None = None,
+    bandwidth: float | None = None,
 ) -> torch.Tensor:
-    """The end prototypes of `arm` on seed `seed`'s data, from the collapsed start (or `start`)."""
+    """The end prototypes of `arm` on seed `seed`'s data, from the collapsed start (or `start`),
+    at the protocol's bandwidth (or `bandwidth`); the step is `learning_rate` times the squared
+    bandwidth, so that every bandwidth takes the same step in the data's units."""
     x = cd.clusters(config["n"], seed, config["spread"])
     if start is None:
         start = cd.collapsed_start(x, len(cd.CENTRES), seed, config["jitter"])
     lr = config["learning_rate"] if learning_rate is None else learning_rate
-    return cd.train(arm, x, start, config["bandwidth"], lr, config["steps"])
+    s = config["bandwidth"] if bandwidth is None else bandwidth
+    return cd.train(arm, x, start, s, lr * s**2, config["steps"])
 
 
 def _seed(config: dict[str, Any], seed: int) -> dict[str, Any]:
-    ends = {arm: trained(config, seed, arm) for arm in cd.ARMS}
-    return {arm: {"coverage": cd.coverage(m), "means": m.tolist()} for arm, m in ends.items()}
+    """Per bandwidth (the protocol's first, then the sweep's), each arm's coverage and end."""
+    out = {}
+    for s in [config["bandwidth"], *config["sweep_bandwidths"]]:
+        ends = {arm: trained(config, seed, arm, bandwidth=s) for arm in cd.ARMS}
+        out[f"{s:g}"] = {
+            arm: {"coverage": cd.coverage(m), "means": m.tolist()} for arm, m in ends.items()
+        }
+    return out
 
 
 def run(config: dict[str, Any], out: Path) -> Outcome:
@@ -59,7 +69,10 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
         seed: unit(f"conditions-seed{seed}", lambda s=seed: _seed(config, s))
         for seed in progress(config["seeds"], desc="E15")
     }
-    coverage = {arm: [per_seed[s][arm]["coverage"] for s in config["seeds"]] for arm in cd.ARMS}
+    main = f"{config['bandwidth']:g}"
+    coverage = {
+        arm: [per_seed[s][main][arm]["coverage"] for s in config["seeds"]] for arm in cd.ARMS
+    }
     losses = {
         f"{arm}_coverage_loss": [a - b for a, b in zip(coverage["softmax"], values, strict=True)]
         for arm, values in coverage.items()
@@ -68,21 +81,39 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
     numbers: dict[str, Any] = {f"{arm}_coverage": float(np.mean(v)) for arm, v in coverage.items()}
     numbers.update({name: float(np.mean(v)) for name, v in losses.items()})
     numbers["seeds"] = len(config["seeds"])
+    sweep = [f"{s:g}" for s in config["sweep_bandwidths"]]
+    for s in sweep:
+        for arm in cd.ARMS:
+            values = [per_seed[seed][s][arm]["coverage"] for seed in config["seeds"]]
+            numbers[f"{arm}_coverage_bandwidth_{s}"] = float(np.mean(values))
     rows = tuple(
-        (seed, arm, REMOVED.get(arm, "none"), per_seed[seed][arm]["coverage"])
+        (seed, s, arm, REMOVED.get(arm, "none"), per_seed[seed][s][arm]["coverage"])
         for seed in config["seeds"]
+        for s in [main, *sweep]
         for arm in cd.ARMS
     )
-    figure = _plot(config, per_seed[config["seeds"][0]], out)
+    figure = _plot(config, per_seed[config["seeds"][0]][main], out)
     notes = [
-        "Mean coverage of the four clusters from a start with every prototype in one: "
+        f"Mean coverage of the four clusters from a start with every prototype in one, at "
+        f"bandwidth {main}: "
         + ", ".join(f"{arm} {numbers[f'{arm}_coverage']:.2f}" for arm in cd.ARMS)
-        + f" (chance with no movement: {1 / len(cd.CENTRES):.2f})."
+        + f" (no movement: {1 / len(cd.CENTRES):.2f})."
+    ] + [
+        f"At bandwidth {s} (shown, not judged): "
+        + ", ".join(f"{arm} {numbers[f'{arm}_coverage_bandwidth_{s}']:.2f}" for arm in cd.ARMS)
+        + "."
+        for s in sweep
     ]
     return Outcome(
         numbers=numbers,
         samples=losses,
-        tables=[Table("Coverage per seed and arm", ("seed", "arm", "removed", "coverage"), rows)],
+        tables=[
+            Table(
+                "Coverage per seed, bandwidth and arm",
+                ("seed", "bandwidth", "arm", "removed", "coverage"),
+                rows,
+            )
+        ],
         figures=[
             Figure(
                 figure,
@@ -152,8 +183,9 @@ EXPERIMENT = Experiment(
         "descent on four objectives: softmax (−log Σ exp(−d)), sparsemax (the sparsemax "
         "conjugate, whose gradient is sparsemax(−d); entmax library), an unnormalized "
         "exponential (−Σ exp(−d)), and softmax over distances rounded to whole units, trained "
-        "through the straight-through estimator. Data: four clusters 4 units apart; every "
-        "prototype starts at one random data point (jittered). Coverage: share of the four "
+        "through the straight-through estimator. Data: four clusters 4 units apart (std 0.5); "
+        "every prototype starts at one random data point (jittered). The criteria read the "
+        "protocol's bandwidth; wider bandwidths are swept and shown. Coverage: share of the four "
         "clusters that own a prototype at the end; each criterion reads softmax's coverage minus "
         "the arm's, per seed."
     ),
