@@ -365,12 +365,12 @@ CONTROLS = {
     "component_best_median_residual": _residual_controls(),
     "gd_path_gap": Controls(
         positive=Control(
-            "EM's steps with each mean pushed 0.3 units further in a random direction",
-            lambda c: _planted(c, offset_em_step, "gap"),
-        ),
-        negative=Control(
             "EM's own steps at a third of their length (a step size not among the reference's)",
             lambda c: _planted(c, em_fraction(1 / 3), "gap"),
+        ),
+        negative=Control(
+            "EM's steps with each mean pushed 0.3 units further in a random direction",
+            lambda c: _planted(c, offset_em_step, "gap"),
         ),
     ),
 }
