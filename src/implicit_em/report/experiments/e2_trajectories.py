@@ -347,34 +347,26 @@ def _planted(config: dict[str, Any], move: Move, measure: str) -> list[float]:
     return values
 
 
-def _residual_controls() -> Controls:
+def _controls(measure: str) -> Controls:
+    """Both of a step-size-free measure's controls: EM at a third of its step (a step size
+    only, and one not among the path gap's reference fractions) against a planted push."""
     return Controls(
         positive=Control(
             "EM's own steps at a third of their length (a step-size change only)",
-            lambda c: _planted(c, em_fraction(1 / 3), "residual"),
+            lambda c: _planted(c, em_fraction(1 / 3), measure),
         ),
         negative=Control(
             "EM's steps with each mean pushed 0.3 units further in a random direction",
-            lambda c: _planted(c, offset_em_step, "residual"),
+            lambda c: _planted(c, offset_em_step, measure),
         ),
     )
 
 
 CONTROLS = {
-    "gd_best_median_residual": _residual_controls(),
-    "component_best_median_residual": _residual_controls(),
-    "gd_path_gap": Controls(
-        positive=Control(
-            "EM's own steps at a third of their length (a step size not among the reference's)",
-            lambda c: _planted(c, em_fraction(1 / 3), "gap"),
-        ),
-        negative=Control(
-            "EM's steps with each mean pushed 0.3 units further in a random direction",
-            lambda c: _planted(c, offset_em_step, "gap"),
-        ),
-    ),
+    "gd_best_median_residual": _controls("residual"),
+    "component_best_median_residual": _controls("residual"),
+    "gd_path_gap": _controls("gap"),
 }
-
 
 EXPERIMENT = Experiment(
     id="E2",
