@@ -63,6 +63,14 @@ def test_gates_make_it_invalid_and_missing_samples_not_run():
     assert shares.verdict == "not run" and "0.0/1.0" in shares.reason
 
 
+def test_a_rule_of_gates_alone_holds_when_they_pass():
+    algebra = Rule((), (GATE,))
+    passed = algebra.judge(OK, {})
+    assert passed.verdict == "holds" and "identity_error" in passed.reason
+    assert algebra.judge({"identity_error": 1e-3}, {}).verdict == "invalid"
+    assert "every gate passes" in algebra.statement
+
+
 def test_status_edges_and_votes():
     def status(criterion: Criterion, samples: list[float]) -> str:
         return criterion.status(criterion.interval(samples))
@@ -189,7 +197,7 @@ def test_bad_declarations_raise():
         Criterion("x", "<", 1.0, "", claim="C1", direction="supports", method="z")
     with pytest.raises(ValueError, match="theory item"):
         Criterion("x", "<", 1.0, "", claim="E1", direction="supports")
-    with pytest.raises(ValueError, match="at least one criterion"):
+    with pytest.raises(ValueError, match="at least one criterion or gate"):
         Rule(())
     experiment = _experiment()
     with pytest.raises(ValueError, match="meaning must say"):
