@@ -163,6 +163,12 @@ def test_items_verified_by_algebra_read_their_gates():
     assert claim_verdicts(["C1"], passed)[0]["verdict"] == "verified (algebra)"
     failed = [_entry("E1", "holds", ("C2", "met", "supports"), gates=(("err", False, "C1"),))]
     assert claim_verdicts(["C1"], failed)[0]["verdict"] == "violated (algebra)"
+    two = (("a", True, "C1"), ("b", True, "C1"))
+    both = [_entry("E1", "holds", ("C2", "met", "supports"), gates=two)]
+    assert claim_verdicts(["C1"], both)[0]["verdict"] == "verified (algebra)"
+    one_fails = (("a", True, "C1"), ("b", False, "C1"))
+    mixed = [_entry("E1", "holds", ("C2", "met", "supports"), gates=one_fails)]
+    assert claim_verdicts(["C1"], mixed)[0]["verdict"] == "violated (algebra)"
     invalid = [_entry("E1", "invalid", ("C2", "met", "supports"), gates=(("err", False, "C1"),))]
     (got,) = claim_verdicts(["C1"], invalid)
     assert got["verdict"] == "not tested" and got["excluded"] == [

@@ -409,10 +409,11 @@ def claim_verdicts(
                 continue
             for g in e.get("gates", []):
                 if g.get("verifies") == item:
-                    algebra = (
-                        ALGEBRA_WORDS[0] if g["passed"] and algebra is None else ALGEBRA_WORDS[1]
-                    )
-                    ids.append(e["id"])
+                    # verified when every gate verifying the item passed; one failure violates it
+                    failed = not g["passed"] or algebra == ALGEBRA_WORDS[1]
+                    algebra = ALGEBRA_WORDS[1] if failed else ALGEBRA_WORDS[0]
+                    if e["id"] not in ids:
+                        ids.append(e["id"])
             for c in e["criteria"]:
                 if c["claim"] != item:
                     continue
