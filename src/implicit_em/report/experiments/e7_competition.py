@@ -525,7 +525,7 @@ def _controls() -> dict[str, Controls]:
 EXPERIMENT = Experiment(
     id="E7",
     title="How cross-entropy shares the correction, and label smoothing as a partial clamp",
-    claims=("C6", "C8", "C14b"),
+    claims=("C6", "C7", "C8", "C14b"),
     hypothesis=(
         "Under cross-entropy the wrong classes share the correction unevenly (the most "
         "responsible take the most), not as a uniform repulsion; a smoothed target, uniform "
