@@ -471,6 +471,6 @@ EXPERIMENT = Experiment(
         ),
         "fails": "None of the predicted contrasts between normalized and unnormalized objectives appears.",
     },
-    minutes={"smoke": 0.1, "quick": 0.6, "full": 4.0},
+    minutes={"smoke": 0.1, "quick": 0.5, "full": 8.0},
     controls=_controls(),
 )
