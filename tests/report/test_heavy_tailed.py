@@ -38,7 +38,8 @@ def test_background_mixture_is_the_noise_component_density() -> None:
         [multivariate_normal(m, scale**2 * np.eye(2)).pdf(x) for m in prototypes], axis=0
     )
     expected = -np.log((1 - weight) * gauss + weight / volume).mean()
-    got = ht.background_nll(torch.tensor(x), torch.tensor(prototypes), scale, weight)
+    box = ht.bounding_box(torch.tensor(x))
+    got = ht.background_nll(torch.tensor(x), torch.tensor(prototypes), scale, weight, box)
     assert float(got) == pytest.approx(expected, rel=1e-10)
 
 

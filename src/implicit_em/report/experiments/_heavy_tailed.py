@@ -82,7 +82,10 @@ def student_t_nll(x: Tensor, prototypes: Tensor, scale: float, dof: float) -> Te
     return mixture_nll(student_t_distances(x, prototypes, scale, dof))
 
 
-def background_nll(x: Tensor, prototypes: Tensor, scale: float, weight: float) -> Tensor:
+def background_nll(
+    x: Tensor, prototypes: Tensor, scale: float, weight: float, box: Tensor
+) -> Tensor:
     """Mean negative log-likelihood of the Gaussian mixture with a uniform background over
-    the bounding box of `x`, every constant included (the weights are in the distances)."""
-    return mixture_nll(background_distances(x, prototypes, scale, weight, bounding_box(x)))
+    `box` (which must hold the rows), every constant included (the weights are in the
+    distances)."""
+    return mixture_nll(background_distances(x, prototypes, scale, weight, box))

@@ -44,7 +44,11 @@ from implicit_em.distances import squared_euclidean
 from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments import _mixtures as mx
 from implicit_em.report.experiments._competition import blobs, coverage, one_cluster_start
-from implicit_em.report.experiments._heavy_tailed import background_nll, student_t_nll
+from implicit_em.report.experiments._heavy_tailed import (
+    background_nll,
+    bounding_box,
+    student_t_nll,
+)
 from implicit_em.report.figures import new_figure, save
 from implicit_em.report.progress import progress
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
@@ -107,8 +111,11 @@ def variants(config: Config) -> dict[str, list[Variant]]:
     }
 
 
-def loss(variant: Variant, x: Tensor, prototypes: Tensor, delta: float, config: Config) -> Tensor:
-    """The mean loss of `variant` over the rows `x`, its scale `variant.fraction * delta`."""
+def loss(
+    variant: Variant, x: Tensor, prototypes: Tensor, delta: float, box: Tensor, config: Config
+) -> Tensor:
+    """The mean loss of `variant` over the rows `x`, its scale `variant.fraction * delta`; the
+    background component is uniform over `box` (`[2, p]`, lower and upper corners)."""
     scale = variant.fraction * delta
     if variant.family == "gaussian":
         return objectives.mixture_nll(squared_euclidean(x, prototypes) / (2 * scale**2))
@@ -118,17 +125,19 @@ def loss(variant: Variant, x: Tensor, prototypes: Tensor, delta: float, config: 
     if variant.family == "student_t":
         return student_t_nll(x, prototypes, scale, config["student_t_dof"])
     if variant.family == "background":
-        return background_nll(x, prototypes, scale, config["background_weight"])
+        return background_nll(x, prototypes, scale, config["background_weight"], box)
     raise ValueError(f"unknown objective family {variant.family!r}")
 
 
-def train_from(variant: Variant, x: Tensor, start: Tensor, delta: float, config: Config) -> Tensor:
+def train_from(
+    variant: Variant, x: Tensor, start: Tensor, delta: float, box: Tensor, config: Config
+) -> Tensor:
     """Prototypes from `start`, trained `config["steps"]` full-batch Adam steps."""
     prototypes = start.clone().requires_grad_(True)
     optimizer = torch.optim.Adam([prototypes], lr=config["lr"] * delta)
     for _ in range(config["steps"]):
         optimizer.zero_grad(set_to_none=True)
-        loss(variant, x, prototypes, delta, config).backward()
+        loss(variant, x, prototypes, delta, box, config).backward()
         optimizer.step()
     return prototypes.detach()
 
@@ -140,7 +149,7 @@ def gain_one_cluster(
     prototype on rows of one cluster (`cluster`, or one drawn with `seed`)."""
     k, delta = len(data.centres), data.separation
     start = one_cluster_start(data.x, data.labels, k, seed, cluster=cluster)
-    end = train_from(variant, data.x, start, delta, config)
+    end = train_from(variant, data.x, start, delta, bounding_box(data.x), config)
     before, after = (coverage(p, data.centres, delta / 2) for p in (start, end))
     return (after - before) / (k - before)
 
@@ -149,13 +158,16 @@ def outlier_pull(
     variant: Variant, data: Clusters, contaminated: Tensor, seed: int, config: Config
 ) -> dict[str, Any]:
     """From `K` rows drawn with `seed`, prototypes trained on the clean rows and on the
-    `contaminated` rows; `pull`: the mean distance between the two sets matched one to one,
-    over the separation. Also the clean prototypes' ARI and mean error to the true centres."""
+    `contaminated` rows, the same objective in both (a background component is uniform over
+    the contaminated rows' bounding box, which holds the clean rows too); `pull`: the mean
+    distance between the two sets matched one to one, over the separation. Also the clean
+    prototypes' ARI and mean error to the true centres."""
     k, delta = len(data.centres), data.separation
     generator = torch.Generator().manual_seed(seed)
     start = data.x[torch.randperm(len(data.x), generator=generator)[:k]]
-    clean = train_from(variant, data.x, start, delta, config)
-    pulled = train_from(variant, contaminated, start, delta, config)
+    box = bounding_box(contaminated)
+    clean = train_from(variant, data.x, start, delta, box, config)
+    pulled = train_from(variant, contaminated, start, delta, box, config)
     gap = torch.cdist(clean, pulled)
     rows, cols = linear_sum_assignment(gap.numpy())
     error = torch.cdist(data.centres, clean)
