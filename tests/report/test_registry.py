@@ -63,6 +63,14 @@ def test_gates_make_it_invalid_and_missing_samples_not_run():
     assert shares.verdict == "not run" and "0.0/1.0" in shares.reason
 
 
+def test_a_rule_of_gates_alone_holds_when_they_pass():
+    algebra = Rule((), (GATE,))
+    passed = algebra.judge(OK, {})
+    assert passed.verdict == "holds" and "identity_error" in passed.reason
+    assert algebra.judge({"identity_error": 1e-3}, {}).verdict == "invalid"
+    assert "every gate passes" in algebra.statement
+
+
 def test_status_edges_and_votes():
     def status(criterion: Criterion, samples: list[float]) -> str:
         return criterion.status(criterion.interval(samples))
@@ -155,6 +163,12 @@ def test_items_verified_by_algebra_read_their_gates():
     assert claim_verdicts(["C1"], passed)[0]["verdict"] == "verified (algebra)"
     failed = [_entry("E1", "holds", ("C2", "met", "supports"), gates=(("err", False, "C1"),))]
     assert claim_verdicts(["C1"], failed)[0]["verdict"] == "violated (algebra)"
+    two = (("a", True, "C1"), ("b", True, "C1"))
+    both = [_entry("E1", "holds", ("C2", "met", "supports"), gates=two)]
+    assert claim_verdicts(["C1"], both)[0]["verdict"] == "verified (algebra)"
+    one_fails = (("a", True, "C1"), ("b", False, "C1"))
+    mixed = [_entry("E1", "holds", ("C2", "met", "supports"), gates=one_fails)]
+    assert claim_verdicts(["C1"], mixed)[0]["verdict"] == "violated (algebra)"
     invalid = [_entry("E1", "invalid", ("C2", "met", "supports"), gates=(("err", False, "C1"),))]
     (got,) = claim_verdicts(["C1"], invalid)
     assert got["verdict"] == "not tested" and got["excluded"] == [
@@ -189,7 +203,7 @@ def test_bad_declarations_raise():
         Criterion("x", "<", 1.0, "", claim="C1", direction="supports", method="z")
     with pytest.raises(ValueError, match="theory item"):
         Criterion("x", "<", 1.0, "", claim="E1", direction="supports")
-    with pytest.raises(ValueError, match="at least one criterion"):
+    with pytest.raises(ValueError, match="at least one criterion or gate"):
         Rule(())
     experiment = _experiment()
     with pytest.raises(ValueError, match="meaning must say"):
@@ -238,6 +252,7 @@ def test_claim_rows_name_the_experiments_that_cast_no_vote(tmp_path):
         "claim_verdicts": claim_verdicts(["C10"], entries),
         "experiments": [],
     }
-    row = next(line for line in render_markdown(document).splitlines() if line.startswith("| C10"))
-    assert "**not tested**" in row and "E4 invalid (its criteria are not read)" in row
+    rows = [line for line in render_markdown(document).splitlines() if line.startswith("| C10")]
+    assert "**not tested**" in rows[0] and "open" in rows[0]  # the short verdict table
+    assert "E4 invalid (its criteria are not read)" in rows[1]  # the numbers behind it
     assert "E4 invalid (its criteria are not read)" in render_html(document, tmp_path)

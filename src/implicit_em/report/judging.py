@@ -279,18 +279,24 @@ def _combine(statuses: Sequence[str]) -> str:
 
 @dataclass(frozen=True)
 class Rule:
-    """Criteria (at least one) and gates, fixed before the run; `judge` gives the verdict."""
+    """Criteria and gates (at least one of them), fixed before the run; `judge` gives the verdict.
+
+    A rule of gates alone (an experiment whose every check is algebra) `holds` when they pass.
+    """
 
     criteria: tuple[Criterion, ...]
     gates: tuple[Gate, ...] = ()
 
     def __post_init__(self) -> None:
-        if not self.criteria:
-            raise ValueError("a rule needs at least one criterion")
+        if not self.criteria and not self.gates:
+            raise ValueError("a rule needs at least one criterion or gate")
 
     @property
     def statement(self) -> str:
         parts = [c.statement for c in self.criteria]
+        if not parts:
+            gates = "; ".join(g.statement for g in self.gates)
+            return f"holds if every gate passes (checks by algebra, none empirical): {gates}."
         if len(parts) == 1:
             text = f"holds if {parts[0]}; fails otherwise"
         else:
@@ -329,6 +335,9 @@ class Rule:
             evaluations = self.evaluate(samples)
         except ValueError as err:
             return Judgement("not run", str(err))
+        if not evaluations:
+            passed = "; ".join(g.as_dict()["detail"] for g in gates)
+            return Judgement("holds", f"every gate passed: {passed}")
         missing = [e.criterion.number for e in evaluations if e.status is None]
         if missing:
             return Judgement("not run", f"not measured: {', '.join(missing)}")
@@ -400,10 +409,11 @@ def claim_verdicts(
                 continue
             for g in e.get("gates", []):
                 if g.get("verifies") == item:
-                    algebra = (
-                        ALGEBRA_WORDS[0] if g["passed"] and algebra is None else ALGEBRA_WORDS[1]
-                    )
-                    ids.append(e["id"])
+                    # verified when every gate verifying the item passed; one failure violates it
+                    failed = not g["passed"] or algebra == ALGEBRA_WORDS[1]
+                    algebra = ALGEBRA_WORDS[1] if failed else ALGEBRA_WORDS[0]
+                    if e["id"] not in ids:
+                        ids.append(e["id"])
             for c in e["criteria"]:
                 if c["claim"] != item:
                     continue

@@ -18,6 +18,7 @@ from implicit_em.report.experiments import (
     e12_two_timescales,
     e13_score_gradients,
     e14_distance_reading,
+    e15_conditions,
     e16_partial_clamps,
 )
 
@@ -36,6 +37,7 @@ EXPERIMENTS = [
     e12_two_timescales.EXPERIMENT,
     e13_score_gradients.EXPERIMENT,
     e14_distance_reading.EXPERIMENT,
+    e15_conditions.EXPERIMENT,
     e16_partial_clamps.EXPERIMENT,
 ]
 

@@ -1,24 +1,24 @@
-r"""Competition between components, measured so that the start and the algebra cannot decide it.
+r"""Competition between components, measured so that neither the start nor the algebra decides it.
 
 Shared by E4 (prototypes) and E7 (classification heads):
 
-* **Controlled starts.** `controlled_start` puts every prototype in one cluster (`one_cluster`)
-  or draws more prototypes than there are clusters (`overcomplete`); `coverage` counts the true
-  centres with a prototype nearby, so that coverage *gained* (end minus start) is what an
-  objective did, not what its initialization landed on.
+* **Controlled starts.** `one_cluster_start` puts every prototype on rows of one cluster;
+  `coverage` counts the true centres with a prototype nearby, so that coverage *gained* (end
+  minus start) is what an objective did, not what its initialization landed on.
 * **Supervised heads over distances.** `head_loss` gives the normalized cross-entropy and
   two unnormalized comparators with proper negatives and a shared bias $b$: one-vs-rest
   sigmoids $\sum_j \mathrm{BCE}(\sigma(b - d_j), 1[j = y])$ and the squared error of the
   radial-basis outputs $e^{b - d_j}$ against the one-hot target (an RBF network's loss).
-* **Coupling between classes.** Under a normalized objective the update a wrong class $j$
-  receives from input $i$ depends on the other classes' distances: for cross-entropy
-  $\partial\ell_i/\partial d_{ij} = -r_{ij} = -e^{-d_{ij}}/\sum_k e^{-d_{ik}}$, which grows
-  with the correct class's distance $d_{iy}$ at a fixed $d_{ij}$ (explaining away). For the
-  unnormalized comparators it is a function of $d_{ij}$ alone. `class_coupling` measures, on
-  a trained model's held-out inputs, the rank correlation between $|\partial\ell_i/\partial
-  d_{ij}|$ and $d_{iy}$ within narrow bins of $d_{ij}$: how strongly a class's update is
-  coupled to another class's fit. Its size depends on what training made of the distances (a
-  confident model has little left to couple), so it is not fixed by the algebra.
+* **Coupling through a shared encoder.** In the distances alone the question is algebra: a
+  one-vs-rest sigmoid's $\partial\ell_i/\partial d_{ij} = \sigma(b - d_{ij})$ depends on
+  $d_{ij}$ alone, cross-entropy's $-r_{ij}$ on every distance. `encoder_coupling` asks it in
+  parameter space instead: the wrong classes' part of the update that input $i$ sends to the
+  shared encoder's weights $\theta$,
+  $\bigl\lVert \sum_{j\ne y_i} \tfrac{\partial\ell_i}{\partial d_{ij}}
+  \tfrac{\partial d_{ij}}{\partial\theta} \bigr\rVert$, rank-correlated with the correct
+  class's distance $d_{iy_i}$ within narrow bins of the nearest wrong class's distance. It
+  reads the trained geometry as well as the loss (the features, the prototypes' layout, the
+  encoder's Jacobian), so for no head is its value fixed by the algebra.
 """
 
 from __future__ import annotations
@@ -26,23 +26,24 @@ from __future__ import annotations
 import numpy as np
 import torch
 from scipy.stats import spearmanr
-from torch import Tensor
+from torch import Tensor, nn
 
 from implicit_em.objectives import cross_entropy, sigmoid_bce
 
 __all__ = [
     "HEAD_LOSSES",
-    "START_KINDS",
     "blobs",
-    "class_coupling",
-    "controlled_start",
     "coverage",
+    "encoder_coupling",
     "head_confidence",
+    "head_gradient",
     "head_loss",
     "held_out_measures",
+    "mlp_update_norm",
+    "one_cluster_start",
+    "wrong_class_feature_gradient",
 ]
 
-START_KINDS = ("one_cluster", "overcomplete")
 HEAD_LOSSES = ("ce", "ovr_sigmoid", "mse")
 
 
@@ -56,33 +57,27 @@ def blobs(n: int, seed: int) -> tuple[Tensor, np.ndarray, Tensor]:
     return torch.tensor(x, dtype=torch.float32), labels, torch.tensor(centres, dtype=torch.float32)
 
 
-def controlled_start(
-    x: Tensor, labels: np.ndarray, k: int, kind: str, seed: int, *, cluster: int | None = None
+def one_cluster_start(
+    x: Tensor, labels: np.ndarray, k: int, seed: int, *, cluster: int | None = None
 ) -> Tensor:
-    """`k` prototypes drawn from the rows of `x`, with their placement controlled.
-
-    `one_cluster`: all from the rows of one cluster (`cluster`, or one drawn with `seed`);
-    `overcomplete`: from all rows (the caller asks for more prototypes than clusters).
+    """`k` prototypes drawn with `seed` from the rows of one cluster: `cluster`, or one drawn
+    with `seed`.
 
     Raises
     ------
     ValueError
-        If `kind` is unknown or the rows drawn from are fewer than `k`.
+        If the cluster has fewer than `k` rows.
     """
-    if kind not in START_KINDS:
-        raise ValueError(f"kind must be one of {START_KINDS}, got {kind!r}")
     generator = torch.Generator().manual_seed(seed)
-    rows = torch.arange(len(x))
-    if kind == "one_cluster":
-        clusters = np.unique(labels)
-        chosen = (
-            clusters[int(torch.randint(len(clusters), (1,), generator=generator))]
-            if cluster is None
-            else cluster
-        )
-        rows = rows[torch.as_tensor(labels == chosen)]
+    clusters = np.unique(labels)
+    chosen = (
+        clusters[int(torch.randint(len(clusters), (1,), generator=generator))]
+        if cluster is None
+        else cluster
+    )
+    rows = torch.arange(len(x))[torch.as_tensor(labels == chosen)]
     if len(rows) < k:
-        raise ValueError(f"{kind} start needs {k} rows to draw from, got {len(rows)}")
+        raise ValueError(f"a one-cluster start needs {k} rows to draw from, got {len(rows)}")
     return x[rows[torch.randperm(len(rows), generator=generator)[:k]]].clone()
 
 
@@ -136,42 +131,70 @@ def head_confidence(name: str, d: Tensor, bias: Tensor | float = 0.0) -> tuple[T
     return predicted, confidence
 
 
-def held_out_measures(name: str, d: Tensor, y: Tensor, bias: Tensor | float = 0.0) -> dict:
-    """Accuracy, expected calibration error (15 bins) and [class_coupling][] of a trained head
-    on held-out distances `d[N, K]` and labels `y[N]`, with the per-sample gradients of the
-    loss `name` (no smoothing) in `d`."""
-    from implicit_em.report.experiments._neural import expected_calibration_error
-
+def head_gradient(name: str, d: Tensor, y: Tensor, bias: Tensor | float = 0.0) -> Tensor:
+    r"""The per-sample gradients $\partial\ell_i/\partial d_{ij}$ `[N, K]` (float64) of the
+    head loss `name` (no smoothing) at the distances `d[N, K]`."""
     d = d.detach().double().requires_grad_(True)
     bias = torch.as_tensor(bias, dtype=d.dtype).detach()
     (grad,) = torch.autograd.grad(head_loss(name, d, y, bias=bias) * len(d), d)
-    predicted, confidence = head_confidence(name, d.detach(), bias)
+    return grad
+
+
+def held_out_measures(name: str, d: Tensor, y: Tensor, bias: Tensor | float = 0.0) -> dict:
+    """Accuracy and expected calibration error (15 bins) of a trained head on held-out
+    distances `d[N, K]` and labels `y[N]`."""
+    from implicit_em.report.experiments._neural import expected_calibration_error
+
+    predicted, confidence = head_confidence(name, d.detach().double(), bias)
     correct = predicted == y
     return {
         "accuracy": float(correct.double().mean()),
         "ece": expected_calibration_error(confidence, correct, bins=15),
-        "coupling": class_coupling(grad, d.detach(), y),
     }
 
 
-def class_coupling(grad: Tensor, d: Tensor, labels: Tensor, bins: int = 20) -> float:
-    """Mean within-bin Spearman correlation of $|g_{ij}|$ with $d_{iy_i}$ over wrong classes.
+def wrong_class_feature_gradient(
+    grad_d: Tensor, h: Tensor, prototypes: Tensor, labels: Tensor
+) -> Tensor:
+    r"""$v_i = \sum_{j \ne y_i} g_{ij}\,\partial d_{ij}/\partial h_i
+    = 2\sum_{j\ne y_i} g_{ij}(h_i - \mu_j)$ `[N, F]` for $d_{ij} = \lVert h_i-\mu_j\rVert^2$,
+    from the per-sample gradients `grad_d[N, K]`, features `h[N, F]` and prototypes `[K, F]`."""
+    wrong = torch.ones_like(grad_d, dtype=torch.bool).scatter(1, labels[:, None], False)
+    g = torch.where(wrong, grad_d, torch.zeros_like(grad_d))
+    return 2.0 * (g.sum(1, keepdim=True) * h - g @ prototypes)
 
-    `grad[N, K]` holds the per-sample gradients $\\partial\\ell_i/\\partial d_{ij}$, `d[N, K]`
-    the distances and `labels[N]` the classes. The wrong-class pairs $(i, j \\ne y_i)$ are cut
-    into `bins` equal-count bins of $d_{ij}$; in each bin with at least 10 pairs and no
-    constant side, the rank correlation of $|g_{ij}|$ with $d_{iy_i}$ is taken, and the bins
-    are averaged weighted by their pairs. NaN when no bin qualifies.
-    """
-    n, k = d.shape
-    if grad.shape != d.shape or labels.shape != (n,):
-        raise ValueError("grad and d must be [N, K] and labels [N]")
-    wrong = torch.ones(n, k, dtype=torch.bool, device=d.device)
-    wrong[torch.arange(n, device=d.device), labels] = False
-    own = d[wrong].double().cpu().numpy()
-    magnitude = grad[wrong].abs().double().cpu().numpy()
-    correct = d.gather(1, labels[:, None]).expand(n, k)[wrong].double().cpu().numpy()
-    order = np.argsort(own, kind="stable")
+
+@torch.no_grad()
+def mlp_update_norm(hidden: nn.Linear, out: nn.Linear, x: Tensor, v: Tensor) -> Tensor:
+    r"""Per input, the norm of the gradient that the upstream gradient $v_i$ at the output of
+    the one-hidden-layer map $h = W_2\,\mathrm{relu}(W_1x + b_1) + b_2$ sends to
+    $(W_1, b_1, W_2, b_2)$: with $a_i = \mathrm{relu}(W_1x_i + b_1)$ and
+    $\delta_i = (W_2^\top v_i)\odot 1[W_1x_i + b_1 > 0]$,
+    $\lVert\cdot\rVert^2 = \lVert v_i\rVert^2(\lVert a_i\rVert^2 + 1)
+    + \lVert\delta_i\rVert^2(\lVert x_i\rVert^2 + 1)$ (outer products factor). `[N]`."""
+    z = hidden(x).double()
+    a = torch.relu(z)
+    v = v.double()
+    delta = (v @ out.weight.double()) * (z > 0)
+    squared = (v * v).sum(1) * ((a * a).sum(1) + 1) + (delta * delta).sum(1) * (
+        (x.double() ** 2).sum(1) + 1
+    )
+    return squared.sqrt()
+
+
+def encoder_coupling(update_norm: Tensor, d: Tensor, labels: Tensor, bins: int = 20) -> float:
+    r"""Mean within-bin Spearman correlation of the wrong classes' encoder update
+    `update_norm[N]` with the correct class's distance $d_{iy_i}$, in `bins` equal-count bins of
+    the nearest wrong class's distance $\min_{j\ne y_i} d_{ij}$; bins with fewer than 10 inputs
+    or a constant side are skipped, the rest weighted by their inputs. NaN when none
+    qualifies."""
+    n = d.shape[0]
+    if update_norm.shape != (n,) or labels.shape != (n,):
+        raise ValueError("update_norm and labels must be [N] for d [N, K]")
+    correct = d.gather(1, labels[:, None])[:, 0].double().cpu().numpy()
+    nearest_wrong = d.scatter(1, labels[:, None], float("inf")).amin(1).double().cpu().numpy()
+    magnitude = update_norm.double().cpu().numpy()
+    order = np.argsort(nearest_wrong, kind="stable")
     total, weight = 0.0, 0
     for chunk in np.array_split(order, bins):
         m, c = magnitude[chunk], correct[chunk]

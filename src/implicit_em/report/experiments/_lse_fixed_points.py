@@ -39,6 +39,7 @@ __all__ = [
     "compare_from_start",
     "em_fixed_point",
     "gd_fixed_point",
+    "landing",
     "lse_gradient",
     "lse_objective",
     "matched_difference",
@@ -123,13 +124,21 @@ def compare_from_start(
     max_passes: int,
     same_means: float,
 ) -> dict[str, float | str]:
-    """EM and gradient descent from one start; where gradient descent landed against EM.
+    """EM and gradient descent from one start; where gradient descent landed against EM
+    (`landing`)."""
+    em = em_fixed_point(x, start, bandwidth, tolerance, max_passes)
+    gd = gd_fixed_point(x, start, bandwidth, tolerance, max_passes)
+    return landing(x, em, gd, bandwidth, same_means)
+
+
+def landing(
+    x: Tensor, em: FixedPoint, gd: FixedPoint, bandwidth: float, same_means: float
+) -> dict[str, float | str]:
+    """Where gradient descent's end `gd` lies against EM's end `em`.
 
     Returns `landed` (`same`, `other` or `not stationary`), `same` (1.0 or 0.0), the matched
     difference of the means, both objectives and both pass counts, and whether EM converged.
     """
-    em = em_fixed_point(x, start, bandwidth, tolerance, max_passes)
-    gd = gd_fixed_point(x, start, bandwidth, tolerance, max_passes)
     difference = matched_difference(gd.means, em.means)
     if not gd.converged:
         landed = "not stationary"

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from implicit_em.mixture.covariance import covariance_model
 from implicit_em.mixture.parameters import Mixture
-from implicit_em.mixture.step_rules import GradientRule, make_step_rule
+from implicit_em.mixture.step_rules import GradientRule, StepRule, make_step_rule
 
 REG_COVAR = (
     0.0  # the plain likelihood: a ridge would move EM's fixed point off its stationary points
@@ -104,11 +104,17 @@ def one_pass(rule, mixture: Mixture, x: Tensor) -> tuple[Mixture, float]:
 
 
 def path(
-    fitter: str, start: Mixture, x: Tensor, passes: int, learning_rate: float | None = None
+    fitter: str,
+    start: Mixture,
+    x: Tensor,
+    passes: int,
+    learning_rate: float | None = None,
+    rule: StepRule | None = None,
 ) -> tuple[list[Mixture], list[float], bool]:
-    """`passes` steps of `fitter` from `start`: parameters (start included), log-likelihoods
-    at each, and whether the path diverged (then it stops at its last finite point)."""
-    rule = make_step_rule(fitter, REG_COVAR, learning_rate)
+    """`passes` steps of `fitter` (or of `rule`, when given) from `start`: parameters (start
+    included), log-likelihoods at each, and whether the path diverged (then it stops at its
+    last finite point)."""
+    rule = make_step_rule(fitter, REG_COVAR, learning_rate) if rule is None else rule
     mixtures, log_likelihoods = [start], []
     for _ in range(passes):
         try:

@@ -78,28 +78,33 @@ def device_of(config: Mapping[str, Any]) -> torch.device:
 def load_images(config: Mapping[str, Any]) -> Images:
     """The data set `config["data"]` on `config["device"]`, centred by the training mean.
 
-    `config["n_train"]` (optional) keeps a random subset of that many training images, drawn
-    once with a fixed seed, so every seed and configuration sees the same data. A missing data
-    set raises `DataNotFoundError` with instructions.
+    `config["n_train"]` and `config["n_test"]` (optional) keep a random subset of that many
+    training and test images, drawn once with a fixed seed, so every seed and configuration sees
+    the same data. A missing data set raises `DataNotFoundError` with instructions.
     """
     data = load_dataset(config["data"])
-    x_train, y_train = data.x_train, data.y_train
-    n_train = config.get("n_train")
-    if n_train is not None and n_train < len(y_train):
-        keep = np.sort(np.random.default_rng(0).permutation(len(y_train))[:n_train])
-        x_train, y_train = x_train[keep], y_train[keep]
+    x_train, y_train = _subset(data.x_train, data.y_train, config.get("n_train"))
+    x_test, y_test = _subset(data.x_test, data.y_test, config.get("n_test"))
     device = device_of(config)
     mean = x_train.mean(axis=0, keepdims=True)
     return Images(
         name=data.name,
         x_train=torch.from_numpy(x_train - mean).to(device),
         y_train=torch.from_numpy(y_train).to(device),
-        x_test=torch.from_numpy(data.x_test - mean).to(device),
-        y_test=torch.from_numpy(data.y_test).to(device),
+        x_test=torch.from_numpy(x_test - mean).to(device),
+        y_test=torch.from_numpy(y_test).to(device),
         classes=data.classes,
         source=data.source,
         mean=torch.from_numpy(mean).to(device),
     )
+
+
+def _subset(x: np.ndarray, y: np.ndarray, n: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """`n` rows drawn once with a fixed seed (in their original order), or all of them."""
+    if n is None or n >= len(y):
+        return x, y
+    keep = np.sort(np.random.default_rng(0).permutation(len(y))[:n])
+    return x[keep], y[keep]
 
 
 def minibatches(

@@ -1,5 +1,6 @@
 """Training E7's prototype classifiers: cross-entropy with label smoothing under the tracer,
-and the unnormalized comparators on the same model."""
+and the unnormalized comparators on the same model; what each is measured by on held-out
+inputs (`held_out`)."""
 
 from __future__ import annotations
 
@@ -7,24 +8,64 @@ import math
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from implicit_em.core import responsibilities
 from implicit_em.objectives import cross_entropy
-from implicit_em.report.experiments._competition import head_loss, held_out_measures
+from implicit_em.report.experiments._competition import (
+    encoder_coupling,
+    head_gradient,
+    head_loss,
+    held_out_measures,
+    mlp_update_norm,
+    wrong_class_feature_gradient,
+)
 from implicit_em.report.experiments._neural import (
     Images,
     device_of,
-    expected_calibration_error,
     minibatches,
     quiet_alarms,
 )
 from implicit_em.report.experiments._prototypes import (
     PrototypeClassifier,
     competition,
+    correction_concentration,
     wrong_class_entropy,
+    wrong_class_ranks,
 )
 
-__all__ = ["train_classifier", "train_comparator"]
+__all__ = ["held_out", "train_classifier", "train_comparator"]
+
+
+def held_out(
+    model: PrototypeClassifier,
+    images: Images,
+    name: str,
+    order_inputs: int,
+    bias: Tensor | float = 0.0,
+) -> dict[str, Any]:
+    r"""A trained head `name` (no smoothing in its gradient) measured on the test set.
+
+    `accuracy` and `ece`; `concentration`: how unevenly the wrong classes share the correction
+    $\partial\ell/\partial d$ (`correction_concentration`); `encoder_coupling`: the wrong
+    classes' update to the shared encoder against the correct class's fit
+    (`_competition.encoder_coupling`); `wrong_order`: for the first `order_inputs`
+    test inputs, the ranks of the wrong classes by distance (nearest last).
+    """
+    y = images.y_test
+    with torch.no_grad():
+        h = model.encoder(images.x_test)
+        d = model.head(h)
+    grad = head_gradient(name, d, y, bias)
+    v = wrong_class_feature_gradient(grad, h.double(), model.head.prototypes.detach().double(), y)
+    norm = mlp_update_norm(model.encoder.hidden, model.encoder.out, images.x_test, v)
+    n = order_inputs
+    return {
+        **held_out_measures(name, d, y, bias=bias),
+        "concentration": float(correction_concentration(grad, y).nanmean()),
+        "encoder_coupling": encoder_coupling(norm, d, y),
+        "wrong_order": wrong_class_ranks(-d[:n], y[:n]).tolist(),
+    }
 
 
 def train_classifier(
@@ -70,10 +111,7 @@ def train_classifier(
     gaps = [abs(own[s] - v) for s, v in zip(trace_steps, trace_wrong, strict=True)]
     agreement = max((g for g in gaps if not math.isnan(g)), default=float("nan"))
     with torch.no_grad():
-        d_test = model(images.x_test)
-        r = responsibilities(d_test.double())
-    confidence, predicted = r.max(dim=1)
-    correct = predicted == images.y_test
+        r = responsibilities(model(images.x_test).double())
     return {
         "batch_rho": torch.stack(batch_rho).tolist(),
         "sample_rho": torch.stack(sample_rho).tolist(),
@@ -81,20 +119,18 @@ def train_classifier(
         "trace_wrong_entropy": trace_wrong,
         "trace_residual": float(sites["residual"].max()) if len(sites) else float("nan"),
         "trace_agreement": agreement,
-        "accuracy": float(correct.double().mean()),
-        "ece": expected_calibration_error(confidence, correct, bins=15),
         "wrong_entropy": float(wrong_class_entropy(r, images.y_test).nanmean()),
-        "confidence": float(confidence.mean()),
-        "coupling": held_out_measures("ce", d_test, images.y_test)["coupling"],
+        "confidence": float(r.amax(1).mean()),
+        **held_out(model, images, "ce", config["order_inputs"]),
     }
 
 
 def train_comparator(images: Images, name: str, seed: int, config: dict[str, Any]) -> dict:
     """Train the same prototype classifier with the unnormalized loss `name` (`ovr_sigmoid` or
     `mse`, with a learnable shared bias $b$; Adam at `config["comparator_lr"]`) and measure it
-    on the test set. Its class coupling is NaN (the criterion then undecided) when it did not
-    learn the task (test accuracy below `config["comparator_min_accuracy"]`): a head that
-    learned nothing says nothing about coupling.
+    on the test set (`held_out`, without the wrong classes' order). Its encoder coupling is NaN
+    when it did not learn the task (test accuracy below `config["comparator_min_accuracy"]`):
+    a head that learned nothing says nothing about coupling.
 
     The bias starts at the smallest distance of the untrained model on (up to) the first 1,024
     training images, so that every output $e^{b - d}$ starts at most 1 and none underflows at a
@@ -118,9 +154,8 @@ def train_comparator(images: Images, name: str, seed: int, config: dict[str, Any
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-    with torch.no_grad():
-        d_test = model(images.x_test)
-    measured = held_out_measures(name, d_test, images.y_test, bias=bias)
+    measured = held_out(model, images, name, 0, bias=bias.detach())
+    del measured["wrong_order"]
     if measured["accuracy"] < config["comparator_min_accuracy"]:
-        measured["coupling"] = float("nan")
+        measured["encoder_coupling"] = float("nan")
     return measured

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 
@@ -37,6 +39,24 @@ def wrong_class_entropy(r: Tensor, labels: Tensor) -> Tensor:
     total = wrong.sum(1, keepdim=True)
     h = entropy(wrong / torch.where(total > 0, total, torch.ones_like(total)))
     return torch.where(total[:, 0] > 0, h, torch.full_like(h, float("nan")))
+
+
+def correction_concentration(grad_d: Tensor, labels: Tensor) -> Tensor:
+    r"""How unevenly the wrong classes share the correction, per row: $1 - H(w)/\log(K-1)$
+    with $w_j \propto \lvert\partial\ell/\partial d_j\rvert$ over $j \ne y$ (0: every
+    wrong class pushed alike, uniform repulsion; 1: one wrong class takes it all). NaN for a
+    row without wrong-class gradient. `grad_d[N, K]` -> `[N]`."""
+    k = grad_d.shape[-1]
+    return 1.0 - wrong_class_entropy(grad_d.abs(), labels) / math.log(k - 1)
+
+
+def wrong_class_ranks(scores: Tensor, labels: Tensor) -> Tensor:
+    """Per row, the ranks (0 = lowest) of the wrong classes' `scores[N, K]`, the correct class
+    left out: `[N, K - 1]` (ties broken by class order)."""
+    n, k = scores.shape
+    wrong = torch.ones_like(scores, dtype=torch.bool).scatter(1, labels[:, None], False)
+    kept = scores[wrong].view(n, k - 1)
+    return torch.argsort(torch.argsort(kept, dim=1, stable=True), dim=1)
 
 
 def competition(

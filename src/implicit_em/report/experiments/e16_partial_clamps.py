@@ -282,9 +282,10 @@ def clamp_against_rivals(
 
 def arm_unit(arm: str, seed: int, data: dict[str, Tensor], config: dict[str, Any]) -> dict:
     """One arm from one seed: both fitters, every rival, accuracies and the GD-EM agreement."""
+    ours = _ours(arm, seed, data, config)
     return {
-        **clamp_against_em(arm, seed, data, config),
-        **clamp_against_rivals(arm, seed, data, config),
+        **clamp_against_em(arm, seed, data, config, ours),
+        **clamp_against_rivals(arm, seed, data, config, ours),
     }
 
 
@@ -411,7 +412,10 @@ def _agreement_control(plant: str) -> Control:
 def _gain_control(arm: str, plant: str) -> Control:
     def measure_it(config: dict[str, Any]) -> list[float]:
         data, planted = features(config), {**config, "plant": plant}
-        return [clamp_against_rivals(arm, seed, data, planted)["gain"] for seed in config["seeds"]]
+        return [
+            clamp_against_rivals(arm, seed, data, planted, _ours(arm, seed, data, planted))["gain"]
+            for seed in config["seeds"]
+        ]
 
     says = (
         "the rivals are trained on shuffled labels"

@@ -15,6 +15,8 @@ none within the budget.
 
 from __future__ import annotations
 
+import json
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ import numpy as np
 import torch
 
 from implicit_em.mixture.step_rules import make_step_rule
+from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments import _lse_fixed_points as lf
 from implicit_em.report.experiments import _mixtures as mx
 from implicit_em.report.experiments._competition import blobs
@@ -53,42 +56,68 @@ def run_to_stationary(
     return mixture, max_passes, norms
 
 
+def landing(
+    config: dict[str, Any], fitter: str, start, x, em_end, em_log_likelihood: float
+) -> dict[str, Any]:
+    """Run `fitter` from `start` to its tolerance and compare its end with EM's end `em_end`
+    (mean log-likelihood `em_log_likelihood`)."""
+    lr = config[f"{fitter}_learning_rate"]
+    settled = run_to_stationary(
+        fitter,
+        start,
+        x,
+        lr,
+        config["gradient_tolerance"],
+        config["max_passes"],
+        config["check_every"],
+    )
+    return compared(config, settled, x, em_end, em_log_likelihood)
+
+
+def compared(
+    config: dict[str, Any], settled: tuple, x, em_end, em_log_likelihood: float
+) -> dict[str, Any]:
+    """Where a run's end (`run_to_stationary`'s result) lies against EM's end, after matching
+    components: stationary, parameters and mean log-likelihood within the stated distances."""
+    end, passes, norms = settled
+    reached = norms[-1][1] < config["gradient_tolerance"]
+    difference = mx.max_abs(mx.matched(end, em_end), em_end)
+    ll_gap = mx.mean_log_likelihood(end, x) - em_log_likelihood
+    return {
+        "passes": passes,
+        "norms": norms,
+        "reached": reached,
+        "difference": difference,
+        "ll_gap": ll_gap,
+        "same": reached
+        and difference <= config["same_parameters"]
+        and abs(ll_gap) <= config["same_log_likelihood"],
+    }
+
+
 def _start(config: dict[str, Any], seed: int, data: mx.Dataset) -> dict[str, Any]:
     """EM to convergence from one poor start, then gradient descent and Adam from the same start
     and gradient descent from EM's optimum."""
-    tol = config["gradient_tolerance"]
     start = mx.poor_start(data, seed)
     em_path, em_ll, _ = mx.path("em", start, data.x, config["em_passes"])
     em_end = em_path[-1]
     moved, _, _ = mx.path("gd", em_end, data.x, config["drift_passes"], config["gd_learning_rate"])
-    measured: dict[str, Any] = {
+    return {
         "optimum_norm": mx.gradient_norm(em_end, data.x),
         "drift": mx.max_abs(moved[-1], em_end),
+        **{f: landing(config, f, start, data.x, em_end, em_ll[-1]) for f in ("gd", "adam")},
     }
-    for fitter, lr in (("gd", config["gd_learning_rate"]), ("adam", config["adam_learning_rate"])):
-        end, passes, norms = run_to_stationary(
-            fitter, start, data.x, lr, tol, config["max_passes"], config["check_every"]
-        )
-        reached = norms[-1][1] < tol
-        difference = mx.max_abs(mx.matched(end, em_end), em_end)
-        ll_gap = mx.mean_log_likelihood(end, data.x) - em_ll[-1]
-        measured[fitter] = {
-            "passes": passes,
-            "norms": norms,
-            "reached": reached,
-            "difference": difference,
-            "ll_gap": ll_gap,
-            "same": reached
-            and difference <= config["same_parameters"]
-            and abs(ll_gap) <= config["same_log_likelihood"],
-        }
-    return measured
+
+
+def _lse_data(config: dict[str, Any], seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The four clusters and a start of four random rows."""
+    x = blobs(config["lse_n"], 0)[0].double()
+    generator = torch.Generator().manual_seed(seed)
+    return x, x[torch.randperm(len(x), generator=generator)[:4]].clone()
 
 
 def _lse_start(config: dict[str, Any], seed: int) -> dict[str, Any]:
-    x = blobs(config["lse_n"], 0)[0].double()
-    generator = torch.Generator().manual_seed(seed)
-    start = x[torch.randperm(len(x), generator=generator)[:4]].clone()
+    x, start = _lse_data(config, seed)
     return lf.compare_from_start(
         x,
         start,
@@ -232,10 +261,97 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# Known-answer controls: gradient descent from next to EM's fixed point, compared with that
+# fixed point (the same: planted) or with it moved by one unit (another: planted)
+# ---------------------------------------------------------------------------------------------
+
+NUDGE = 1e-3
+"""How far (data units, every coordinate of every mean) the controls start from EM's fixed point."""
+
+
+def _nudged(means: torch.Tensor, size: float, seed: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return means + size * torch.randn(means.shape, generator=generator, dtype=means.dtype)
+
+
+def _mixture_with_means(mixture, means: torch.Tensor):
+    return type(mixture).from_covariances(
+        mixture.model, mixture.weights, means, mixture.covariances
+    )
+
+
+@cache
+def _settled_near_optima(config_json: str) -> list[tuple]:
+    """Per start of the control configuration: the data, EM's optimum, its mean
+    log-likelihood, and gradient descent run from it nudged by `NUDGE`."""
+    config = json.loads(config_json)
+    runs = []
+    for seed, data in mx.starts(config["seeds"], config["n_synthetic"]):
+        em_path, em_ll, _ = mx.path("em", mx.poor_start(data, seed), data.x, config["em_passes"])
+        em_end = em_path[-1]
+        start = _mixture_with_means(em_end, _nudged(em_end.means, NUDGE, seed))
+        settled = run_to_stationary(
+            "gd",
+            start,
+            data.x,
+            config["gd_learning_rate"],
+            config["gradient_tolerance"],
+            config["max_passes"],
+            config["check_every"],
+        )
+        runs.append((data, em_end, em_ll[-1], settled))
+    return runs
+
+
+def _gaussian_control(config: dict[str, Any], moved: float) -> list[float]:
+    """Per start: gradient descent from EM's optimum nudged by `NUDGE`, judged against EM's
+    optimum with every mean moved by `moved` (EM's fixed point on the data so translated)."""
+    values = []
+    for data, em_end, em_ll, settled in _settled_near_optima(json.dumps(config, sort_keys=True)):
+        reference = _mixture_with_means(em_end, em_end.means + moved)
+        values.append(float(compared(config, settled, data.x, reference, em_ll)["same"]))
+    return values
+
+
+def _lse_control(config: dict[str, Any], moved: float) -> list[float]:
+    """Per start: on the LSE objective, gradient descent from EM's fixed point nudged by
+    `NUDGE`, judged against that fixed point with every mean moved by `moved`."""
+    bandwidth, tol = config["lse_bandwidth"], config["lse_tolerance"]
+    values = []
+    for seed in range(config["lse_starts"]):
+        x, start = _lse_data(config, seed)
+        em = lf.em_fixed_point(x, start, bandwidth, tol, config["lse_max_passes"])
+        near = _nudged(em.means, NUDGE, seed)
+        gd = lf.gd_fixed_point(x, near, bandwidth, tol, config["lse_max_passes"])
+        reference = lf.FixedPoint(em.means + moved, em.passes, em.converged)
+        values.append(lf.landing(x, reference, gd, bandwidth, config["lse_same_means"])["same"])
+    return values
+
+
+def _controls(measure) -> Controls:
+    return Controls(
+        positive=Control(
+            f"gradient descent started {NUDGE:g} from EM's fixed point, judged against it",
+            lambda c: measure(c, 0.0),
+        ),
+        negative=Control(
+            "the same run judged against EM's fixed point moved by one unit",
+            lambda c: measure(c, 1.0),
+        ),
+    )
+
+
+CONTROLS = {
+    "gd_same_fixed_point_share": _controls(_gaussian_control),
+    "lse_gd_same_share": _controls(_lse_control),
+}
+
+
 EXPERIMENT = Experiment(
     id="E3",
     title="Fixed points: gradient descent against EM",
-    claims=("C4", "T3", "R1"),
+    claims=("T3", "C4"),
     hypothesis=(
         "Gradient descent and EM share their fixed points on a Gaussian mixture: EM's optimum "
         "is stationary for gradient descent, and gradient descent from EM's start ends there; "
@@ -269,5 +385,6 @@ EXPERIMENT = Experiment(
             "convergence or another local optimum): shared fixed points, not shared basins."
         ),
     },
-    minutes={"smoke": 0.1, "quick": 2.3, "full": 1.5},
+    minutes={"smoke": 0.1, "quick": 0.3, "full": 1.5},
+    controls=CONTROLS,
 )
