@@ -234,6 +234,9 @@ class SiteCapture:
         self._stance: Any = None
         self.suspended = False
         """While True (`paused`) gradient hooks do nothing."""
+        self.probing = False
+        """True while the tracer's probe batch runs (sites that need a gradient are taken
+        without one there)."""
         self.through_optimizer_step = False
         """While False the optimizer's step ends the capture of a training step; True keeps it
         (an optimizer stepping with a closure, as Lightning's, runs the forward and backward

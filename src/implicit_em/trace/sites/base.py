@@ -113,6 +113,8 @@ class Context(Protocol):
     """Batch rows of an attention site to keep."""
     max_responsibility_rows: int | None
     """Rows of a responsibility site to keep (an evenly strided sample; None: all)."""
+    probing: bool
+    """True while the tracer's own probe batch runs (under `no_grad`, by design)."""
 
     def name(self, suffix: str, source: Any = None) -> str | None:
         """The site's name (by the module that produced `source`, else the innermost
