@@ -114,7 +114,7 @@ def test_a_collapsed_router_raises_balance_alarms_naming_the_fix():
     assert "balance loss" in fired["dead_experts"]["message"]
 
 
-def _hf_moe(name: str) -> nn.Module:
+def _hf_moe(name: str, **extra) -> nn.Module:
     transformers = pytest.importorskip("transformers")
     common = {
         "vocab_size": 48,
@@ -126,7 +126,7 @@ def _hf_moe(name: str) -> nn.Module:
     }
     if name == "mixtral":
         cfg = transformers.MixtralConfig(
-            intermediate_size=48, num_local_experts=4, num_experts_per_tok=2, **common
+            intermediate_size=48, num_local_experts=4, num_experts_per_tok=2, **common, **extra
         )
         cls = transformers.MixtralForCausalLM
     else:
@@ -137,6 +137,7 @@ def _hf_moe(name: str) -> nn.Module:
             num_experts=4,
             num_experts_per_tok=2,
             **common,
+            **extra,
         )
         cls = transformers.Qwen2MoeForCausalLM
     return cls._from_config(cfg, attn_implementation="sdpa")
@@ -224,3 +225,21 @@ def test_a_router_is_measured_in_the_probe_pass_under_no_grad():
     routers = [r for r in site_records(tracer) if r["type"] == "router"]
     assert [r["site"] for r in routers] == ["gate.router"] * 3
     assert routers[0]["churn"] is None and all(0 <= r["churn"] <= 1 for r in routers[1:])
+
+
+@pytest.mark.parametrize("name", ["mixtral", "qwen2_moe"])
+def test_the_balancing_loss_recount_of_the_routing_is_no_router(name):
+    """With the balancing loss on, the model's loss runs its own softmax and `topk` over the
+    gate logits of every layer; only the layers' routers, whose gates carry a gradient, are
+    sites."""
+    torch.manual_seed(0)
+    model = _hf_moe(name, output_router_logits=True, router_aux_loss_coef=0.02)
+    ids = torch.randint(0, 48, (2, 12))
+    with warnings.catch_warnings(), Tracer(model) as tracer:
+        warnings.simplefilter("ignore", CollapseWarning)
+        out = model(input_ids=ids, labels=ids)
+        assert float(out.aux_loss) > 0
+        out.loss.backward()
+        tracer.step()
+    routers = {r["site"] for r in site_records(tracer) if r["type"] == "router"}
+    assert routers == {f"model.layers.{i}.mlp.gate.router" for i in range(2)}

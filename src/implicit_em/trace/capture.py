@@ -285,9 +285,11 @@ class SiteCapture:
 
     def take(self) -> Pass:
         """Stop, and hand over the pass captured so far (its gradient hooks do nothing from
-        now on); the next `start` begins a new one."""
+        now on), without the sites their kind does not confirm (`SiteKind.confirmed`); the
+        next `start` begins a new one."""
         self.stop()
         done, self.current = self.current, Pass()
+        done.sites = [s for s in done.sites if s.kept is None or s.kind.confirmed(s.kept)]
         done.live = False
         done.origins.clear()
         done.scratch.clear()

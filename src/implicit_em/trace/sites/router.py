@@ -3,8 +3,10 @@ probabilities dispatch each token to experts (a `topk` over the experts, or the 
 of Switch, which yields the gate values and the experts at once).
 
 A router is what it claims to be only with both parts: the dispatch, and a gradient through the
-softmax. A softmax that is not followed by a dispatch (predictions, an `argmax` for accuracy, a
-calibration, an attention written by hand over 2-D rows) is no router, and neither is one of constants or one computed
+softmax, with the dispatched probabilities gating the experts (the backward pass reaches
+them). A softmax that is not followed by a dispatch (predictions, an `argmax` for accuracy, a
+calibration, an attention written by hand over 2-D rows) is no router, nor is a balancing
+loss's own recount of the routing (its `topk` values are discarded), and neither is one of constants or one computed
 under `no_grad` (predictions, accuracy or a teacher's soft targets), except in the tracer's own
 probe pass, which runs the model's routers under `no_grad` by design.
 
@@ -66,13 +68,15 @@ _MAX = (torch.max, Tensor.max)
 class RouterKept(Kept):
     """`logits` `[N, E]` of the sampled rows, `counts` `[E]` (assignments per expert over all
     rows), `top_k` (assignments per token); `grad` and `grad_probs` `[N, E]` (of the logits
-    and of the probabilities) once the backward pass reached them."""
+    and of the probabilities) once the backward pass reached them, and `gated`, whether the
+    dispatched probabilities (the gates) carried a gradient (True in the probe pass)."""
 
     logits: Tensor
     counts: Tensor
     top_k: int
     grad: Tensor | None = None
     grad_probs: Tensor | None = None
+    gated: bool = False
 
 
 def _counts(index: Tensor, experts: int) -> Tensor:
@@ -166,7 +170,10 @@ class Router(ResponsibilityKind):
         with torch.no_grad():
             counts = _counts(index, x.shape[-1])
         kept = RouterKept(
-            logits=ctx.keep(sample_rows(x, stride)), counts=counts, top_k=index.shape[-1]
+            logits=ctx.keep(sample_rows(x, stride)),
+            counts=counts,
+            top_k=index.shape[-1],
+            gated=ctx.probing,
         )
         ctx.add(name, self, kept)
 
@@ -176,8 +183,18 @@ class Router(ResponsibilityKind):
         def grad_probs(g: Tensor) -> None:
             kept.grad_probs = ctx.keep(sample_rows(g, stride))
 
+        def gates(g: Tensor) -> None:
+            kept.gated = True
+
         ctx.on_gradient(x, grad)
         ctx.on_gradient(probs, grad_probs)
+        ctx.on_gradient(out[0], gates)
+
+    def confirmed(self, kept: Kept) -> bool:
+        """A router's dispatched probabilities gate the experts' outputs, so the backward pass
+        reaches them; a loss that recounts the routing (a balancing loss's own `topk` over
+        the gate logits of every layer) discards them."""
+        return kept.gated
 
     def statistics(self, k: Kept) -> Stats:
         steps = k.logits.shape[0]
