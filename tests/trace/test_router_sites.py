@@ -104,14 +104,16 @@ def test_a_collapsed_router_raises_balance_alarms_naming_the_fix():
     x = torch.randn(64, 16).abs()
     y = torch.randint(0, 5, (64,))
     with pytest.warns(CollapseWarning), Tracer(model) as tracer:
-        F.cross_entropy(model(x)[0], y).backward()
-        tracer.step()
+        for _ in range(8):  # the default window: 8 measured steps
+            F.cross_entropy(model(x)[0], y).backward()
+            tracer.step()
     fired = {a["alarm"]: a for a in tracer.alarms if a["site"] == "gate.router"}
     assert {"expert_overload", "dead_experts"} <= fired.keys()
-    assert fired["dead_experts"]["value"] == 3.0
+    assert fired["dead_experts"]["value"] == 3.0 and fired["dead_experts"]["step"] == 7
     assert fired["expert_overload"]["value"] == 4.0
     assert "GShard" in fired["expert_overload"]["message"]
-    assert "balance loss" in fired["dead_experts"]["message"]
+    assert "balancing loss" in fired["dead_experts"]["message"]
+    assert "Likely cause: router collapse" in fired["dead_experts"]["message"]
 
 
 def _hf_moe(name: str, **extra) -> nn.Module:
@@ -238,7 +240,7 @@ def test_the_balancing_loss_recount_of_the_routing_is_no_router(name):
     with warnings.catch_warnings(), Tracer(model) as tracer:
         warnings.simplefilter("ignore", CollapseWarning)
         out = model(input_ids=ids, labels=ids)
-        assert float(out.aux_loss) > 0
+        assert float(out.aux_loss.detach()) > 0
         out.loss.backward()
         tracer.step()
     routers = {r["site"] for r in site_records(tracer) if r["type"] == "router"}
