@@ -9,13 +9,14 @@ Python standard library (vocabulary 256 bytes, of which many never occur).
 * ``mixtral``: Mixtral, the same attention, a top-2 mixture of 4 experts in every layer, with
   its balancing loss (coefficient 0.02).
 
-Every model has 2 layers of width 64, an untied output layer, and trains on batches of
-16 × 64 bytes under the tracer at ``every=5``. Regimes (`REGIMES`):
+Every model has 2 layers of width 64, an untied output layer and its config's defaults
+otherwise (GPT-2's attention, residual and embedding dropout 0.1), and trains on batches of
+8 × 64 bytes under the tracer at ``every=5``. Regimes (`REGIMES`):
 
 * ``healthy``: AdamW at 1e-3 with 30 linear warm-up steps (the control of every failure).
 * ``unstable``: Adam at 3e-2 without warm-up (attention entropy collapse, logit growth).
 * ``no_balance``: Mixtral without its balancing loss, its router at 3e-2 (router collapse).
-* ``logit_drift``: the healthy run, but the output layer at 3e-2 without warm-up and
+* ``logit_drift``: GPT-2's healthy run, but the output layer at 3e-2 without warm-up and
   without z-loss (log Z drift).
 
 Each run (architecture, regime, seed) is written to ``OUT/ARCH-REGIME-SEED.json`` as it
@@ -65,7 +66,7 @@ ARCHS = ("gpt2", "llama", "mixtral")
 WIDTH, LAYERS, HEADS, KV_HEADS, EXPERTS, TOP_K = 64, 2, 4, 2, 4, 2
 BALANCE = 0.02
 """Mixtral's balancing-loss coefficient in the healthy run."""
-BATCH, LENGTH, EVERY = 16, 64, 5
+BATCH, LENGTH, EVERY = 8, 64, 5
 CORPUS_BYTES = 8 * 2**20
 
 
@@ -101,6 +102,7 @@ REGIMES = {
         1e-3,
         30,
         head_lr=3e-2,
+        archs=("gpt2",),
     ),
 }
 

@@ -6,7 +6,10 @@ against its $K$ components. Each rule names what it watches, its window, its thr
 where the default comes from; each alarm message names the likely cause and the usual remedy.
 A rule whose source gives no number is relative to the site's own first measured value (kept
 per site). No rule reads a record whose identity residual is out of tolerance (`exact`
-False): its metrics were read from a gradient that is not its loss's alone.
+False): its metrics were read from a gradient that is not its loss's alone. The one exception
+is an attention site under dropout (`dropout` > 0), whose residuals cannot hold (the output
+uses the dropped weights) while the statistics its rules read, of the scores $q\cdot k$, are
+unchanged by dropout.
 
 Windowed rules read the last `window` measured records of their site (8 by default: 40
 training steps at `every=5`) and fire only once the window is full.
@@ -192,8 +195,11 @@ class Alarms:
         }
 
     def __call__(self, record: Record) -> list[Record]:
-        """The alarm records of one site record (none when it is not `exact`)."""
-        if record.get("exact") is False or record.get("reason") is not None:
+        """The alarm records of one site record (none when it is not `exact`, unless attention
+        dropout explains it: the attention rules read statistics of the scores, which
+        dropout leaves unchanged)."""
+        inexact = record.get("exact") is False and not record.get("dropout")
+        if inexact or record.get("reason") is not None:
             return []
         fired = self._nonfinite(record)
         for rule in self._rules.get(record["type"], ()):
