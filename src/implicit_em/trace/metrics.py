@@ -220,7 +220,8 @@ def finish_responsibility(stats: Stats, dead_fraction: float) -> dict[str, Tenso
     r"""Metrics from reduced statistics: mean mass $p = \text{mass}/n$, mean entropy,
     effective number of components $\exp H(p)$, dead components ($p_j <$
     `dead_fraction`$/K$; with targets, the label share $q_j$ = `label_count`$/n$ and the
-    classes that occur among them with $p_j <$ `dead_fraction`$\cdot q_j$), dominance $\max_j p_j$, wrong-class entropy and top share,
+    classes that occur among them with $p_j <$ `dead_fraction`$\cdot q_j$), dominance
+    $\max_j p_j$, wrong-class entropy and top share,
     distance scale, the identity residual $\max|r_{\text{grad}} - r_{\text{fwd}}|$ and,
     where the statistics have them, the mean and largest $\log Z_i = \operatorname{LSE}(z_i)$
     (`log_z`, `log_z_max`) and the mean target logit $z_{i,y_i}$ (`label_logit`).

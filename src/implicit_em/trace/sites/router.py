@@ -2,20 +2,21 @@ r"""A mixture-of-experts router: a softmax over the experts of `[T, E]` token ro
 probabilities dispatch each token to experts (a `topk` over the experts, or the top-1 `max`
 of Switch, which yields the gate values and the experts at once).
 
-A router is what it claims to be only with both parts: the dispatch, and a gradient through the
-softmax, with the dispatched probabilities gating the experts (the backward pass reaches
-them). A softmax that is not followed by a dispatch (predictions, an `argmax` for accuracy, a
-calibration, an attention written by hand over 2-D rows) is no router, nor is a balancing
-loss's own recount of the routing (its `topk` values are discarded), and neither is one of constants or one computed
-under `no_grad` (predictions, accuracy or a teacher's soft targets), except in the tracer's own
-probe pass, which runs the model's routers under `no_grad` by design.
+A router is what it claims to be only with both parts: the dispatch, and a gradient through
+the softmax, with the dispatched probabilities gating the experts (the backward pass reaches
+them). No router, then: a softmax without a dispatch (predictions, an `argmax` for accuracy,
+a calibration, an attention written by hand over 2-D rows); a balancing loss's own recount of
+the routing (its `topk` values are discarded); a softmax of constants or under `no_grad`
+(predictions, accuracy, a teacher's soft targets), except in the tracer's own probe pass,
+which runs the model's routers under `no_grad` by design.
 
 The router's probabilities $p_t = \operatorname{softmax}(z_t)$ over $E$ experts are the
 responsibilities of its tokens. Kept: the logits of the sampled rows, the number of
-assignments per expert over *all* rows (the dispatch's indices: $k$ per token for a `topk`, one
-for a `max`), counted on the device without a synchronization, and, once the backward pass reached them, the gradients of the
-logits (a private alias of the softmax's input, so the router's gradient alone, even when the
-logits also feed a router z-loss) and of the probabilities. Identity residual: the softmax
+assignments per expert over *all* rows (the dispatch's indices: $k$ per token for a `topk`,
+one for a `max`), counted on the device without a synchronization, and, once the backward
+pass reached them, the gradients of the logits (a private alias of the softmax's input, so
+the router's gradient alone, even when the logits also feed a router z-loss) and of the
+probabilities. Identity residual: the softmax
 Jacobian, $\nabla_z = p\odot(\nabla_p - \langle p, \nabla_p\rangle)$, as
 $\max|\nabla_z - p\odot(\nabla_p - \langle p,\nabla_p\rangle)| / \max|\nabla_z|$.
 
