@@ -13,6 +13,8 @@ import torch.nn.functional as F
 from implicit_em.trace import CollapseWarning, Thresholds, Tracer
 from implicit_em.trace.alarms import DEFAULT_THRESHOLDS, Alarms
 
+W = DEFAULT_THRESHOLDS.window
+
 
 def _head_alarms(labels: torch.Tensor, steps: int, thresholds: Thresholds = DEFAULT_THRESHOLDS):
     """Alarms of a classification head over `steps` measured steps whose logits give class 4
@@ -30,23 +32,23 @@ def _head_alarms(labels: torch.Tensor, steps: int, thresholds: Thresholds = DEFA
 
 def test_a_class_absent_from_the_labels_is_not_dead():
     labels = torch.arange(64) % 4  # class 4 never occurs
-    assert _head_alarms(labels, 12) == []
+    assert _head_alarms(labels, W + 4) == []
 
 
 def test_a_class_among_the_labels_without_responsibility_is_dead_over_the_window():
     labels = torch.arange(64) % 5  # class 4 labels 12 rows a step, yet gets no mass
-    alarms = _head_alarms(labels, 10)
+    alarms = _head_alarms(labels, W + 2)
     dead = [a for a in alarms if a["alarm"] == "dead_components"]
-    assert [a["step"] for a in dead] == [7, 8, 9]  # once the 8-step window is full
+    assert [a["step"] for a in dead] == [W - 1, W, W + 1]  # once the window is full
     assert dead[0]["value"] == 1.0 and "classes [4]" in dead[0]["message"]
     assert "Likely cause" in dead[0]["message"] and "output layer" in dead[0]["message"]
 
 
 def test_a_class_labelling_too_few_rows_of_the_window_is_not_judged():
     labels = torch.arange(64) % 4
-    labels[0] = 4  # one row a step: 8 in the window, below dead_label_rows=10
-    assert _head_alarms(labels, 10) == []
-    fired = _head_alarms(labels, 10, Thresholds(dead_label_rows=8))
+    labels[0] = 4  # one row a step: W rows in the window
+    assert _head_alarms(labels, W + 2, Thresholds(dead_label_rows=W + 1)) == []
+    fired = _head_alarms(labels, W + 2, Thresholds(dead_label_rows=W))
     assert {a["alarm"] for a in fired} == {"dead_components"}
 
 
@@ -71,25 +73,27 @@ def _replay(records: list[dict], thresholds: Thresholds = DEFAULT_THRESHOLDS) ->
 
 def test_an_expert_empty_in_one_step_is_not_dead():
     balanced, empty = [0.25] * 4, [1 / 3, 1 / 3, 1 / 3, 0.0]
-    loads = [balanced] * 5 + [empty] + [balanced] * 6
+    loads = [balanced] * 5 + [empty] + [balanced] * W
     assert _replay([_router_record(s, f) for s, f in enumerate(loads)]) == []
 
 
 def test_an_expert_below_its_fair_share_over_the_window_is_dead():
     starved = [0.33, 0.33, 0.33, 0.01]  # 0.04 of its fair share 1/4
-    alarms = _replay([_router_record(s, starved) for s in range(9)])
-    assert [(a["step"], a["alarm"]) for a in alarms] == [(7, "dead_experts"), (8, "dead_experts")]
+    records = [_router_record(s, starved) for s in range(W + 1)]
+    alarms = _replay(records)
+    assert [(a["step"], a["alarm"]) for a in alarms] == [
+        (W - 1, "dead_experts"),
+        (W, "dead_experts"),
+    ]
     assert alarms[0]["value"] == 1.0
-    assert (
-        _replay([_router_record(s, starved) for s in range(9)], Thresholds(expert_share=0.01)) == []
-    )
+    assert _replay(records, Thresholds(expert_share=0.01)) == []
 
 
 def test_overload_reads_the_window_mean():
     spike, even = [0.7, 0.1, 0.1, 0.1], [0.25] * 4
-    loads = [spike] + [even] * 7  # one overloaded step: the window mean is 1.34 x the mean
+    loads = [spike] + [even] * (W - 1)  # one overloaded step in the window
     assert _replay([_router_record(s, f) for s, f in enumerate(loads)]) == []
-    alarms = _replay([_router_record(s, spike) for s in range(8)])
+    alarms = _replay([_router_record(s, spike) for s in range(W)])
     assert [a["alarm"] for a in alarms] == ["expert_overload"]
     assert alarms[0]["value"] == pytest.approx(2.8)
 

@@ -125,10 +125,10 @@ def test_attention_alarms_logit_growth_entropy_collapse_and_sink():
     assert [a["alarm"] for a in alarms] == ["attention_sink"]
 
 
-def test_log_z_drift_fires_on_a_falling_shift_not_on_growing_correct_logits():
+def test_log_z_drift_fires_on_a_shift_not_on_growing_correct_logits():
     """Growing correct logits raise log Z while the loss falls: no alarm. A shift of every
-    logit down (the softmax cannot see it) lowers the target logit: an alarm once it is more
-    than 10 nats below its first value."""
+    logit (the softmax cannot see it) down lowers the target logit, and up raises log Z with
+    no gain in the loss: an alarm once it is more than 10 nats from its first value."""
     torch.manual_seed(0)
     z = torch.randn(16, 5)
     y = torch.randint(0, 5, (16,))
@@ -150,3 +150,6 @@ def test_log_z_drift_fires_on_a_falling_shift_not_on_growing_correct_logits():
     assert "z-loss" in alarm["message"] and "Wortsman" in alarm["message"]
     strict = {"thresholds": Thresholds(log_z_drift=20)}
     assert _alarms(None, [step(g) for g in sliding], strict) == []
+    rising = _alarms(None, [step(z + 6.0 * s) for s in range(3)])
+    assert [(a["step"], a["alarm"]) for a in rising] == [(2, "log_z_drift")]
+    assert "no gain in the loss" in rising[0]["message"]

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from implicit_em.trace import CollapseWarning, Tracer
+from implicit_em.trace.alarms import DEFAULT_THRESHOLDS
 
 from .conftest import site_records
 
@@ -104,12 +105,13 @@ def test_a_collapsed_router_raises_balance_alarms_naming_the_fix():
     x = torch.randn(64, 16).abs()
     y = torch.randint(0, 5, (64,))
     with pytest.warns(CollapseWarning), Tracer(model) as tracer:
-        for _ in range(8):  # the default window: 8 measured steps
+        for _ in range(DEFAULT_THRESHOLDS.window):
             F.cross_entropy(model(x)[0], y).backward()
             tracer.step()
     fired = {a["alarm"]: a for a in tracer.alarms if a["site"] == "gate.router"}
     assert {"expert_overload", "dead_experts"} <= fired.keys()
-    assert fired["dead_experts"]["value"] == 3.0 and fired["dead_experts"]["step"] == 7
+    assert fired["dead_experts"]["value"] == 3.0
+    assert fired["dead_experts"]["step"] == DEFAULT_THRESHOLDS.window - 1
     assert fired["expert_overload"]["value"] == 4.0
     assert "GShard" in fired["expert_overload"]["message"]
     assert "balancing loss" in fired["dead_experts"]["message"]
