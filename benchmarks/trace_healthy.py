@@ -16,7 +16,7 @@ otherwise (GPT-2's attention, residual and embedding dropout 0.1), and trains on
 * ``healthy``: AdamW at 1e-3 with 30 linear warm-up steps (the control of every failure).
 * ``unstable``: Adam at 3e-2 without warm-up (attention entropy collapse, logit growth).
 * ``no_balance``: Mixtral without its balancing loss, its router at 3e-2 (router collapse).
-* ``logit_drift``: GPT-2's healthy run, but the output layer at 3e-2 without warm-up and
+* ``logit_drift``: GPT-2's healthy run, but the output layer at 0.3 without warm-up and
   without z-loss (log Z drift).
 
 Each run (architecture, regime, seed) is written to ``OUT/ARCH-REGIME-SEED.json`` as it
@@ -97,11 +97,11 @@ REGIMES = {
         archs=("mixtral",),
     ),
     "logit_drift": Regime(
-        "output layer at 3e-2 without warm-up or z-loss (else healthy)",
+        "output layer at 0.3 without warm-up or z-loss (else healthy)",
         "adamw",
         1e-3,
         30,
-        head_lr=3e-2,
+        head_lr=0.3,
         archs=("gpt2",),
     ),
 }
