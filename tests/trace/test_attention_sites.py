@@ -130,19 +130,10 @@ def test_attention_alarms_are_read_under_sdpa_dropout():
     uses the dropped weights), yet the statistics of the scores are those before dropout: the
     record says `dropout`, and the attention rules still read it (the other sites stay gated
     by `exact`)."""
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     from implicit_em.trace import CollapseWarning, Thresholds
 
-    cfg = transformers.GPT2Config(
-        vocab_size=40,
-        n_positions=12,
-        n_embd=32,
-        n_layer=1,
-        n_head=4,
-        bos_token_id=0,
-        eos_token_id=0,
-    )
-    model = transformers.GPT2LMHeadModel._from_config(cfg, attn_implementation="sdpa")
+    model = small_gpt2("sdpa", dropout=0.1)
     ids = torch.randint(0, 40, (2, 12))
     with (
         pytest.warns(CollapseWarning),
@@ -157,7 +148,11 @@ def test_attention_alarms_are_read_under_sdpa_dropout():
         r for r in tracer.history if r["site"] == "transformer.h.0.attn" and r["kind"] == "site"
     ]
     assert [(r["dropout"], r["exact"]) for r in attn] == [(pytest.approx(0.1), False), (0.0, True)]
-    growth = [a["step"] for a in tracer.alarms if a["alarm"] == "attention_logit_growth"]
+    growth = [
+        a["step"]
+        for a in tracer.alarms
+        if a["alarm"] == "attention_logit_growth" and a["site"] == "transformer.h.0.attn"
+    ]
     assert growth == [0, 1]
 
 
