@@ -65,6 +65,7 @@ where the weights are a tensor of the model):
 | `value_residual` | float or None | gradient: $\max_j\lvert u\cdot((\alpha^\top g)_j - \partial L/\partial v_j)\rvert / \max_j\lvert u\cdot\partial L/\partial v_j\rvert$ along the fixed random unit vector $u$ (as `alpha_residual`); `None` for `nn.MultiheadAttention` |
 | `alpha_residual` | float or None | $\max_i \lvert u\cdot(\hat o_i - o_i)\rvert / \max_i\lvert u\cdot o_i\rvert$ along a fixed random unit vector $u$: how well the recomputed weights rebuild the model's output $o$ (SDPA, `nn.MultiheadAttention`; large under attention dropout); `None` for eager attention, whose weights are its own |
 | `nonfinite` | float | gradient: non-finite gradient entries, excluded |
+| `dropout` | float | SDPA only: the call's `dropout_p` (0 in eval mode); above 0 neither residual holds, and the alarm rules still read the record (they read statistics of the scores, which dropout leaves unchanged) |
 | `attention_drift` | float | probe: mean total variation $\frac12\sum_j\lvert\alpha_{ij}-\alpha'_{ij}\rvert$ per query since the previous measurement |
 | `value_drift` | float | probe: $\lVert v - v'\rVert_F / \lVert v'\rVert_F$ since the previous measurement |
 
