@@ -15,16 +15,15 @@ import pytest
 
 from implicit_em.report import (
     VERDICTS,
-    Criterion,
     Experiment,
     Figure,
     Outcome,
-    Rule,
     rebuild,
     run_report,
     unit,
 )
 from implicit_em.report.build import _published
+from implicit_em.report.protocol import Protocol
 from implicit_em.report.render import NO_FULL_RUN, render_markdown, report_document
 from implicit_em.report.runner import duration, run_experiments
 
@@ -103,21 +102,29 @@ def test_results_json_and_summary_agree(smoke_report):
     assert document["meta"]["size"] == "smoke"
     assert [e["id"] for e in document["experiments"]] == ["E1", "E4"]
     summary = report.markdown.read_text()
-    assert summary.index("| item | verdict |") < summary.index("| claims | experiment |")
+    assert summary.index("| item | statement | verdict |") < summary.index(
+        "| claims | experiment |"
+    )
     assert NO_FULL_RUN in summary
     items = {c["id"]: c for c in document["claim_verdicts"]}
     assert set(items) == set(document["claims"])
     for entry in document["experiments"]:
         for criterion in entry["criteria"]:
             assert entry["id"] in items[criterion["claim"]]["experiments"]
-    assert "| item | verdict | full size |" in summary  # below full size, beside each verdict
+    assert "| item | statement | verdict | full size |" in summary  # below full size
+    for item in document["claim_verdicts"]:
+        assert item["primary"] is None or item["primary_experiment"] in item["experiments"]
     for entry in document["experiments"]:
         assert f"**{entry['verdict']}** | not published | {duration(entry['seconds'])} |" in summary
         assert entry["verdict"] in VERDICTS
         assert entry["rule"] and entry["hypothesis"] and (entry["criteria"] or entry["gates"])
         for gate in entry["gates"]:
-            assert set(gate) == {"name", "passed", "detail"}
+            assert set(gate) == {"name", "passed", "detail", "verifies"}
+        assert set(entry["protocol"]) == {"hash", "registered", "amendments"}
+        assert isinstance(entry["exploratory"], bool) and entry["started"]
         for criterion in entry["criteria"]:
+            assert set(criterion["controls"]) == {"positive", "negative"}
+            assert isinstance(criterion["primary"], bool) and criterion["quote"]
             samples = entry["samples"][criterion["number"]]
             assert criterion["seeds"] == len(samples)
             assert criterion["status"] in ("met", "not met", "undecided")
@@ -144,9 +151,29 @@ def _experiment(id_: str, run) -> Experiment:
         claims=("C1",),
         hypothesis="h",
         setup="s",
-        rule=Rule((Criterion("x", "<=", 1.0, "small", claim="C1", direction="supports"),)),
         run=run,
-        configs={"smoke": {"a": 1}, "quick": {"a": 2}, "full": {"a": 3}},
+        protocol=Protocol.from_data(
+            {
+                "id": id_,
+                "criteria": [
+                    {
+                        "number": "x",
+                        "op": "<=",
+                        "threshold": 1.0,
+                        "means": "small",
+                        "claim": "C1",
+                        "direction": "supports",
+                        "primary": True,
+                    }
+                ],
+                "sizes": {
+                    "smoke": {"a": 1},
+                    "quick": {"a": 2},
+                    "full": {"a": 3},
+                    "control": {"a": 0},
+                },
+            }
+        ),
         headline=("x",),
         meaning={"holds": "a", "partly": "b", "fails": "c"},
         minutes={"smoke": 0, "quick": 0, "full": 0},

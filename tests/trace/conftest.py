@@ -50,10 +50,11 @@ def assert_same_parameters(a: nn.Module, b: nn.Module) -> None:
 
 
 def small_gpt2(
-    impl: str, vocab_size: int = 40, n_positions: int = 12, n_embd: int = 32
+    impl: str, vocab_size: int = 40, n_positions: int = 12, n_embd: int = 32, dropout: float = 0.0
 ) -> nn.Module:
-    """A 2-layer, 4-head ``GPT2LMHeadModel`` without dropout, with attention ``impl``
-    (``"eager"`` or ``"sdpa"``); needs ``transformers``."""
+    """A 2-layer, 4-head ``GPT2LMHeadModel`` with attention ``impl`` (``"eager"`` or
+    ``"sdpa"``), without dropout unless ``dropout`` (attention, residual and embedding) is
+    given; needs ``transformers``."""
     import transformers
 
     cfg = transformers.GPT2Config(
@@ -62,9 +63,9 @@ def small_gpt2(
         n_embd=n_embd,
         n_layer=2,
         n_head=4,
-        attn_pdrop=0.0,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
+        attn_pdrop=dropout,
+        resid_pdrop=dropout,
+        embd_pdrop=dropout,
         bos_token_id=0,
         eos_token_id=0,
     )

@@ -125,6 +125,37 @@ def test_attention_dropout_shows_in_the_forward_residual():
     assert steps == [0, 1, 2, 3] and min(residual) > 1e-2
 
 
+def test_attention_alarms_are_read_under_sdpa_dropout():
+    """GPT-2's default attention dropout breaks both residuals of its SDPA sites (the output
+    uses the dropped weights), yet the statistics of the scores are those before dropout: the
+    record says `dropout`, and the attention rules still read it (the other sites stay gated
+    by `exact`)."""
+    pytest.importorskip("transformers")
+    from implicit_em.trace import CollapseWarning, Thresholds
+
+    model = small_gpt2("sdpa", dropout=0.1)
+    ids = torch.randint(0, 40, (2, 12))
+    with (
+        pytest.warns(CollapseWarning),
+        Tracer(model, thresholds=Thresholds(max_logit=0.0)) as tracer,
+    ):
+        model(input_ids=ids, labels=ids).loss.backward()
+        tracer.step()
+        model.eval()
+        model(input_ids=ids, labels=ids).loss.backward()
+        tracer.step()
+    attn = [
+        r for r in tracer.history if r["site"] == "transformer.h.0.attn" and r["kind"] == "site"
+    ]
+    assert [(r["dropout"], r["exact"]) for r in attn] == [(pytest.approx(0.1), False), (0.0, True)]
+    growth = [
+        a["step"]
+        for a in tracer.alarms
+        if a["alarm"] == "attention_logit_growth" and a["site"] == "transformer.h.0.attn"
+    ]
+    assert growth == [0, 1]
+
+
 def test_package_attention_is_an_eager_site():
     torch.manual_seed(3)
     q, k, v = (torch.randn(2, 2, 5, 4, requires_grad=True) for _ in range(3))

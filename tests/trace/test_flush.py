@@ -127,4 +127,4 @@ def test_alarms_reach_every_sink_at_their_step(tmp_path):
             assert all(r["kind"] == "alarm" for r in written)
             assert [a["step"] for a in tracer.alarms] == [a["step"] for a in written]
             assert tracer.history.alarms() == tracer.alarms
-    assert "usual fix" in tracer.alarms[0]["message"]
+    assert "Usual remedy" in tracer.alarms[0]["message"]

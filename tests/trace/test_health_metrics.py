@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from implicit_em.trace import CollapseWarning, Thresholds, Tracer
+from implicit_em.trace.alarms import DEFAULT_THRESHOLDS
 
 from .conftest import site_records, small_gpt2
 
@@ -125,19 +126,33 @@ def test_attention_alarms_logit_growth_entropy_collapse_and_sink():
     assert [a["alarm"] for a in alarms] == ["attention_sink"]
 
 
-def test_log_z_drift_is_relative_to_the_first_value():
+def test_log_z_drift_fires_on_a_shift_not_on_growing_correct_logits():
+    """Growing correct logits raise log Z while the loss falls: no alarm. A shift of every
+    logit (the softmax cannot see it) down lowers the target logit, and up raises log Z with
+    no gain in the loss: an alarm once it is more than `log_z_drift` nats from its first
+    value."""
+    torch.manual_seed(0)
+    drift = DEFAULT_THRESHOLDS.log_z_drift
     z = torch.randn(16, 5)
     y = torch.randint(0, 5, (16,))
-    shifts = [0.0, 6.0, 12.0]
+    onehot = F.one_hot(y, 5).float()
 
-    def step(shift):
-        logits = (z + shift).requires_grad_()
+    def step(logits):
+        logits = logits.clone().requires_grad_()
         return lambda: F.cross_entropy(logits, y).backward()
 
-    alarms = _alarms(None, [step(s) for s in shifts])
+    growing = [z + 2.0 * drift * s * onehot for s in range(6)]
+    assert _alarms(None, [step(g) for g in growing]) == []
+    sliding = [z - 0.6 * drift * s for s in range(3)]
+    alarms = _alarms(None, [step(g) for g in sliding])
     assert [(a["step"], a["alarm"]) for a in alarms] == [(2, "log_z_drift")]
-    assert "z-loss" in alarms[0]["message"]
-    assert alarms[0]["threshold"] == pytest.approx(alarms[0]["value"] - 12.0 + 10.0, abs=1e-5)
-    assert (
-        _alarms(None, [step(s) for s in shifts], {"thresholds": Thresholds(log_z_drift=20)}) == []
-    )
+    (alarm,) = alarms
+    first = float(z.gather(1, y[:, None]).mean())
+    assert alarm["value"] == pytest.approx(first - 1.2 * drift, abs=1e-5)
+    assert alarm["threshold"] == pytest.approx(first - drift, abs=1e-5)
+    assert "z-loss" in alarm["message"] and "Wortsman" in alarm["message"]
+    strict = {"thresholds": Thresholds(log_z_drift=2 * drift)}
+    assert _alarms(None, [step(g) for g in sliding], strict) == []
+    rising = _alarms(None, [step(z + 0.6 * drift * s) for s in range(3)])
+    assert [(a["step"], a["alarm"]) for a in rising] == [(2, "log_z_drift")]
+    assert "no gain in the loss" in rising[0]["message"]

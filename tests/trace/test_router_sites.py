@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from implicit_em.trace import CollapseWarning, Tracer
+from implicit_em.trace.alarms import DEFAULT_THRESHOLDS
 
 from .conftest import site_records
 
@@ -104,17 +105,20 @@ def test_a_collapsed_router_raises_balance_alarms_naming_the_fix():
     x = torch.randn(64, 16).abs()
     y = torch.randint(0, 5, (64,))
     with pytest.warns(CollapseWarning), Tracer(model) as tracer:
-        F.cross_entropy(model(x)[0], y).backward()
-        tracer.step()
+        for _ in range(DEFAULT_THRESHOLDS.window):
+            F.cross_entropy(model(x)[0], y).backward()
+            tracer.step()
     fired = {a["alarm"]: a for a in tracer.alarms if a["site"] == "gate.router"}
     assert {"expert_overload", "dead_experts"} <= fired.keys()
     assert fired["dead_experts"]["value"] == 3.0
+    assert fired["dead_experts"]["step"] == DEFAULT_THRESHOLDS.window - 1
     assert fired["expert_overload"]["value"] == 4.0
     assert "GShard" in fired["expert_overload"]["message"]
-    assert "balance loss" in fired["dead_experts"]["message"]
+    assert "balancing loss" in fired["dead_experts"]["message"]
+    assert "Likely cause: router collapse" in fired["dead_experts"]["message"]
 
 
-def _hf_moe(name: str) -> nn.Module:
+def _hf_moe(name: str, **extra) -> nn.Module:
     transformers = pytest.importorskip("transformers")
     common = {
         "vocab_size": 48,
@@ -126,7 +130,7 @@ def _hf_moe(name: str) -> nn.Module:
     }
     if name == "mixtral":
         cfg = transformers.MixtralConfig(
-            intermediate_size=48, num_local_experts=4, num_experts_per_tok=2, **common
+            intermediate_size=48, num_local_experts=4, num_experts_per_tok=2, **common, **extra
         )
         cls = transformers.MixtralForCausalLM
     else:
@@ -137,6 +141,7 @@ def _hf_moe(name: str) -> nn.Module:
             num_experts=4,
             num_experts_per_tok=2,
             **common,
+            **extra,
         )
         cls = transformers.Qwen2MoeForCausalLM
     return cls._from_config(cfg, attn_implementation="sdpa")
@@ -165,3 +170,80 @@ def test_a_hugging_face_moe_built_from_its_config(name):
         assert r["top_k"] == 2 and r["rows"] == 24
         assert r["expert_load"] == pytest.approx(load.tolist())
         assert r["exact"] is True and r["residual"] <= 1e-5
+
+
+@pytest.mark.parametrize("with_model", [True, False])
+def test_prediction_softmaxes_under_no_grad_create_no_site(with_model):
+    """Predictions, accuracy and top-k accuracy computed from a softmax under `no_grad`
+    after `step()` (so inside the next measured step) are no site: with and without a model."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 5))
+    x, y = torch.randn(64, 8), torch.randint(0, 5, (64,))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    with Tracer(model if with_model else None) as tracer:
+        for _ in range(4):
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+            tracer.step()
+            with torch.no_grad():
+                probs = torch.softmax(model(x), dim=1)
+                confidence, predicted = probs.max(dim=1)
+                top2 = probs.topk(2, dim=1).indices
+                assert (predicted == y).float().mean() >= 0 and top2.shape == (64, 2)
+                assert float(confidence.min()) > 0
+    assert {r["type"] for r in site_records(tracer)} == {"classification"}
+    assert len(site_records(tracer)) == 4
+    assert tracer.alarms == [] or {a["site"] for a in tracer.alarms} == {"ce"}
+
+
+def test_a_softmax_with_a_gradient_but_no_dispatch_is_no_router():
+    """A probability-level loss (a Brier score) takes a gradient through a softmax of 2-D
+    rows, and an `argmax` reads accuracy from it: no dispatch of tokens, no router."""
+    torch.manual_seed(0)
+    model = nn.Linear(8, 5)
+    x, y = torch.randn(32, 8), torch.randint(0, 5, (32,))
+    with Tracer(model) as tracer:
+        probs = torch.softmax(model(x), dim=-1)
+        accuracy = (probs.argmax(-1) == y).float().mean()
+        (probs - F.one_hot(y, 5).float()).square().sum(-1).mean().backward()
+        F.cross_entropy(model(x), y).backward()
+        tracer.step()
+    assert 0 <= float(accuracy) <= 1
+    assert [r["type"] for r in site_records(tracer)] == ["classification"]
+
+
+def test_a_router_is_measured_in_the_probe_pass_under_no_grad():
+    """The tracer's own probe runs the model under `no_grad`: its routers stay sites there
+    (churn is read from them)."""
+    torch.manual_seed(0)
+    model = _MoE(2)
+    x, y = torch.randn(48, 16), torch.randint(0, 5, (48,))
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    with Tracer(model, probe=x) as tracer:
+        for _ in range(3):
+            F.cross_entropy(model(x)[0], y).backward()
+            opt.step()
+            opt.zero_grad()
+            tracer.step()
+    routers = [r for r in site_records(tracer) if r["type"] == "router"]
+    assert [r["site"] for r in routers] == ["gate.router"] * 3
+    assert routers[0]["churn"] is None and all(0 <= r["churn"] <= 1 for r in routers[1:])
+
+
+@pytest.mark.parametrize("name", ["mixtral", "qwen2_moe"])
+def test_the_balancing_loss_recount_of_the_routing_is_no_router(name):
+    """With the balancing loss on, the model's loss runs its own softmax and `topk` over the
+    gate logits of every layer; only the layers' routers, whose gates carry a gradient, are
+    sites."""
+    torch.manual_seed(0)
+    model = _hf_moe(name, output_router_logits=True, router_aux_loss_coef=0.02)
+    ids = torch.randint(0, 48, (2, 12))
+    with warnings.catch_warnings(), Tracer(model) as tracer:
+        warnings.simplefilter("ignore", CollapseWarning)
+        out = model(input_ids=ids, labels=ids)
+        assert float(out.aux_loss.detach()) > 0
+        out.loss.backward()
+        tracer.step()
+    routers = {r["site"] for r in site_records(tracer) if r["type"] == "router"}
+    assert routers == {f"model.layers.{i}.mlp.gate.router" for i in range(2)}

@@ -169,7 +169,8 @@ def finish_attention(stats: Stats) -> dict[str, Tensor]:
     r"""Metrics from reduced attention statistics: mean entropy (nats, overall and per head),
     per head the mean weight on key position 0 (`sink_share`) and the largest scaled score
     (`max_logit`, from `max_logit_max` where the kind gives it), routing-gradient and value-update norms $\lVert\alpha\odot(a-\bar a)\rVert_F$,
-    $\lVert\alpha^\top g\rVert_F$ and their ratio, and the relative value-update residual.
+    $\lVert\alpha^\top g\rVert_F$ and their ratio, the relative value-update residual and,
+    where the kind gives it, the attention dropout probability (`dropout`).
     Statistics may carry a leading step axis (as from `attention_stats_steps`)."""
     rows = stats["rows"].clamp_min(1)
     heads = stats["head_entropy"].shape[-1]
@@ -196,6 +197,8 @@ def finish_attention(stats: Stats) -> dict[str, Tensor]:
         out["alpha_residual"] = stats["alpha_residual_max"] / stats["output_max"].clamp_min(1e-300)
     if "tolerance_max" in stats:
         out["tolerance"] = stats["tolerance_max"]
+    if "dropout_max" in stats:
+        out["dropout"] = stats["dropout_max"]
     return out
 
 

@@ -234,6 +234,9 @@ class SiteCapture:
         self._stance: Any = None
         self.suspended = False
         """While True (`paused`) gradient hooks do nothing."""
+        self.probing = False
+        """True while the tracer's probe batch runs (sites that need a gradient are taken
+        without one there)."""
         self.through_optimizer_step = False
         """While False the optimizer's step ends the capture of a training step; True keeps it
         (an optimizer stepping with a closure, as Lightning's, runs the forward and backward
@@ -282,9 +285,11 @@ class SiteCapture:
 
     def take(self) -> Pass:
         """Stop, and hand over the pass captured so far (its gradient hooks do nothing from
-        now on); the next `start` begins a new one."""
+        now on), without the sites their kind does not confirm (`SiteKind.confirmed`); the
+        next `start` begins a new one."""
         self.stop()
         done, self.current = self.current, Pass()
+        done.sites = [s for s in done.sites if s.kept is None or s.kind.confirmed(s.kept)]
         done.live = False
         done.origins.clear()
         done.scratch.clear()

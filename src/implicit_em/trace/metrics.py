@@ -172,7 +172,8 @@ def responsibility_stats_steps(
     With $r^+ = \max(r, 0)$, $T_i = \sum_{j \ne y_i} r^+_{ij}$ and
     $w_i = r^+_{i,j \ne y_i} / T_i$, the wrong-class entropy is
     $H(w_i) = \log T_i - \frac{1}{T_i}\sum_{j \ne y_i} r^+_{ij}\log r^+_{ij}$, so one pass
-    of $r \log r$ serves both entropies.
+    of $r \log r$ serves both entropies. With a target, `label_count` counts the valid rows
+    whose target class is $j$ (per component).
     """
     w = valid.to(r.dtype)
     if not bool(valid.all()):
@@ -182,6 +183,8 @@ def responsibility_stats_steps(
         "mass": r.sum(-2),
         "scale": (_row_std(logits).to(r.dtype) * w).sum(-1),
     }
+    if right is not None:
+        stats["label_count"] = torch.zeros_like(stats["mass"]).scatter_add_(-1, right, w)
     r_log_r = p_log_p(r.clamp_min_(0.0))
     row_r_log_r = r_log_r.sum(-1)
     stats["entropy"] = -row_r_log_r.sum(-1)
@@ -216,10 +219,12 @@ def _row_std(z: Tensor) -> Tensor:
 def finish_responsibility(stats: Stats, dead_fraction: float) -> dict[str, Tensor]:
     r"""Metrics from reduced statistics: mean mass $p = \text{mass}/n$, mean entropy,
     effective number of components $\exp H(p)$, dead components ($p_j <$
-    `dead_fraction`$/K$), dominance $\max_j p_j$, wrong-class entropy and top share,
+    `dead_fraction`$/K$; with targets, the label share $q_j$ = `label_count`$/n$ and the
+    classes that occur among them with $p_j <$ `dead_fraction`$\cdot q_j$), dominance
+    $\max_j p_j$, wrong-class entropy and top share,
     distance scale, the identity residual $\max|r_{\text{grad}} - r_{\text{fwd}}|$ and,
     where the statistics have them, the mean and largest $\log Z_i = \operatorname{LSE}(z_i)$
-    (`log_z`, `log_z_max`).
+    (`log_z`, `log_z_max`) and the mean target logit $z_{i,y_i}$ (`label_logit`).
     Statistics may carry a leading step axis (as from `responsibility_stats_steps`).
     """
     n = stats["n"].clamp_min(1)
@@ -234,6 +239,10 @@ def finish_responsibility(stats: Stats, dead_fraction: float) -> dict[str, Tenso
         "scale": stats["scale"] / n,
         "rows": stats["n"],
     }
+    if "label_count" in stats:
+        q = stats["label_count"] / n.unsqueeze(-1)
+        out["label_share"] = q
+        out["dead"] = ((q > 0) & (p < dead_fraction * q)).sum(-1).to(p.dtype)
     if "n_wrong" in stats:
         nw = stats["n_wrong"].clamp_min(1)
         out["wrong_entropy"] = stats["wrong_entropy"] / nw
@@ -243,6 +252,8 @@ def finish_responsibility(stats: Stats, dead_fraction: float) -> dict[str, Tenso
             out[key.removesuffix("_max")] = stats[key]
     if "n_z" in stats:
         out["log_z"] = stats["log_z"] / stats["n_z"].clamp_min(1)
+        if "label_logit" in stats:
+            out["label_logit"] = stats["label_logit"] / stats["n_z"].clamp_min(1)
         out["log_z_max"] = torch.where(stats["n_z"] > 0, stats["log_z_max"], 0.0)
     return out
 
@@ -256,16 +267,20 @@ def log_partition(logits: Tensor, probs: Tensor) -> Tensor:
     return logits.amax(-1) - probs.amax(-1).log()
 
 
-def log_z_stats(lse: Tensor, rows: Tensor) -> Stats:
+def log_z_stats(lse: Tensor, rows: Tensor, label_logit: Tensor | None = None) -> Stats:
     r"""$\log Z_i$ (`lse`, `[S, N]`, e.g. `log_partition`) of the `rows` (`[S, N]`, boolean)
     whose $\log Z_i$ is finite: their number `n_z`, the sum `log_z` and the
-    maximum `log_z_max` ($-\infty$ without such a row), each `[S]` in float64."""
+    maximum `log_z_max` ($-\infty$ without such a row), each `[S]` in float64; with the
+    target logits $z_{i,y_i}$ (`label_logit`, `[S, N]`), their sum over the same rows."""
     rows = rows & torch.isfinite(lse)
-    return {
+    stats = {
         "n_z": rows.sum(-1).double(),
         "log_z": torch.where(rows, lse, 0.0).sum(-1).double(),
         "log_z_max": torch.where(rows, lse, -torch.inf).amax(-1).double(),
     }
+    if label_logit is not None:
+        stats["label_logit"] = torch.where(rows, label_logit, 0.0).sum(-1).double()
+    return stats
 
 
 _DIRECTIONS: dict[tuple[int, torch.dtype, torch.device], Tensor] = {}

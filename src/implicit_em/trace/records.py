@@ -31,11 +31,13 @@ distances) and $p_j = \frac1N\sum_i r_{ij}$:
 | `mass` | list of float or None | $p_j$ per component; `None` when $K$ exceeds `max_components` |
 | `entropy` | float | $\frac1N\sum_i H(r_i)$, $H(r) = -\sum_j r_j\log r_j$ (nats) |
 | `effective_k` | float | $\exp H(p)$, the number of components the batch uses |
-| `dead` | float | $\#\{j : p_j < \text{dead\_fraction}/K\}$, components that (almost) never win |
+| `dead` | float | $\#\{j : p_j < \text{dead\_fraction}/K\}$, components that (almost) never win; classification: $\#\{j : q_j > 0, p_j < \text{dead\_fraction}\cdot q_j\}$, classes among the targets that (almost) never win |
+| `label_share` | list of float or None | classification only: $q_j$, the share of the rows whose target class is $j$; `None` when $K$ exceeds `max_components` |
 | `dominance` | float | $\max_j p_j$, the share of the busiest component |
 | `scale` | float | $\frac1N\sum_i \operatorname{std}_j z_{ij}$ over finite logits, the distance scale |
 | `log_z` | float | the mean of $\log Z_i = \operatorname{LSE}_j z_{ij}$ over the rows of positive weight (the logits' log-partition; the per-sample log-likelihood of a mixture) |
 | `log_z_max` | float | the largest $\log Z_i$ |
+| `label_logit` | float | classification only: the mean target logit $z_{i,y_i}$ over the same rows ($\log Z_i = z_{i,y_i} + \ell_i$) |
 | `rows` | float | $N$ (of the sampled rows when the site has more than `max_responsibility_rows`) |
 | `residual` | float | gradient: $\max_i \max_j \lvert r_{ij} - \operatorname{softmax}(z_i)_j\rvert$, the identity C1/R4 on this step |
 | `nonfinite` | float | rows with a non-finite gradient (among all rows), excluded from every average |
@@ -63,12 +65,13 @@ where the weights are a tensor of the model):
 | `value_residual` | float or None | gradient: $\max_j\lvert u\cdot((\alpha^\top g)_j - \partial L/\partial v_j)\rvert / \max_j\lvert u\cdot\partial L/\partial v_j\rvert$ along the fixed random unit vector $u$ (as `alpha_residual`); `None` for `nn.MultiheadAttention` |
 | `alpha_residual` | float or None | $\max_i \lvert u\cdot(\hat o_i - o_i)\rvert / \max_i\lvert u\cdot o_i\rvert$ along a fixed random unit vector $u$: how well the recomputed weights rebuild the model's output $o$ (SDPA, `nn.MultiheadAttention`; large under attention dropout); `None` for eager attention, whose weights are its own |
 | `nonfinite` | float | gradient: non-finite gradient entries, excluded |
+| `dropout` | float | SDPA only: the call's `dropout_p` (0 in eval mode); above 0 neither residual holds, and the alarm rules still read the record (they read statistics of the scores, which dropout leaves unchanged) |
 | `attention_drift` | float | probe: mean total variation $\frac12\sum_j\lvert\alpha_{ij}-\alpha'_{ij}\rvert$ per query since the previous measurement |
 | `value_drift` | float | probe: $\lVert v - v'\rVert_F / \lVert v'\rVert_F$ since the previous measurement |
 
 **Router sites** (`type` `"router"`). Over the sampled token rows with router logits $z_t$ and
 probabilities $p_t = \operatorname{softmax}(z_t)$ over $E$ experts, and over all rows the
-assignments ($k$ per token with a following `topk`, else the $\arg\max$); $f_i$ the share of
+assignments (the dispatch's: $k$ per token for a `topk`, one for a `max`); $f_i$ the share of
 the assignments routed to expert $i$, $P_i = \frac1N\sum_t p_{ti}$. Also the responsibility
 metrics of $p$ (`mass` $= P$, `entropy`, `effective_k`, `dead`, `dominance`, `scale`, `rows`,
 `nonfinite`, `churn`), and `K` $= E$:
@@ -86,7 +89,7 @@ metrics of $p$ (`mass` $= P$, `entropy`, `effective_k`, `dead`, `dominance`, `sc
 | `log_z` | float | $\frac1N\sum_t \operatorname{LSE}(z_t)$ |
 | `log_z_max` | float | $\max_t \operatorname{LSE}(z_t)$ |
 | `residual` | float | gradient: $\max\lvert\nabla_z - p\odot(\nabla_p - \langle p,\nabla_p\rangle)\rvert / \max\lvert\nabla_z\rvert$, the softmax Jacobian identity between the gradients of the logits and of the probabilities |
-| `top_k` | int | assignments per token ($k$ of the following `topk`, else 1) |
+| `top_k` | int | assignments per token ($k$ of the `topk` dispatch, 1 for `max`) |
 
 **Alarm records**
 
@@ -97,8 +100,8 @@ metrics of $p$ (`mass` $= P$, `entropy`, `effective_k`, `dead`, `dominance`, `sc
 | `site` | str | the site's name |
 | `alarm` | str | the rule that fired (`implicit_em.trace.alarms`): `"dominance"`, `"effective_k"`, `"dead_components"`, `"shrinking_scale"` (responsibility sites with $K > 1$), `"attention_entropy_collapse"`, `"attention_logit_growth"`, `"attention_sink"` (attention), `"log_z_drift"` (classification, router), `"expert_overload"`, `"dead_experts"` (router) or `"nonfinite_gradient"` (any site) |
 | `value` | float | the measured value (for a per-head rule, the worst head's, named in the message) |
-| `threshold` | float | the threshold crossed (`Thresholds`; 0 for dead components and non-finite gradients; a ratio times the site's first value for a relative rule) |
-| `message` | str | a sentence naming the site, the alarm, value, threshold, where the default comes from, the step and the usual fix; logged and issued as a `CollapseWarning` the first time per site and alarm |
+| `threshold` | float | the threshold crossed (`Thresholds`; 0 for dead components, dead experts and non-finite gradients; a ratio times the site's first value for a relative rule) |
+| `message` | str | a sentence naming the site, the alarm, value, threshold, where the default comes from, the step, the likely cause and the usual remedy; logged and issued as a `CollapseWarning` the first time per site and alarm |
 """
 
 from __future__ import annotations

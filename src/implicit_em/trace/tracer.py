@@ -374,6 +374,7 @@ class Tracer:
         modules = [] if model is None else list(model.modules())
         modes = [m.training for m in modules]
         self.capture.start()
+        self.capture.probing = True
         try:
             if model is not None:
                 model.eval()
@@ -387,6 +388,7 @@ class Tracer:
                 else:
                     model(self.probe)
         finally:
+            self.capture.probing = False
             for m, mode in zip(modules, modes, strict=True):
                 m.training = mode
             probed = self.capture.take()

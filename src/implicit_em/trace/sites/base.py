@@ -9,6 +9,8 @@ A *site kind* is one small unit (a file in this package, one line in its registr
   call's gradient alone;
 * `observe`: names the site (`Context.name`), keeps copies of the few tensors its
   statistics need in a `Kept` record and asks for gradients (`Context.on_gradient`);
+* `confirmed`: whether the backward pass confirmed the site (a router: its gates carried a
+  gradient);
 * `statistics`: turns a stack of records (every tensor with a leading step axis `S`) into
   sums and maxima (`implicit_em.trace.metrics`), reduced across ranks under DDP;
 * `finish`: turns reduced statistics into the metrics of its records; `metrics` lists them,
@@ -113,6 +115,8 @@ class Context(Protocol):
     """Batch rows of an attention site to keep."""
     max_responsibility_rows: int | None
     """Rows of a responsibility site to keep (an evenly strided sample; None: all)."""
+    probing: bool
+    """True while the tracer's own probe batch runs (under `no_grad`, by design)."""
 
     def name(self, suffix: str, source: Any = None) -> str | None:
         """The site's name (by the module that produced `source`, else the innermost
@@ -159,6 +163,12 @@ class SiteKind:
 
     def finish(self, stats: Stats, dead_fraction: float) -> dict[str, Tensor]:
         raise NotImplementedError
+
+    def confirmed(self, kept: Kept) -> bool:
+        """Whether a site observed in the forward pass is one (read when the pass is taken,
+        after its backward pass): a kind whose structure shows only in the backward pass (a
+        router's gates carry a gradient) says no to a call that only looked like one."""
+        return True
 
     def has_gradient(self, values: dict[str, Any]) -> bool:
         """Whether the gradient reached the site (from its finished metrics)."""

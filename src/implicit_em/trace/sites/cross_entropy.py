@@ -72,8 +72,10 @@ class CrossEntropy(ResponsibilityKind):
     } | dict.fromkeys(_LOG_SOFTMAX, (0, "input"))
     metrics = (
         *RESPONSIBILITY_METRICS,
+        "label_share",
         "log_z",
         "log_z_max",
+        "label_logit",
         "rows",
         "wrong_entropy",
         "wrong_top",

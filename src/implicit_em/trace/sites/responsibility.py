@@ -85,7 +85,8 @@ def responsibility_statistics(
     logits = to_float(logits)
     right = None if target is None else target.right()
     forward = torch.softmax(logits, dim=-1)
-    log_z = log_z_stats(log_partition(logits, forward), weight > 0)
+    label_logit = None if right is None else logits.gather(-1, right.unsqueeze(-1)).squeeze(-1)
+    log_z = log_z_stats(log_partition(logits, forward), weight > 0, label_logit)
     if grad is None or c is None:
         stats = responsibility_stats_steps(forward, weight > 0, right, logits) | log_z
         zero = torch.zeros(logits.shape[0], dtype=logits.dtype, device=logits.device)
@@ -198,8 +199,10 @@ class ResponsibilityKind(SiteKind):
 
     def extras(self, values: dict[str, Any], max_components: int) -> dict[str, Any]:
         k = len(values["mass"])
-        return {
+        out: dict[str, Any] = {
             "K": k,
             "source": "gradient" if self.has_gradient(values) else "forward",
-            **({"mass": None} if k > max_components else {}),
         }
+        if k > max_components:  # the per-component lists are left out
+            out.update((key, None) for key in ("mass", "label_share") if key in values)
+        return out

@@ -1,14 +1,22 @@
-r"""A mixture-of-experts router: a softmax over the experts of `[T, E]` token rows, with or
-without a following `topk` (under gradients, only of logits that require one: a softmax of
-constants, such as soft targets, is no router).
+r"""A mixture-of-experts router: a softmax over the experts of `[T, E]` token rows whose
+probabilities dispatch each token to experts (a `topk` over the experts, or the top-1 `max`
+of Switch, which yields the gate values and the experts at once).
+
+A router is what it claims to be only with both parts: the dispatch, and a gradient through
+the softmax, with the dispatched probabilities gating the experts (the backward pass reaches
+them). No router, then: a softmax without a dispatch (predictions, an `argmax` for accuracy,
+a calibration, an attention written by hand over 2-D rows); a balancing loss's own recount of
+the routing (its `topk` values are discarded); a softmax of constants or under `no_grad`
+(predictions, accuracy, a teacher's soft targets), except in the tracer's own probe pass,
+which runs the model's routers under `no_grad` by design.
 
 The router's probabilities $p_t = \operatorname{softmax}(z_t)$ over $E$ experts are the
 responsibilities of its tokens. Kept: the logits of the sampled rows, the number of
-assignments per expert over *all* rows (each token's `topk` indices when a `topk` along the
-experts follows the softmax, else its $\arg\max$: top-1 as in Switch), counted on the device
-without a synchronization, and, once the backward pass reached them, the gradients of the
-logits (a private alias of the softmax's input, so the router's gradient alone, even when the
-logits also feed a router z-loss) and of the probabilities. Identity residual: the softmax
+assignments per expert over *all* rows (the dispatch's indices: $k$ per token for a `topk`,
+one for a `max`), counted on the device without a synchronization, and, once the backward
+pass reached them, the gradients of the logits (a private alias of the softmax's input, so
+the router's gradient alone, even when the logits also feed a router z-loss) and of the
+probabilities. Identity residual: the softmax
 Jacobian, $\nabla_z = p\odot(\nabla_p - \langle p, \nabla_p\rangle)$, as
 $\max|\nabla_z - p\odot(\nabla_p - \langle p,\nabla_p\rangle)| / \max|\nabla_z|$.
 
@@ -54,19 +62,22 @@ __all__ = ["Router", "RouterKept"]
 
 _SOFTMAX = (F.softmax, torch.softmax, Tensor.softmax)
 _TOPK = (torch.topk, Tensor.topk)
+_MAX = (torch.max, Tensor.max)
 
 
 @dataclass(eq=False)
 class RouterKept(Kept):
     """`logits` `[N, E]` of the sampled rows, `counts` `[E]` (assignments per expert over all
     rows), `top_k` (assignments per token); `grad` and `grad_probs` `[N, E]` (of the logits
-    and of the probabilities) once the backward pass reached them."""
+    and of the probabilities) once the backward pass reached them, and `gated`, whether the
+    dispatched probabilities (the gates) carried a gradient (True in the probe pass)."""
 
     logits: Tensor
     counts: Tensor
     top_k: int
     grad: Tensor | None = None
     grad_probs: Tensor | None = None
+    gated: bool = False
 
 
 def _counts(index: Tensor, experts: int) -> Tensor:
@@ -77,10 +88,34 @@ def _counts(index: Tensor, experts: int) -> Tensor:
     return torch.zeros(experts, dtype=torch.float64, device=flat.device).scatter_add_(0, flat, ones)
 
 
+def _dispatched(
+    func: Callable, experts: int, args: Sequence, kwargs: dict, out: Any
+) -> Tensor | None:
+    """The expert indices `[T, k]` of a dispatch over the last axis of router probabilities
+    with `experts` columns (`topk` with $k < E$ of the largest, or `max`, along that axis),
+    or None when the call is no dispatch (a `max` of the whole tensor, a `topk` of all
+    experts or of the smallest, another axis)."""
+    if func in _TOPK:
+        k = kwargs.get("k", args[1] if len(args) > 1 else None)
+        dim = kwargs.get("dim", args[2] if len(args) > 2 else -1)
+        largest = kwargs.get("largest", args[3] if len(args) > 3 else True)
+        if not (isinstance(k, int) and 0 < k < experts and largest):
+            return None
+    else:
+        dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+    if not isinstance(dim, int) or isinstance(dim, bool) or dim not in (-1, 1):
+        return None
+    index = out[1]
+    return index if index.dim() == 2 else index.unsqueeze(-1)
+
+
 class Router(ResponsibilityKind):
     type = "router"
-    searched = "softmax over the last axis of a 2-D tensor, optionally then topk (MoE router)"
-    functions = _SOFTMAX + _TOPK
+    searched = (
+        "softmax over the last axis of a 2-D tensor with a gradient, then topk or max over it "
+        "(MoE router)"
+    )
+    functions = _SOFTMAX + _TOPK + _MAX
     aliased: ClassVar[dict[Callable, tuple[int, str]]] = dict.fromkeys(_SOFTMAX, (0, "input"))
     metrics = (
         "expert_load",
@@ -101,31 +136,47 @@ class Router(ResponsibilityKind):
     gradient_metrics = ("residual",)
 
     def observe(self, ctx: Context, func: Callable, args: Sequence, kwargs: dict, out: Any) -> None:
-        followed = ctx.scratch(self)
         x = args[0] if args else kwargs.get("input")
-        if func in _TOPK:
-            entry = followed.get(id(x))
-            dim = kwargs.get("dim", args[2] if len(args) > 2 else -1)
-            largest = kwargs.get("largest", args[3] if len(args) > 3 else True)
-            if entry is not None and entry[0]() is x and dim in (-1, 1) and largest:
-                kept = entry[1]
-                kept.counts = _counts(out[1], x.shape[-1])
-                kept.top_k = out[1].shape[-1]
+        if func in _SOFTMAX:
+            self._softmax(ctx, x, kwargs.get("dim", args[1] if len(args) > 1 else None), out)
+        else:
+            self._dispatch(ctx, func, x, args, kwargs, out)
+
+    def _softmax(self, ctx: Context, x: Any, dim: Any, out: Any) -> None:
+        """A candidate router: a softmax over the last axis of 2-D rows with a gradient
+        through it (or in the probe pass), kept until a dispatch of its output."""
+        if not isinstance(x, Tensor) or x.dim() != 2 or dim not in (-1, 1) or x.shape[-1] < 2:
             return
-        dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
-        if not isinstance(x, Tensor) or x.dim() != 2 or dim not in (-1, 1):
+        if not ctx.probing and not (torch.is_grad_enabled() and x.requires_grad):
+            return  # predictions under no_grad, soft targets, a teacher: no gradient, no router
+        ctx.scratch(self)[id(out)] = (weakref.ref(out), x)
+
+    def _dispatch(
+        self, ctx: Context, func: Callable, probs: Any, args: Sequence, kwargs: dict, out: Any
+    ) -> None:
+        """A `topk` or `max` over the experts of a candidate router's probabilities:
+        the router site, with the dispatch's expert indices."""
+        entry = ctx.scratch(self).get(id(probs))
+        if entry is None or entry[0]() is not probs:
             return
-        if torch.is_grad_enabled() and not x.requires_grad:
-            return  # a constant of a training pass (soft targets, a teacher): no router
+        index = _dispatched(func, probs.shape[-1], args, kwargs, out)
+        if index is None:
+            return
+        del ctx.scratch(self)[id(probs)]  # one site per softmax
+        x = entry[1]
         name = ctx.name("router", x)
         if name is None:
             return
         stride = row_stride(x.shape[0], ctx.max_responsibility_rows)
         with torch.no_grad():
-            counts = _counts(out.argmax(-1), x.shape[-1])
-        kept = RouterKept(logits=ctx.keep(sample_rows(x, stride)), counts=counts, top_k=1)
+            counts = _counts(index, x.shape[-1])
+        kept = RouterKept(
+            logits=ctx.keep(sample_rows(x, stride)),
+            counts=counts,
+            top_k=index.shape[-1],
+            gated=ctx.probing,
+        )
         ctx.add(name, self, kept)
-        followed[id(out)] = (weakref.ref(out), kept)
 
         def grad(g: Tensor) -> None:
             kept.grad = ctx.keep(sample_rows(g, stride))
@@ -133,8 +184,18 @@ class Router(ResponsibilityKind):
         def grad_probs(g: Tensor) -> None:
             kept.grad_probs = ctx.keep(sample_rows(g, stride))
 
+        def gates(g: Tensor) -> None:
+            kept.gated = True
+
         ctx.on_gradient(x, grad)
-        ctx.on_gradient(out, grad_probs)
+        ctx.on_gradient(probs, grad_probs)
+        ctx.on_gradient(out[0], gates)
+
+    def confirmed(self, kept: Kept) -> bool:
+        """A router's dispatched probabilities gate the experts' outputs, so the backward pass
+        reaches them; a loss that recounts the routing (a balancing loss's own `topk` over
+        the gate logits of every layer) discards them."""
+        return kept.gated
 
     def statistics(self, k: Kept) -> Stats:
         steps = k.logits.shape[0]

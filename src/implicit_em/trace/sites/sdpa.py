@@ -4,7 +4,10 @@ Fused kernels never form $\alpha$, so the site keeps the traced rows of `q`, `k`
 `v`, the mask and the output, recomputes $\alpha = \operatorname{softmax}(s)$ at the
 flush and checks it against the kernel's output (the forward residual of $o = \alpha v$).
 Gradients: $g = \partial L/\partial o$ and autograd's $\partial L/\partial v$ on the
-traced rows.
+traced rows. Under attention dropout (`dropout`, the call's `dropout_p`, is recorded) the
+output and $\partial L/\partial v$ use the dropped weights, so neither residual holds; the
+statistics of the scores (entropy, largest logit, sink share) are those of the weights
+before dropout, which dropout leaves unchanged.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -39,7 +43,8 @@ _PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scal
 @dataclass(eq=False)
 class SDPAKept(Kept):
     """`q`, `k` `[R, H, L, E]`, `v` and `output` `[R, H, L, Ev]`, a 4-D `mask`
-    (or None); `g` (output gradient) and `grad_v` once the backward pass reached them."""
+    (or None), the call's `dropout_p`; `g` (output gradient) and `grad_v` once the backward
+    pass reached them."""
 
     q: Tensor
     k: Tensor
@@ -48,12 +53,14 @@ class SDPAKept(Kept):
     mask: Tensor | None
     is_causal: bool
     scale: float | None
+    dropout_p: float
     g: Tensor | None = None
     grad_v: Tensor | None = None
 
 
 class SDPA(AttentionKind):
     searched = "torch.nn.functional.scaled_dot_product_attention"
+    metrics = (*AttentionKind.metrics, "dropout")
     functions = (F.scaled_dot_product_attention,)
     aliased: ClassVar[dict[Callable, tuple[int, str]]] = {
         F.scaled_dot_product_attention: (2, "value")
@@ -83,6 +90,7 @@ class SDPA(AttentionKind):
             mask=mask,
             is_causal=bool(p.get("is_causal", False)),
             scale=p.get("scale"),
+            dropout_p=float(p.get("dropout_p", 0.0)),
         )
         ctx.add(name, self, kept)
 
@@ -112,5 +120,6 @@ class SDPA(AttentionKind):
         )
         # u . o_i = sum_j alpha_ij (u . v_j), as a row vector times alpha^T (the faster product)
         rebuilt = (along(v).unsqueeze(-2) @ alpha.transpose(-2, -1)).squeeze(-2)
-        extra = {"tolerance_max": tolerance, "max_logit_max": logit_max}
+        dropout = torch.full_like(logit_max[..., 0], k.dropout_p, dtype=torch.float64)
+        extra = {"tolerance_max": tolerance, "max_logit_max": logit_max, "dropout_max": dropout}
         return stats | forward_residual(rebuilt, along(k.output)) | extra
