@@ -21,6 +21,7 @@ from implicit_em.windtunnel.config import RunConfig, build_model, preset
 from implicit_em.windtunnel.evaluation import plateau
 from implicit_em.windtunnel.losses import loss_fn
 from implicit_em.windtunnel.models import count_parameters
+from implicit_em.windtunnel.optim import learning_rate
 from implicit_em.windtunnel.tasks import Bijection
 from implicit_em.windtunnel.train import CHECKPOINT, run, state_path
 
@@ -449,3 +450,34 @@ def test_a_wsd_run_is_judged_at_the_start_of_its_decay(tmp_path: Path) -> None:
     before = plateau(h["eval_step"][:n], h["eval_kl"][:n], 0.2, config.plateau_tol, atol=1e-5)
     assert result["converged"] == before.converged
     assert result["plateau"]["since"] == before.since == 12
+
+
+def test_a_wsd_run_with_stop_at_plateau_decays_from_its_plateau_and_resumes_alike(
+    tmp_path: Path,
+) -> None:
+    config = replace(
+        TINY,
+        model="mlp",
+        steps=400,
+        eval_every=10,
+        ckpt_every=10,
+        schedule="wsd",
+        decay_fraction=0.2,
+        stop_at_plateau=True,
+        plateau_tol=0.5,
+        min_steps=40,
+    )
+    result = run(config, tmp_path / "whole", progress=False)
+    start = result["plateau"]["decay_from"]
+    assert start is not None and 40 <= start < config.decay_start
+    assert result["converged"] and result["plateau"]["judged_at"] == start
+    assert result["steps"] == config.decay_end(start) == start + round(0.25 * start)
+    assert learning_rate(config, start - 1, start) == config.lr
+    assert learning_rate(config, result["steps"], start) == 0.0
+    # Killed in its decay and resumed: the same run.
+    run(config, tmp_path / "resumed", progress=False, time_budget_s=0.0)
+    while (resumed := run(config, tmp_path / "resumed", progress=False, time_budget_s=0.05))[
+        "status"
+    ] != "complete":
+        pass
+    assert _comparable(resumed) == _comparable(result)
