@@ -19,7 +19,7 @@ from implicit_em.cli import app
 from implicit_em.windtunnel.cli import compare_table
 from implicit_em.windtunnel.config import RunConfig, build_model, preset
 from implicit_em.windtunnel.evaluation import plateau
-from implicit_em.windtunnel.losses import loss_fn
+from implicit_em.windtunnel.losses import loss_fn, softmax_brier
 from implicit_em.windtunnel.models import count_parameters
 from implicit_em.windtunnel.optim import learning_rate
 from implicit_em.windtunnel.tasks import Bijection
@@ -61,6 +61,18 @@ def test_loss_fn_matches_the_core_objectives_by_hand() -> None:
     brier_soft = ((torch.sigmoid(z) - p) ** 2).sum(-1).mean()
     torch.testing.assert_close(loss_fn(logits, batch, "brier", "sample"), brier)
     torch.testing.assert_close(loss_fn(logits, batch, "brier", "posterior"), brier_soft)
+    softmax_brier = ((torch.softmax(z, -1) - onehot) ** 2).sum(-1).mean()
+    torch.testing.assert_close(loss_fn(logits, batch, "softmax-brier", "sample"), softmax_brier)
+
+
+def test_softmax_brier_is_minimized_by_the_posterior() -> None:
+    p = torch.tensor([[0.6, 0.3, 0.1]], dtype=torch.float64)
+    expected = lambda d: sum(  # noqa: E731
+        p[0, y] * softmax_brier(d, torch.tensor([y])) for y in range(3)
+    )
+    at_posterior = expected(-p.log())
+    for shift in (torch.tensor([[0.3, -0.1, 0.0]]), torch.tensor([[-0.5, 0.5, 0.2]])):
+        assert expected(-p.log() + shift) > at_posterior
 
 
 def test_presets_and_validation() -> None:

@@ -6,7 +6,8 @@ matches it.
 
 Beside the architecture and the optimizer, a configuration states:
 
-* the objective (`"ce"`, normalized; `"sigmoid"` and `"brier"`, unnormalized; see `losses`);
+* the objective (`"ce"` and `"softmax-brier"`, normalized; `"sigmoid"` and `"brier"`,
+  unnormalized; see `losses`);
 * the learning-rate schedule (`"cosine"`: warmup, then a cosine to `min_lr_ratio * lr`;
   `"constant"`: warmup, then `lr`; `"wsd"`: warmup, `lr` held, then a linear decay to zero
   over the last `decay_fraction` of the steps; see `optim`);
@@ -50,7 +51,7 @@ __all__ = [
 ]
 
 MODELS = ("transformer", "mlp-prefix", "mlp-pos")
-OBJECTIVES = ("ce", "sigmoid", "brier")
+OBJECTIVES = ("ce", "softmax-brier", "sigmoid", "brier")
 SCHEDULES = ("cosine", "constant", "wsd")
 FREEZES = ("", "routing", "rest")
 _MODEL_ALIASES = {"mlp": "mlp-prefix"}
