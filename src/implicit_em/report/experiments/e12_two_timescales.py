@@ -52,8 +52,9 @@ SETTLED = 0.1
 
 
 def base_run(config: dict[str, Any], seed: int) -> RunConfig:
-    """E12's run: E10's bijection transformer with split projections at a constant rate, to a
-    fixed length (its interventions compare runs of equal length)."""
+    """E12's run: E10's transformer on the size's `e12.task` (the HMM filter) with split
+    projections at a constant rate, to a fixed length (its interventions compare runs of equal
+    length)."""
     e12 = config["e12"]
     return wt.task_config(
         config,
@@ -346,7 +347,10 @@ EXPERIMENT = Experiment(
         "the same step, at an early, a middle (primary) and a late freeze step."
     ),
     setup=(
-        "The E10 bijection transformer with separate query, key and value projections, trained "
+        "E10's transformer on the HMM filter (where the answer depends on the order of the "
+        "observations, so the attention must route; on the bijection a uniform attention "
+        "suffices, since the posterior of a new key is uniform over the values not yet seen), "
+        "with separate query, key and value projections, trained "
         "at a constant learning rate after warmup (no decay, so the schedule does not make "
         "things settle) to a fixed length, its training state kept at each freeze step t and "
         "its weights every few steps. From each kept state, two branches train to the same end: "
@@ -360,7 +364,7 @@ EXPERIMENT = Experiment(
         "model at the same freeze steps; full trains longer, on more seeds and a larger "
         "held-out set. Controls: the routing (positive) or the rest (negative) planted at its "
         "final weights at the freeze step, so that it has settled by construction, through the "
-        "same two branches."
+        "same two branches (on the HMM, with a shorter run)."
     ),
     run=run,
     headline=("cost_gap_mid", "t_attention_argmax", "t_kl", "final_kl"),
