@@ -170,7 +170,7 @@ def test_mlp_is_capacity_matched_in_every_preset() -> None:
                 assert abs(n_mlp - n_tf) <= 0.1 * n_tf
 
 
-@pytest.mark.parametrize("objective", ["ce", "sigmoid", "brier"])
+@pytest.mark.parametrize("objective", ["ce", "softmax-brier", "sigmoid", "brier"])
 def test_result_contents(tmp_path: Path, objective: str) -> None:
     config = replace(TINY, objective=objective, model="mlp")
     result = run(config, tmp_path, progress=False)
@@ -183,7 +183,7 @@ def test_result_contents(tmp_path: Path, objective: str) -> None:
     assert result["history"]["eval_step"] == [0, 6, 12, 18, 24]
     assert isinstance(result["converged"], bool)
     assert result["plateau"]["since"] == 18  # the last evaluation at or before 0.8 x 24 steps
-    if objective == "ce":
+    if objective in ("ce", "softmax-brier"):
         assert result["sigma_sum_gap"] is None
     else:
         assert 0 <= result["sigma_sum_gap"] < TINY.task_params["n_faces"]
