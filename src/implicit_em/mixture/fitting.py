@@ -1,4 +1,6 @@
-r"""The fitting loop of `GaussianMixture`: the starting mixture, passes, steps, convergence.
+r"""The fitting loop of `GaussianMixture`: passes, steps, convergence, the best of `n_init`.
+
+The starting mixture comes from `start`.
 
 One template loop (initialize, pass over the data, step, re-seed, convergence on the *mean*
 log-likelihood) owns the fit; the four `fitter` values differ only in the step rule of
@@ -14,20 +16,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from implicit_em.mixture.covariance import covariance_model
-from implicit_em.mixture.distributed import all_reduce_sums, broadcast_mixture
-from implicit_em.mixture.initialization import (
-    check_means,
-    check_precisions,
-    check_weights,
-    initial_responsibilities,
-    initial_sample,
-    responsibility_start,
-)
+from implicit_em.mixture.distributed import all_reduce_sums
 from implicit_em.mixture.parameters import Mixture
 from implicit_em.mixture.reseed import WorstSamples, reseed_empty
 from implicit_em.mixture.step_rules import StepRule, make_step_rule
@@ -38,16 +31,10 @@ __all__ = [
     "Loop",
     "PreparedChunks",
     "Run",
-    "StartSettings",
     "default_chunk_rows",
-    "initial_mixture",
 ]
 
 Callback = Callable[[int, float], None]
-
-INIT_SAMPLES = 100_000
-"""The most rows the initial responsibilities are computed on (a random subset of the
-concatenated data under a distributed fit, see `initialization.initial_sample`)."""
 
 CACHE_BYTES = 2**29
 """The default `cache_bytes`: 512 MiB of prepared chunks kept across passes."""
@@ -71,71 +58,6 @@ def default_chunk_rows(covariance_type: str, n_components: int, n_features: int)
     width = covariance_model(covariance_type).row_width(n_components, n_features)
     rows = _CHUNK_NUMBERS // (width + n_components)
     return min(max(rows, _CHUNK_ROWS[0]), _CHUNK_ROWS[1])
-
-
-# ---------------------------------------------------------------------------------------------
-# The starting mixture
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StartSettings:
-    """The estimator's parameters that decide a starting mixture."""
-
-    covariance_type: str
-    n_components: int
-    init_params: str
-    reg_covar: float
-    weights_init: object = None
-    means_init: object = None
-    precisions_init: object = None
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> StartSettings:
-        """The settings among an estimator's `get_params()`."""
-        return cls(**{f.name: params[f.name] for f in fields(cls)})
-
-
-def initial_mixture(
-    settings: StartSettings,
-    x: object,
-    rng: np.random.RandomState,
-    dtype: torch.dtype,
-    device: torch.device,
-) -> Mixture:
-    """The M-step of the initial responsibilities, then the user's overrides, as `dtype` on
-    `device` (see `initialization`); under a distributed fit, rank 0's, broadcast (every rank
-    computes it on the same gathered sample)."""
-    model = covariance_model(settings.covariance_type)
-    k, dim = settings.n_components, x.shape[1]
-    weights = None if settings.weights_init is None else check_weights(settings.weights_init, k)
-    means = None if settings.means_init is None else check_means(settings.means_init, k, dim)
-    precisions = (
-        None
-        if settings.precisions_init is None
-        else check_precisions(settings.precisions_init, model.name, k, dim)
-    )
-    start = None
-    if weights is None or means is None or precisions is None:
-        sample = initial_sample(x, rng, INIT_SAMPLES)
-        resp = initial_responsibilities(sample, k, settings.init_params, rng)
-        start = responsibility_start(model, sample, resp, settings.init_params, settings.reg_covar)
-
-    def tensor(value: np.ndarray | None, fallback: Tensor | None) -> Tensor:
-        return fallback if value is None else torch.as_tensor(value, dtype=torch.float64)
-
-    covariances = (
-        start.covariances
-        if precisions is None
-        else model.from_precision(torch.as_tensor(precisions, dtype=torch.float64))
-    )
-    mixture = Mixture.from_covariances(
-        model,
-        tensor(weights, None if start is None else start.weights),
-        tensor(means, None if start is None else start.means),
-        covariances,
-    )
-    return broadcast_mixture(mixture.to(dtype, device))
 
 
 # ---------------------------------------------------------------------------------------------
