@@ -4,7 +4,6 @@ attributes) over the fitting loop of `fitting` and the methods of `inference`.""
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable, Iterable, Iterator
 from numbers import Integral, Real
 from typing import Any, ClassVar
@@ -12,7 +11,6 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, DensityMixin
-from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from torch import Tensor
@@ -20,11 +18,10 @@ from torch import Tensor
 from implicit_em.mixture.covariance import COVARIANCE_TYPES
 from implicit_em.mixture.data import check_rows, first_batch, is_batch_iterable, iterate_batches
 from implicit_em.mixture.distributed import is_first_rank, resolve, uses_collectives
-from implicit_em.mixture.fitting import CACHE_BYTES, Callback, Loop
+from implicit_em.mixture.fitting import CACHE_BYTES, Callback, Loop, PassByPass
 from implicit_em.mixture.inference import DTYPES, FittedMixture
 from implicit_em.mixture.initialization import INIT_PARAMS
 from implicit_em.mixture.parameters import Mixture
-from implicit_em.mixture.reseed import WorstSamples
 from implicit_em.mixture.start import StartSettings, initial_mixture
 from implicit_em.mixture.step_rules import FITTERS
 
@@ -59,8 +56,9 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
         `"spherical"`, one variance per component.
     fitter : {"em", "gd", "adam", "preconditioned"}, default="em"
         The step rule (an extension; see `implicit_em.mixture.step_rules`). `"em"` is classical
-        EM; `"gd"`/`"adam"` descend the core's mixture NLL by autograd; `"preconditioned"` takes
-        Xu & Jordan's preconditioned gradient steps, which reproduce EM.
+        EM; `"gd"`/`"adam"` descend the core's mixture NLL by autograd, in each component's
+        units; `"preconditioned"` takes Xu & Jordan's preconditioned gradient steps, which
+        reproduce EM.
     tol : float, default=1e-3
         Convergence threshold on the change of the mean log-likelihood per sample between two
         passes.
@@ -105,8 +103,9 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
         featurized once per fit instead of once per pass; otherwise, and for iterables of
         batches, every pass streams. `0` always streams. The default is 512 MiB.
     learning_rate : float or None, default=None
-        Step size of `"gd"` (default 0.5) and `"adam"` (default 0.05); unused by the other
-        fitters (an extension).
+        Step size of `"gd"` (default 1.0) and `"adam"` (default 0.1), whose steps are taken
+        in each component's own units, so that one rate serves raw and standardized data;
+        unused by the other fitters (an extension).
     device : str or torch.device, default="cpu"
         Where the fit and the methods compute, e.g. `"cuda"` (an extension). Fitted attributes
         are NumPy arrays either way.
@@ -142,8 +141,9 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
         upper triangular, in the shape of `covariances_` (for `"diag"` and `"spherical"`,
         $1/\sigma$: the inverse standard deviations).
     converged_ : bool
-        Whether the best initialization converged (its last change of the mean log-likelihood
-        was below `tol`) within `max_iter` passes.
+        Whether the best initialization converged within `max_iter` passes: its last change
+        of the mean log-likelihood was below `tol` (and, for `"gd"` and `"adam"`, so was the
+        squared norm of its gradient: steps too short to matter are not convergence).
     n_iter_ : int
         The number of passes the best initialization took.
     lower_bound_ : float
@@ -274,15 +274,8 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
                 yield self._start(init_data, rng, dtype), -math.inf
 
         best = Loop.from_params(self.get_params()).best_run(starts(), batches, n_rows, callback)
-        if not best.converged and self.max_iter > 0:
-            warnings.warn(
-                "Best performing initialization did not converge. Try different init "
-                "parameters, or increase max_iter, tol, or check for degenerate data.",
-                ConvergenceWarning,
-                stacklevel=4,
-            )
         self._publish(best.mixture)
-        self._rule, self._worst = None, None
+        self._passes = None
         self.converged_ = best.converged
         self.n_iter_ = best.n_iter
         self.lower_bound_ = best.lower_bound
@@ -366,18 +359,13 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
             self.history_ = {"log_likelihood": [], "n_reseeded": []}
             self.lower_bounds_ = self.history_["log_likelihood"]
             self.n_iter_, self.lower_bound_, self.converged_ = 0, -math.inf, False
-        if getattr(self, "_rule", None) is None:
-            self._rule = Loop.from_params(self.get_params()).rule()
-        if getattr(self, "_worst", None) is None:
-            self._rule.begin(self._mixture)
-            self._worst = WorstSamples(self.n_components, X.shape[1], self._mixture.means)
+        if getattr(self, "_passes", None) is None:
+            self._passes = PassByPass(Loop.from_params(self.get_params()))
         with torch.no_grad():
-            for chunk in self._chunks(X, self._mixture.means.dtype):
-                self._worst.add(chunk, self._rule.accumulate(chunk))
+            self._passes.add(self._mixture, self._chunks(X, self._mixture.means.dtype))
             if end_of_pass:
-                mixture, log_likelihood, n_reseeded = Loop.finish_pass(self._rule, self._worst)
-                self._worst = None
-                self.converged_ = abs(log_likelihood - self.lower_bound_) < self.tol
+                closed = self._passes.close(self.lower_bound_)
+                mixture, log_likelihood, n_reseeded, self.converged_ = closed
                 self.lower_bound_ = log_likelihood
                 self.n_iter_ += 1
                 self.history_["log_likelihood"].append(log_likelihood)

@@ -12,11 +12,13 @@ Passes stream over chunks and accumulate sums, so memory is $O(B\,K + K\,D^2)$ a
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
+from sklearn.exceptions import ConvergenceWarning
 from torch import Tensor
 
 from implicit_em.mixture.covariance import covariance_model
@@ -29,6 +31,7 @@ __all__ = [
     "CACHE_BYTES",
     "Callback",
     "Loop",
+    "PassByPass",
     "PreparedChunks",
     "Run",
     "default_chunk_rows",
@@ -125,7 +128,8 @@ class PreparedChunks:
 @dataclass(frozen=True)
 class Loop:
     """The passes of one fit: `max_iter` steps of the rule `fitter`, stopped when the mean
-    log-likelihood changes by less than `tol`."""
+    log-likelihood changes by less than `tol` and the rule is `stationary` (a gradient rule
+    whose steps have merely become short has not converged)."""
 
     fitter: str
     reg_covar: float
@@ -142,8 +146,11 @@ class Loop:
         return cls(**{f.name: params[f.name] for f in fields(cls)})
 
     def rule(self, shift: Tensor | None = None) -> StepRule:
-        """A fresh step rule (`em`'s statistics about `shift`, if given)."""
-        return make_step_rule(self.fitter, float(self.reg_covar), self.learning_rate, shift)
+        """A fresh step rule (`em`'s statistics about `shift`, if given; `gd` and `adam`
+        in each component's units)."""
+        return make_step_rule(
+            self.fitter, float(self.reg_covar), self.learning_rate, shift, scaled=True
+        )
 
     def one_pass(
         self, rule: StepRule, mixture: Mixture, chunks: PreparedChunks
@@ -193,7 +200,7 @@ class Loop:
                     )
                 if callback is not None:
                     callback(n_iter, run.lower_bound)
-                if abs(change) < self.tol:
+                if abs(change) < self.tol and rule.stationary(self.tol):
                     run.converged = True
                     break
         return run
@@ -207,7 +214,7 @@ class Loop:
     ) -> Run:
         """The run with the highest final lower bound over `starts` (each a mixture and the
         lower bound it starts from); `batches()` iterates the data once, `n_rows` rows if
-        known.
+        known. scikit-learn's `ConvergenceWarning` when that run did not converge.
 
         Every run takes `em`'s statistics about one shift, the first start's mixture mean
         (any fixed point near the data removes its offset; at every EM step after the first,
@@ -224,4 +231,40 @@ class Loop:
                 best = run
         if best is None:
             raise ValueError("a fit needs at least one start")
+        if not best.converged and self.max_iter > 0:
+            warnings.warn(
+                "Best performing initialization did not converge. Try different init "
+                "parameters, or increase max_iter, tol, or check for degenerate data.",
+                ConvergenceWarning,
+                stacklevel=5,
+            )
         return best
+
+
+class PassByPass:
+    """The passes of `partial_fit`: one step rule across them (an optimizer keeps its state),
+    and the pass under way, which every call adds its rows to until one closes it."""
+
+    def __init__(self, loop: Loop) -> None:
+        self._tol = loop.tol
+        self._rule = loop.rule()
+        self._worst: WorstSamples | None = None
+
+    def add(self, mixture: Mixture, chunks: Iterable[Tensor]) -> None:
+        """Add `chunks` to the pass under way (opened at `mixture` if none is)."""
+        if self._worst is None:
+            self._rule.begin(mixture)
+            self._worst = WorstSamples(mixture.n_components, mixture.n_features, mixture.means)
+        for chunk in chunks:
+            self._worst.add(chunk, self._rule.accumulate(chunk))
+
+    def close(self, previous: float) -> tuple[Mixture, float, int, bool]:
+        """Step: the new mixture, the pass's mean log-likelihood, the number of re-seeded
+        components, and whether the pass converged from the `previous` log-likelihood (as
+        `Loop.iterate` judges it)."""
+        if self._worst is None:
+            raise RuntimeError("add() must open a pass before close()")
+        mixture, log_likelihood, n_reseeded = Loop.finish_pass(self._rule, self._worst)
+        self._worst = None
+        converged = abs(log_likelihood - previous) < self._tol and self._rule.stationary(self._tol)
+        return mixture, log_likelihood, n_reseeded, converged
