@@ -23,7 +23,7 @@ from implicit_em.mixture import GaussianMixture
 
 TOLERANCE = 1e-3
 # Learning rates tried in order until the fit does not diverge (the first that works is shown).
-LEARNING_RATES = {"gd": [0.5, 0.2, 0.1, 0.05, 0.02, 0.01], "adam": [0.05, 0.02]}
+LEARNING_RATES = {"gd": [1.0, 0.5, 0.2, 0.1, 0.05], "adam": [0.1, 0.05, 0.02]}
 
 
 def _start(x: np.ndarray, k: int, covariance_type: str) -> dict:

@@ -1,7 +1,7 @@
 """Wind tunnel: training steps per second of each model on each task, at a report size.
 
 Times `--steps` training steps (after a few untimed ones) of every model on every task of the
-report's E10-E12 configuration at `--size` (`quick` or `full`), on one torch thread, and one
+report's E10 protocol at `--size` (`quick` or `full`), on one torch thread, and one
 held-out evaluation. The report's step caps and time estimates are sized from these figures.
 
     python benchmarks/windtunnel_throughput.py --size quick
@@ -18,6 +18,7 @@ import torch
 
 from implicit_em.machine import summary
 from implicit_em.report.experiments import _windtunnel as wt
+from implicit_em.report.protocol import load_protocol
 from implicit_em.windtunnel.config import MODELS, build_model
 from implicit_em.windtunnel.evaluation import evaluate, held_out
 from implicit_em.windtunnel.optim import make_optimizer
@@ -34,10 +35,10 @@ def _rate(config, steps: int) -> tuple[float, float]:
     optimizer = make_optimizer(model, config)
     data = torch.Generator().manual_seed(0)
     for step in range(_UNTIMED):
-        _train_step(model, optimizer, task.sample(config.batch_size, data), config, step)
+        _train_step(model, optimizer, task.sample(config.batch_size, data), config, step, None)
     start = time.perf_counter()
     for step in range(steps):
-        _train_step(model, optimizer, task.sample(config.batch_size, data), config, step)
+        _train_step(model, optimizer, task.sample(config.batch_size, data), config, step, None)
     rate = steps / (time.perf_counter() - start)
     test = held_out(config)
     start = time.perf_counter()
@@ -56,7 +57,7 @@ def main() -> None:
     print(summary("cpu"))
     print(f"{args.size} size, one thread, {args.steps} timed steps")
     print(f"{'task':<10} {'model':<12} {'steps/s':>8} {'eval s':>7}")
-    config = wt.CONFIGS[args.size]
+    config = load_protocol("E10").sizes[args.size]
     for task in args.tasks.split(","):
         for model in args.models.split(","):
             rate, ev = _rate(replace(wt.task_config(config, task), model=model), args.steps)

@@ -256,3 +256,19 @@ def test_claim_rows_name_the_experiments_that_cast_no_vote(tmp_path):
     assert "**not tested**" in rows[0] and "open" in rows[0]  # the short verdict table
     assert "E4 invalid (its criteria are not read)" in rows[1]  # the numbers behind it
     assert "E4 invalid (its criteria are not read)" in render_html(document, tmp_path)
+
+
+def test_items_are_coloured_by_what_their_verdict_says_of_the_paper():
+    from implicit_em.report.claims import CLAIMS, FAVOURS_PAPER, direction
+
+    assert set(FAVOURS_PAPER) == set(CLAIMS)
+    assert direction("C4", "supported") == "for the paper"
+    assert direction("C4", "refuted") == "against the paper"
+    assert direction("R1", "stands") == "against the paper"
+    assert direction("R1", "answered") == "for the paper"
+    assert direction("T1", "supported") == "against the paper"  # normalization not needed
+    assert direction("T3", "supported") == "for the paper"
+    assert direction("C1", "verified (algebra)") == "for the paper"
+    assert direction("R4", "verified (algebra)") == "against the paper"
+    for verdict in ("mixed", "inconclusive", "not tested"):
+        assert direction("C6", verdict) == "open"

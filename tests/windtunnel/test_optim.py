@@ -48,8 +48,10 @@ def test_wsd_holds_the_peak_then_decays_linearly_to_zero() -> None:
     assert replace(SPLIT, schedule="cosine").decay_start == 100  # the cap: no decay phase
     with pytest.raises(ValueError, match="decay_fraction"):
         replace(c, decay_fraction=1.0)
-    with pytest.raises(ValueError, match="stop_at_plateau"):
-        replace(c, stop_at_plateau=True)
+    stopped = replace(c, stop_at_plateau=True)  # its plateau at step 40 starts the decay
+    assert stopped.decay_end(40) == 50 and stopped.decay_end(80) == 100
+    assert learning_rate(stopped, 39, 40) == 1e-2 and learning_rate(stopped, 45, 40) == 5e-3
+    assert learning_rate(stopped, 50, 40) == 0.0
 
 
 def test_value_multiplier_speeds_the_step_but_not_the_decay() -> None:

@@ -19,8 +19,9 @@ from implicit_em.cli import app
 from implicit_em.windtunnel.cli import compare_table
 from implicit_em.windtunnel.config import RunConfig, build_model, preset
 from implicit_em.windtunnel.evaluation import plateau
-from implicit_em.windtunnel.losses import loss_fn
+from implicit_em.windtunnel.losses import loss_fn, softmax_brier
 from implicit_em.windtunnel.models import count_parameters
+from implicit_em.windtunnel.optim import learning_rate
 from implicit_em.windtunnel.tasks import Bijection
 from implicit_em.windtunnel.train import CHECKPOINT, run, state_path
 
@@ -60,6 +61,18 @@ def test_loss_fn_matches_the_core_objectives_by_hand() -> None:
     brier_soft = ((torch.sigmoid(z) - p) ** 2).sum(-1).mean()
     torch.testing.assert_close(loss_fn(logits, batch, "brier", "sample"), brier)
     torch.testing.assert_close(loss_fn(logits, batch, "brier", "posterior"), brier_soft)
+    softmax_brier = ((torch.softmax(z, -1) - onehot) ** 2).sum(-1).mean()
+    torch.testing.assert_close(loss_fn(logits, batch, "softmax-brier", "sample"), softmax_brier)
+
+
+def test_softmax_brier_is_minimized_by_the_posterior() -> None:
+    p = torch.tensor([[0.6, 0.3, 0.1]], dtype=torch.float64)
+    expected = lambda d: sum(  # noqa: E731
+        p[0, y] * softmax_brier(d, torch.tensor([y])) for y in range(3)
+    )
+    at_posterior = expected(-p.log())
+    for shift in (torch.tensor([[0.3, -0.1, 0.0]]), torch.tensor([[-0.5, 0.5, 0.2]])):
+        assert expected(-p.log() + shift) > at_posterior
 
 
 def test_presets_and_validation() -> None:
@@ -157,7 +170,7 @@ def test_mlp_is_capacity_matched_in_every_preset() -> None:
                 assert abs(n_mlp - n_tf) <= 0.1 * n_tf
 
 
-@pytest.mark.parametrize("objective", ["ce", "sigmoid", "brier"])
+@pytest.mark.parametrize("objective", ["ce", "softmax-brier", "sigmoid", "brier"])
 def test_result_contents(tmp_path: Path, objective: str) -> None:
     config = replace(TINY, objective=objective, model="mlp")
     result = run(config, tmp_path, progress=False)
@@ -170,7 +183,7 @@ def test_result_contents(tmp_path: Path, objective: str) -> None:
     assert result["history"]["eval_step"] == [0, 6, 12, 18, 24]
     assert isinstance(result["converged"], bool)
     assert result["plateau"]["since"] == 18  # the last evaluation at or before 0.8 x 24 steps
-    if objective == "ce":
+    if objective in ("ce", "softmax-brier"):
         assert result["sigma_sum_gap"] is None
     else:
         assert 0 <= result["sigma_sum_gap"] < TINY.task_params["n_faces"]
@@ -449,3 +462,34 @@ def test_a_wsd_run_is_judged_at_the_start_of_its_decay(tmp_path: Path) -> None:
     before = plateau(h["eval_step"][:n], h["eval_kl"][:n], 0.2, config.plateau_tol, atol=1e-5)
     assert result["converged"] == before.converged
     assert result["plateau"]["since"] == before.since == 12
+
+
+def test_a_wsd_run_with_stop_at_plateau_decays_from_its_plateau_and_resumes_alike(
+    tmp_path: Path,
+) -> None:
+    config = replace(
+        TINY,
+        model="mlp",
+        steps=400,
+        eval_every=10,
+        ckpt_every=10,
+        schedule="wsd",
+        decay_fraction=0.2,
+        stop_at_plateau=True,
+        plateau_tol=0.5,
+        min_steps=40,
+    )
+    result = run(config, tmp_path / "whole", progress=False)
+    start = result["plateau"]["decay_from"]
+    assert start is not None and 40 <= start < config.decay_start
+    assert result["converged"] and result["plateau"]["judged_at"] == start
+    assert result["steps"] == config.decay_end(start) == start + round(0.25 * start)
+    assert learning_rate(config, start - 1, start) == config.lr
+    assert learning_rate(config, result["steps"], start) == 0.0
+    # Killed in its decay and resumed: the same run.
+    run(config, tmp_path / "resumed", progress=False, time_budget_s=0.0)
+    while (resumed := run(config, tmp_path / "resumed", progress=False, time_budget_s=0.05))[
+        "status"
+    ] != "complete":
+        pass
+    assert _comparable(resumed) == _comparable(result)

@@ -137,7 +137,7 @@ def fit_command(
         1e-6, min=0.0, help="Added to the diagonal of every covariance."
     ),
     learning_rate: float = typer.Option(
-        None, help="Step size of gd (default 0.5) and adam (default 0.05); > 0."
+        None, help="Step size of gd (default 1.0) and adam (default 0.1); > 0."
     ),
     batch_size: int = typer.Option(None, min=1, help="Rows per streamed chunk (default: all)."),
     dtype: DType = typer.Option(None, help="The floating type of the fit (default: the data's)."),

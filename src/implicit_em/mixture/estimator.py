@@ -4,7 +4,6 @@ attributes) over the fitting loop of `fitting` and the methods of `inference`.""
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable, Iterable, Iterator
 from numbers import Integral, Real
 from typing import Any, ClassVar
@@ -12,7 +11,6 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, DensityMixin
-from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from torch import Tensor
@@ -20,11 +18,11 @@ from torch import Tensor
 from implicit_em.mixture.covariance import COVARIANCE_TYPES
 from implicit_em.mixture.data import check_rows, first_batch, is_batch_iterable, iterate_batches
 from implicit_em.mixture.distributed import is_first_rank, resolve, uses_collectives
-from implicit_em.mixture.fitting import CACHE_BYTES, Callback, Loop, StartSettings, initial_mixture
+from implicit_em.mixture.fitting import CACHE_BYTES, Callback, Loop, PassByPass
 from implicit_em.mixture.inference import DTYPES, FittedMixture
 from implicit_em.mixture.initialization import INIT_PARAMS
 from implicit_em.mixture.parameters import Mixture
-from implicit_em.mixture.reseed import WorstSamples
+from implicit_em.mixture.start import StartSettings, initial_mixture
 from implicit_em.mixture.step_rules import FITTERS
 
 __all__ = ["GaussianMixture"]
@@ -36,10 +34,10 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
     Fitted by EM or by gradient descent (`fitter`), over one loop that streams the data in
     chunks. A drop-in for scikit-learn's `GaussianMixture`: the same parameters with the same
     meaning, validated by scikit-learn's parameter constraints, and the same fitted attributes.
-    The extensions are `fitter`, `batch_size`, `cache_bytes`, `learning_rate`, `device`,
-    `dtype` and `distributed`, the `history_` attribute, `partial_fit`, tensor input (methods
-    then return tensors on the input's device) and re-iterable batches such as a `DataLoader`
-    (`fit`, `score`, `bic`, `aic`).
+    The extensions are `fitter`, `init_sample_size`, `batch_size`, `cache_bytes`,
+    `learning_rate`, `device`, `dtype` and `distributed`, the `history_` attribute,
+    `partial_fit`, tensor input (methods then return tensors on the input's device) and
+    re-iterable batches such as a `DataLoader` (`fit`, `score`, `bic`, `aic`).
 
     **Data types.** With `dtype=None`, as in scikit-learn, float32 input is fitted in float32,
     and every fitted attribute and every floating output (`score_samples`, `predict_proba`,
@@ -58,8 +56,9 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
         `"spherical"`, one variance per component.
     fitter : {"em", "gd", "adam", "preconditioned"}, default="em"
         The step rule (an extension; see `implicit_em.mixture.step_rules`). `"em"` is classical
-        EM; `"gd"`/`"adam"` descend the core's mixture NLL by autograd; `"preconditioned"` takes
-        Xu & Jordan's preconditioned gradient steps, which reproduce EM.
+        EM; `"gd"`/`"adam"` descend the core's mixture NLL by autograd, in each component's
+        units; `"preconditioned"` takes Xu & Jordan's preconditioned gradient steps, which
+        reproduce EM.
     tol : float, default=1e-3
         Convergence threshold on the change of the mean log-likelihood per sample between two
         passes.
@@ -72,8 +71,8 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
         The number of initializations; the one with the best final lower bound is kept.
     init_params : {"kmeans", "k-means++", "random", "random_from_data"}, default="kmeans"
         How the initial responsibilities are computed: by k-means, by k-means++ seeding (each
-        seed row responsible for its component), at random, or from randomly chosen rows. They
-        are computed on at most 100,000 rows (a random subset), or on the first batch of an
+        seed row responsible for its component), at random, or from randomly chosen rows, on
+        every row as in scikit-learn (see `init_sample_size`), or on the first batch of an
         iterable; the initial parameters are one M-step from them.
     weights_init : array_like of shape (n_components,), default=None
         Initial weights $\pi$; `None` takes them from `init_params`.
@@ -87,6 +86,11 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
     warm_start : bool, default=False
         If true, `fit` continues from the previous fit's parameters (a single initialization,
         `n_init` is ignored).
+    init_sample_size : int or None, default=None
+        The most rows the initial responsibilities are computed on (an extension). `None`
+        takes every row, as scikit-learn does; an integer draws that many rows at random when
+        there are more, a departure from scikit-learn: faster on large data, but the start,
+        and so the fit, is no longer scikit-learn's.
     batch_size : int or None, default=None
         Rows per chunk of the streamed E-step (an extension). `None` means the whole data per
         pass (exact EM), streamed internally in cache-sized chunks (`default_chunk_rows`, 1,024
@@ -99,8 +103,9 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
         featurized once per fit instead of once per pass; otherwise, and for iterables of
         batches, every pass streams. `0` always streams. The default is 512 MiB.
     learning_rate : float or None, default=None
-        Step size of `"gd"` (default 0.5) and `"adam"` (default 0.05); unused by the other
-        fitters (an extension).
+        Step size of `"gd"` (default 1.0) and `"adam"` (default 0.1), whose steps are taken
+        in each component's own units, so that one rate serves raw and standardized data;
+        unused by the other fitters (an extension).
     device : str or torch.device, default="cpu"
         Where the fit and the methods compute, e.g. `"cuda"` (an extension). Fitted attributes
         are NumPy arrays either way.
@@ -136,8 +141,9 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
         upper triangular, in the shape of `covariances_` (for `"diag"` and `"spherical"`,
         $1/\sigma$: the inverse standard deviations).
     converged_ : bool
-        Whether the best initialization converged (its last change of the mean log-likelihood
-        was below `tol`) within `max_iter` passes.
+        Whether the best initialization converged within `max_iter` passes: its last change
+        of the mean log-likelihood was below `tol` (and, for `"gd"` and `"adam"`, so was the
+        squared norm of its gradient: steps too short to matter are not convergence).
     n_iter_ : int
         The number of passes the best initialization took.
     lower_bound_ : float
@@ -184,6 +190,7 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
         "precisions_init": ["array-like", None],
         "random_state": ["random_state"],
         "warm_start": ["boolean"],
+        "init_sample_size": [Interval(Integral, 1, None, closed="left"), None],
         "batch_size": [Interval(Integral, 1, None, closed="left"), None],
         "cache_bytes": [Interval(Integral, 0, None, closed="left")],
         "learning_rate": [Interval(Real, 0.0, None, closed="neither"), None],
@@ -210,6 +217,7 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
         precisions_init: Any = None,
         random_state: Any = None,
         warm_start: bool = False,
+        init_sample_size: int | None = None,
         batch_size: int | None = None,
         cache_bytes: int = CACHE_BYTES,
         learning_rate: float | None = None,
@@ -232,6 +240,7 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
         self.precisions_init = precisions_init
         self.random_state = random_state
         self.warm_start = warm_start
+        self.init_sample_size = init_sample_size
         self.batch_size = batch_size
         self.cache_bytes = cache_bytes
         self.learning_rate = learning_rate
@@ -242,7 +251,7 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
         self.verbose_interval = verbose_interval
 
     def _start(self, x: Any, rng: np.random.RandomState, dtype: torch.dtype) -> Mixture:
-        """The starting mixture of one initialization (see `fitting.initial_mixture`)."""
+        """The starting mixture of one initialization (see `start.initial_mixture`)."""
         settings = StartSettings.from_params(self.get_params())
         return initial_mixture(settings, x, rng, dtype, self._device)
 
@@ -265,15 +274,8 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
                 yield self._start(init_data, rng, dtype), -math.inf
 
         best = Loop.from_params(self.get_params()).best_run(starts(), batches, n_rows, callback)
-        if not best.converged and self.max_iter > 0:
-            warnings.warn(
-                "Best performing initialization did not converge. Try different init "
-                "parameters, or increase max_iter, tol, or check for degenerate data.",
-                ConvergenceWarning,
-                stacklevel=4,
-            )
         self._publish(best.mixture)
-        self._rule, self._worst = None, None
+        self._passes = None
         self.converged_ = best.converged
         self.n_iter_ = best.n_iter
         self.lower_bound_ = best.lower_bound
@@ -357,18 +359,13 @@ class GaussianMixture(FittedMixture, DensityMixin, BaseEstimator):
             self.history_ = {"log_likelihood": [], "n_reseeded": []}
             self.lower_bounds_ = self.history_["log_likelihood"]
             self.n_iter_, self.lower_bound_, self.converged_ = 0, -math.inf, False
-        if getattr(self, "_rule", None) is None:
-            self._rule = Loop.from_params(self.get_params()).rule()
-        if getattr(self, "_worst", None) is None:
-            self._rule.begin(self._mixture)
-            self._worst = WorstSamples(self.n_components, X.shape[1], self._mixture.means)
+        if getattr(self, "_passes", None) is None:
+            self._passes = PassByPass(Loop.from_params(self.get_params()))
         with torch.no_grad():
-            for chunk in self._chunks(X, self._mixture.means.dtype):
-                self._worst.add(chunk, self._rule.accumulate(chunk))
+            self._passes.add(self._mixture, self._chunks(X, self._mixture.means.dtype))
             if end_of_pass:
-                mixture, log_likelihood, n_reseeded = Loop.finish_pass(self._rule, self._worst)
-                self._worst = None
-                self.converged_ = abs(log_likelihood - self.lower_bound_) < self.tol
+                closed = self._passes.close(self.lower_bound_)
+                mixture, log_likelihood, n_reseeded, self.converged_ = closed
                 self.lower_bound_ = log_likelihood
                 self.n_iter_ += 1
                 self.history_["log_likelihood"].append(log_likelihood)

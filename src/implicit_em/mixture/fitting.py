@@ -1,4 +1,6 @@
-r"""The fitting loop of `GaussianMixture`: the starting mixture, passes, steps, convergence.
+r"""The fitting loop of `GaussianMixture`: passes, steps, convergence, the best of `n_init`.
+
+The starting mixture comes from `start`.
 
 One template loop (initialize, pass over the data, step, re-seed, convergence on the *mean*
 log-likelihood) owns the fit; the four `fitter` values differ only in the step rule of
@@ -10,24 +12,17 @@ Passes stream over chunks and accumulate sums, so memory is $O(B\,K + K\,D^2)$ a
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-import numpy as np
 import torch
+from sklearn.exceptions import ConvergenceWarning
 from torch import Tensor
 
 from implicit_em.mixture.covariance import covariance_model
-from implicit_em.mixture.distributed import all_reduce_sums, broadcast_mixture
-from implicit_em.mixture.initialization import (
-    check_means,
-    check_precisions,
-    check_weights,
-    initial_responsibilities,
-    initial_sample,
-    responsibility_start,
-)
+from implicit_em.mixture.distributed import all_reduce_sums
 from implicit_em.mixture.parameters import Mixture
 from implicit_em.mixture.reseed import WorstSamples, reseed_empty
 from implicit_em.mixture.step_rules import StepRule, make_step_rule
@@ -36,18 +31,13 @@ __all__ = [
     "CACHE_BYTES",
     "Callback",
     "Loop",
+    "PassByPass",
     "PreparedChunks",
     "Run",
-    "StartSettings",
     "default_chunk_rows",
-    "initial_mixture",
 ]
 
 Callback = Callable[[int, float], None]
-
-INIT_SAMPLES = 100_000
-"""The most rows the initial responsibilities are computed on (a random subset of the
-concatenated data under a distributed fit, see `initialization.initial_sample`)."""
 
 CACHE_BYTES = 2**29
 """The default `cache_bytes`: 512 MiB of prepared chunks kept across passes."""
@@ -71,71 +61,6 @@ def default_chunk_rows(covariance_type: str, n_components: int, n_features: int)
     width = covariance_model(covariance_type).row_width(n_components, n_features)
     rows = _CHUNK_NUMBERS // (width + n_components)
     return min(max(rows, _CHUNK_ROWS[0]), _CHUNK_ROWS[1])
-
-
-# ---------------------------------------------------------------------------------------------
-# The starting mixture
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StartSettings:
-    """The estimator's parameters that decide a starting mixture."""
-
-    covariance_type: str
-    n_components: int
-    init_params: str
-    reg_covar: float
-    weights_init: object = None
-    means_init: object = None
-    precisions_init: object = None
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> StartSettings:
-        """The settings among an estimator's `get_params()`."""
-        return cls(**{f.name: params[f.name] for f in fields(cls)})
-
-
-def initial_mixture(
-    settings: StartSettings,
-    x: object,
-    rng: np.random.RandomState,
-    dtype: torch.dtype,
-    device: torch.device,
-) -> Mixture:
-    """The M-step of the initial responsibilities, then the user's overrides, as `dtype` on
-    `device` (see `initialization`); under a distributed fit, rank 0's, broadcast (every rank
-    computes it on the same gathered sample)."""
-    model = covariance_model(settings.covariance_type)
-    k, dim = settings.n_components, x.shape[1]
-    weights = None if settings.weights_init is None else check_weights(settings.weights_init, k)
-    means = None if settings.means_init is None else check_means(settings.means_init, k, dim)
-    precisions = (
-        None
-        if settings.precisions_init is None
-        else check_precisions(settings.precisions_init, model.name, k, dim)
-    )
-    start = None
-    if weights is None or means is None or precisions is None:
-        sample = initial_sample(x, rng, INIT_SAMPLES)
-        resp = initial_responsibilities(sample, k, settings.init_params, rng)
-        start = responsibility_start(model, sample, resp, settings.init_params, settings.reg_covar)
-
-    def tensor(value: np.ndarray | None, fallback: Tensor | None) -> Tensor:
-        return fallback if value is None else torch.as_tensor(value, dtype=torch.float64)
-
-    covariances = (
-        start.covariances
-        if precisions is None
-        else model.from_precision(torch.as_tensor(precisions, dtype=torch.float64))
-    )
-    mixture = Mixture.from_covariances(
-        model,
-        tensor(weights, None if start is None else start.weights),
-        tensor(means, None if start is None else start.means),
-        covariances,
-    )
-    return broadcast_mixture(mixture.to(dtype, device))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,7 +128,8 @@ class PreparedChunks:
 @dataclass(frozen=True)
 class Loop:
     """The passes of one fit: `max_iter` steps of the rule `fitter`, stopped when the mean
-    log-likelihood changes by less than `tol`."""
+    log-likelihood changes by less than `tol` and the rule is `stationary` (a gradient rule
+    whose steps have merely become short has not converged)."""
 
     fitter: str
     reg_covar: float
@@ -220,8 +146,11 @@ class Loop:
         return cls(**{f.name: params[f.name] for f in fields(cls)})
 
     def rule(self, shift: Tensor | None = None) -> StepRule:
-        """A fresh step rule (`em`'s statistics about `shift`, if given)."""
-        return make_step_rule(self.fitter, float(self.reg_covar), self.learning_rate, shift)
+        """A fresh step rule (`em`'s statistics about `shift`, if given; `gd` and `adam`
+        in each component's units)."""
+        return make_step_rule(
+            self.fitter, float(self.reg_covar), self.learning_rate, shift, scaled=True
+        )
 
     def one_pass(
         self, rule: StepRule, mixture: Mixture, chunks: PreparedChunks
@@ -271,7 +200,7 @@ class Loop:
                     )
                 if callback is not None:
                     callback(n_iter, run.lower_bound)
-                if abs(change) < self.tol:
+                if abs(change) < self.tol and rule.stationary(self.tol):
                     run.converged = True
                     break
         return run
@@ -285,7 +214,7 @@ class Loop:
     ) -> Run:
         """The run with the highest final lower bound over `starts` (each a mixture and the
         lower bound it starts from); `batches()` iterates the data once, `n_rows` rows if
-        known.
+        known. scikit-learn's `ConvergenceWarning` when that run did not converge.
 
         Every run takes `em`'s statistics about one shift, the first start's mixture mean
         (any fixed point near the data removes its offset; at every EM step after the first,
@@ -302,4 +231,40 @@ class Loop:
                 best = run
         if best is None:
             raise ValueError("a fit needs at least one start")
+        if not best.converged and self.max_iter > 0:
+            warnings.warn(
+                "Best performing initialization did not converge. Try different init "
+                "parameters, or increase max_iter, tol, or check for degenerate data.",
+                ConvergenceWarning,
+                stacklevel=5,
+            )
         return best
+
+
+class PassByPass:
+    """The passes of `partial_fit`: one step rule across them (an optimizer keeps its state),
+    and the pass under way, which every call adds its rows to until one closes it."""
+
+    def __init__(self, loop: Loop) -> None:
+        self._tol = loop.tol
+        self._rule = loop.rule()
+        self._worst: WorstSamples | None = None
+
+    def add(self, mixture: Mixture, chunks: Iterable[Tensor]) -> None:
+        """Add `chunks` to the pass under way (opened at `mixture` if none is)."""
+        if self._worst is None:
+            self._rule.begin(mixture)
+            self._worst = WorstSamples(mixture.n_components, mixture.n_features, mixture.means)
+        for chunk in chunks:
+            self._worst.add(chunk, self._rule.accumulate(chunk))
+
+    def close(self, previous: float) -> tuple[Mixture, float, int, bool]:
+        """Step: the new mixture, the pass's mean log-likelihood, the number of re-seeded
+        components, and whether the pass converged from the `previous` log-likelihood (as
+        `Loop.iterate` judges it)."""
+        if self._worst is None:
+            raise RuntimeError("add() must open a pass before close()")
+        mixture, log_likelihood, n_reseeded = Loop.finish_pass(self._rule, self._worst)
+        self._worst = None
+        converged = abs(log_likelihood - previous) < self._tol and self._rule.stationary(self._tol)
+        return mixture, log_likelihood, n_reseeded, converged

@@ -1,8 +1,8 @@
 r"""The starting parameters of a fit: responsibilities from `init_params`, then one M-step,
 then the user's `weights_init` / `means_init` / `precisions_init` (checked here).
 
-The responsibilities are computed on a sample of the data (`initial_sample`): every row, or
-`limit` rows drawn without replacement and kept in their order. Under a distributed fit the
+The responsibilities are computed on the rows of `initial_sample`: every row (the default, as
+scikit-learn), or `limit` rows drawn without replacement and kept in their order. Under a distributed fit the
 sample is drawn from the concatenated data (the shards in rank order) with rank 0's random
 state and gathered on every rank, so that every rank computes the start one process computes
 on the concatenated data.
@@ -51,15 +51,18 @@ INIT_PARAMS = ("kmeans", "k-means++", "random", "random_from_data")
 _ONE_POINT_STARTS = ("k-means++", "random_from_data")
 
 
-def initial_sample(x: np.ndarray | Tensor, rng: np.random.RandomState, limit: int) -> np.ndarray:
+def initial_sample(
+    x: np.ndarray | Tensor, rng: np.random.RandomState, limit: int | None
+) -> np.ndarray:
     """The rows `[M, D]` (float64, read-only: they may be `x` itself) the initial
-    responsibilities are computed on: all rows of the (concatenated) data when there are at
-    most `limit`, else `limit` rows drawn from `rng` without replacement, in their order."""
+    responsibilities are computed on: all rows of the (concatenated) data when `limit` is None
+    or there are at most `limit`, else `limit` rows drawn from `rng` without replacement, in
+    their order (a draw that scikit-learn does not make)."""
     x = x.detach().cpu().numpy() if isinstance(x, Tensor) else np.asarray(x)
     share_random_state(rng)
 
     def pick(n_rows: int) -> np.ndarray | None:
-        if n_rows <= limit:
+        if limit is None or n_rows <= limit:
             return None
         return np.sort(rng.choice(n_rows, limit, replace=False))
 

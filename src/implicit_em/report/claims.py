@@ -62,11 +62,12 @@ _AGAINST = {"supported": "refuted", "refuted": "supported", "answered": "stands"
 
 def direction(item: str, verdict: str) -> str:
     """`for the paper`, `against the paper` or `open` (mixed, inconclusive, not tested) for an
-    item's verdict; an algebraic verification is for the paper, a violated one against it."""
-    if verdict == "verified (algebra)":
-        return DIRECTIONS[0]
-    if verdict == "violated (algebra)":
-        return DIRECTIONS[1]
+    item's verdict. An algebraic verification of a claim is for the paper and of an objection
+    (the referee's sign, m1's missing volume) against it; a violated one the other way round."""
+    if verdict in ("verified (algebra)", "violated (algebra)"):
+        claim = FAVOURS_PAPER[item] == "supported"
+        holds = verdict == "verified (algebra)"
+        return DIRECTIONS[0] if claim == holds else DIRECTIONS[1]
     favoured = FAVOURS_PAPER[item]
     if verdict == favoured:
         return DIRECTIONS[0]

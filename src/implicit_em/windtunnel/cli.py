@@ -47,6 +47,7 @@ class ModelName(StrEnum):
 
 class Objective(StrEnum):
     ce = "ce"
+    softmax_brier = "softmax-brier"
     sigmoid = "sigmoid"
     brier = "brier"
 

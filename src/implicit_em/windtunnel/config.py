@@ -6,7 +6,8 @@ matches it.
 
 Beside the architecture and the optimizer, a configuration states:
 
-* the objective (`"ce"`, normalized; `"sigmoid"` and `"brier"`, unnormalized; see `losses`);
+* the objective (`"ce"` and `"softmax-brier"`, normalized; `"sigmoid"` and `"brier"`,
+  unnormalized; see `losses`);
 * the learning-rate schedule (`"cosine"`: warmup, then a cosine to `min_lr_ratio * lr`;
   `"constant"`: warmup, then `lr`; `"wsd"`: warmup, `lr` held, then a linear decay to zero
   over the last `decay_fraction` of the steps; see `optim`);
@@ -14,7 +15,8 @@ Beside the architecture and the optimizer, a configuration states:
   the run ends at the first evaluation where the held-out KL improved by less than `plateau_tol`
   (relative; or by less than `plateau_atol` bits, or than `plateau_floor_tol` times the
   uniform prediction's KL) over the last `plateau_window` of the steps done, once
-  `min_steps` are done;
+  `min_steps` are done; under `"wsd"` that evaluation ends the stable phase instead, and the
+  run ends after its decay (`decay_end`);
 * an intervention (`freeze`, `freeze_at`): from step `freeze_at` on, the `"routing"`
   parameters (the attention's query and key projections) or the `"rest"` (every other
   parameter: values, output projections, MLPs, embeddings, norms, head) stop training.
@@ -49,7 +51,7 @@ __all__ = [
 ]
 
 MODELS = ("transformer", "mlp-prefix", "mlp-pos")
-OBJECTIVES = ("ce", "sigmoid", "brier")
+OBJECTIVES = ("ce", "softmax-brier", "sigmoid", "brier")
 SCHEDULES = ("cosine", "constant", "wsd")
 FREEZES = ("", "routing", "rest")
 _MODEL_ALIASES = {"mlp": "mlp-prefix"}
@@ -113,8 +115,6 @@ class RunConfig:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if not 0 < self.decay_fraction < 1:
             raise ValueError(f"decay_fraction must lie in (0, 1), got {self.decay_fraction}")
-        if self.schedule == "wsd" and self.stop_at_plateau:
-            raise ValueError("a 'wsd' run is judged before its decay: stop_at_plateau=False")
         if min(self.steps, self.batch_size, self.eval_every, self.ckpt_every, self.n_test) < 1:
             raise ValueError("steps, batch_size, eval_every, ckpt_every and n_test must be >= 1")
         if not (0 < self.plateau_window < 1 and min(self.plateau_tol, self.plateau_floor_tol) >= 0):
@@ -130,10 +130,20 @@ class RunConfig:
 
     @property
     def decay_start(self) -> int:
-        """The step from which `"wsd"` decays (the cap for the other schedules)."""
+        """The latest step from which `"wsd"` decays, $D = S - \\operatorname{round}(fS)$ (the
+        cap for the other schedules); with `stop_at_plateau` the decay starts earlier, at the
+        first evaluation where the plateau rule holds."""
         if self.schedule != "wsd":
             return self.steps
         return self.steps - round(self.decay_fraction * self.steps)
+
+    def decay_end(self, start: int) -> int:
+        """Where a `"wsd"` decay that starts at `start` ends: the cap when it starts at
+        `decay_start`, else after $\\operatorname{round}(f\\,\\text{start} / (1 - f))$ more steps
+        (the same share $f$ of the run as at the cap)."""
+        if start >= self.decay_start:
+            return self.steps
+        return start + round(self.decay_fraction * start / (1 - self.decay_fraction))
 
     def make_task(self) -> Task:
         return make_task(self.task, **self.task_params)

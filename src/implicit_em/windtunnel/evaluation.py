@@ -80,7 +80,9 @@ def evaluate(model: nn.Module, test: Batch, objective: str, chunk: int = 1024) -
     return {
         "bits_mae": errors.bits_mae,
         "kl_bits": errors.kl_mean,
-        "sigma_sum_gap": None if objective == "ce" else sigma_sum_gap(logits, test.mask),
+        "sigma_sum_gap": (
+            None if objective in ("ce", "softmax-brier") else sigma_sum_gap(logits, test.mask)
+        ),
         "uniform_kl_bits": uniform_kl(test),
         "per_position": {
             "entropy_mae": curve(errors.entropy_mae),

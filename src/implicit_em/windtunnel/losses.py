@@ -6,12 +6,15 @@ soft target):
 | objective | loss per position | normalized? |
 |---|---|---|
 | `"ce"` | $d_y + \log\sum_k e^{-d_k}$ (`objectives.cross_entropy`) | yes (log-sum-exp) |
+| `"softmax-brier"` | $\sum_k (\operatorname{softmax}(-d)_k - t_k)^2$ (`softmax_brier`) | yes (no log) |
 | `"sigmoid"` | $\sum_k \mathrm{BCE}(\sigma(-d_k), t_k)$ (`objectives.sigmoid_bce`) | no |
 | `"brier"` | $\sum_k (\sigma(-d_k) - t_k)^2$ (`sigmoid_brier`) | no |
 
-All three are proper scoring rules: the expected loss under $t \sim p$ is minimized by the
-posterior, $\operatorname{softmax}(-d) = p$ for CE and $\sigma(-d_k) = p_k$ for each answer
-alone for the other two; only at that optimum do the unnormalized outputs sum to one.
+The four cross normalization (softmax or independent sigmoids) with the loss (log-loss or
+Brier). All four are proper scoring rules: the expected loss under $t \sim p$ is minimized by
+the posterior, $\operatorname{softmax}(-d) = p$ for the softmax objectives and
+$\sigma(-d_k) = p_k$ for each answer alone for the sigmoid ones; only at that optimum do the
+unnormalized outputs sum to one.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from torch import Tensor
 from implicit_em.objectives import cross_entropy, sigmoid_bce
 from implicit_em.windtunnel.tasks import Batch
 
-__all__ = ["loss_fn", "sigmoid_brier"]
+__all__ = ["loss_fn", "sigmoid_brier", "softmax_brier"]
 
 
 def sigmoid_brier(d: Tensor, target: Tensor) -> Tensor:
@@ -52,6 +55,22 @@ def sigmoid_brier(d: Tensor, target: Tensor) -> Tensor:
     return ((torch.sigmoid(-d) - t) ** 2).sum(dim=-1).mean()
 
 
+def softmax_brier(d: Tensor, target: Tensor) -> Tensor:
+    r"""Mean over rows of $\sum_k (r_k - t_k)^2$ with $r = \operatorname{softmax}(-d)$: the Brier
+    score of the normalized prediction (the same arguments as `sigmoid_brier`).
+
+    Notes
+    -----
+    $\partial/\partial d_k = -2 r_k\bigl((r_k - t_k) - \sum_j r_j (r_j - t_j)\bigr)$: the answers are
+    coupled through the normalizer, as under CE, but without CE's log.
+    """
+    if target.is_floating_point():
+        t = target.to(d.dtype)
+    else:
+        t = torch.nn.functional.one_hot(target, d.shape[-1]).to(d.dtype)
+    return ((torch.softmax(-d, dim=-1) - t) ** 2).sum(dim=-1).mean()
+
+
 def loss_fn(logits: Tensor, batch: Batch, objective: str, targets: str) -> Tensor:
     """The training objective on the supervised positions (see the module)."""
     d = -logits[batch.mask]
@@ -66,4 +85,8 @@ def loss_fn(logits: Tensor, batch: Batch, objective: str, targets: str) -> Tenso
         return sigmoid_bce(d, t)
     if objective == "brier":
         return sigmoid_brier(d, t)
-    raise ValueError(f"objective must be 'ce', 'sigmoid' or 'brier', got {objective!r}")
+    if objective == "softmax-brier":
+        return softmax_brier(d, t)
+    raise ValueError(
+        f"objective must be 'ce', 'softmax-brier', 'sigmoid' or 'brier', got {objective!r}"
+    )

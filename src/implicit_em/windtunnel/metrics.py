@@ -55,16 +55,18 @@ def kl_bits(p: Tensor, log_q: Tensor) -> Tensor:
 def predictive_log_probs(logits: Tensor, objective: str) -> Tensor:
     r"""The model's normalized predictive $\log q$ from its logits (in float64).
 
-    `"ce"`: $q = \operatorname{softmax}(z)$. `"sigmoid"` and `"brier"`: the independent
+    `"ce"` and `"softmax-brier"`: $q = \operatorname{softmax}(z)$. `"sigmoid"` and `"brier"`: the independent
     per-answer probabilities $\sigma(z_k)$ normalized at evaluation only,
     $q_k = \sigma(z_k) / \sum_j \sigma(z_j)$, i.e. $\log q = \log\operatorname{softmax}(\log\sigma(z))$.
     """
     z = logits.double()
-    if objective == "ce":
+    if objective in ("ce", "softmax-brier"):
         return torch.log_softmax(z, dim=-1)
     if objective in ("sigmoid", "brier"):
         return torch.log_softmax(torch.nn.functional.logsigmoid(z), dim=-1)
-    raise ValueError(f"objective must be 'ce', 'sigmoid' or 'brier', got {objective!r}")
+    raise ValueError(
+        f"objective must be 'ce', 'softmax-brier', 'sigmoid' or 'brier', got {objective!r}"
+    )
 
 
 def sigma_sum_gap(logits: Tensor, mask: Tensor) -> float:

@@ -9,9 +9,11 @@ $$
 $$
 
 or, warmup-stable-decay (`"wsd"`, decay from $D = S - \operatorname{round}(f S)$ with $f$ =
-`decay_fraction`): $\eta_s = \eta$ for $w \le s < D$ and $\eta_s = \eta\,(S - s)/(S - D)$ for
-$s \ge D$, a linear decay to zero at the cap. The plateau rule of a `"wsd"` run is read at $D$,
-before the decay (see `train`).
+`decay_fraction`): $\eta_s = \eta$ for $w \le s < D$ and $\eta_s = \eta\,(E - s)/(E - D)$ for
+$s \ge D$, a linear decay to zero at $E = S$. The plateau rule of a `"wsd"` run is read at $D$,
+before the decay (see `train`). With `stop_at_plateau`, $D$ is the first evaluation where the
+plateau rule holds (at most $S - \operatorname{round}(fS)$) and $E = D +
+\operatorname{round}(fD/(1-f))$ (`RunConfig.decay_end`): the decay is the same share of the run.
 
 A split transformer (`split_qkv`) has three groups, one per part: `"routing"` (the query and
 key projections), `"values"` (the value projections) and `"rest"`; any other model has one
@@ -48,17 +50,19 @@ def part_of(name: str) -> str:
     return "rest"
 
 
-def learning_rate(config: RunConfig, step: int) -> float:
-    """The base learning rate at `step` (see the module)."""
+def learning_rate(config: RunConfig, step: int, decay_from: int | None = None) -> float:
+    """The base learning rate at `step` (see the module); `decay_from`: where a `"wsd"` run's
+    plateau started its decay (None: `config.decay_start`)."""
     if step < config.warmup:
         return config.lr * (step + 1) / config.warmup
     if config.schedule == "constant":
         return config.lr
     if config.schedule == "wsd":
-        start = config.decay_start
+        start = config.decay_start if decay_from is None else decay_from
         if step < start:
             return config.lr
-        return config.lr * max(0, config.steps - step) / (config.steps - start)
+        end = config.decay_end(start)
+        return config.lr * max(0, end - step) / max(1, end - start)
     progress = (step - config.warmup) / max(1, config.steps - config.warmup)
     cosine = 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
     return config.lr * (config.min_lr_ratio + (1.0 - config.min_lr_ratio) * cosine)
@@ -96,9 +100,11 @@ def make_optimizer(model: nn.Module, config: RunConfig) -> torch.optim.AdamW:
     )
 
 
-def set_learning_rates(optimizer: torch.optim.Optimizer, config: RunConfig, step: int) -> None:
+def set_learning_rates(
+    optimizer: torch.optim.Optimizer, config: RunConfig, step: int, decay_from: int | None = None
+) -> None:
     """Give each group its rate for `step`: the schedule, its multiplier, 0 when frozen."""
-    base = learning_rate(config, step)
+    base = learning_rate(config, step, decay_from)
     frozen = _FROZEN.get(config.freeze, ()) if step >= config.freeze_at else ()
     for group in optimizer.param_groups:
         group["lr"] = 0.0 if group["part"] in frozen else base * group["lr_mult"]

@@ -10,9 +10,11 @@ uninterrupted run exactly: the only randomness after initialization is the data 
 whose state is checkpointed.
 
 `steps` is a cap: with `stop_at_plateau` the run ends at the first evaluation where the
-plateau rule (`evaluation.plateau`) holds. Every result reports `converged`: whether the rule
-holds at its last evaluation, or, under the `"wsd"` schedule, at the start of its decay (also
-evaluated). Objectives (`losses`), schedules, parameter groups and
+plateau rule (`evaluation.plateau`) holds; under the `"wsd"` schedule that evaluation starts
+the decay instead, and the run ends where the decay does (`RunConfig.decay_end`). The decay's
+start is a function of the recorded evaluations, so a resumed run finds it again. Every result
+reports `converged`: whether the rule holds at its last evaluation, or, under the `"wsd"`
+schedule, at the start of its decay (also evaluated). Objectives (`losses`), schedules, parameter groups and
 interventions (`optim`) and the presets (`config`) are stated in their modules.
 
 Targets: `"sample"` (the bijection's default, as in the reference protocol) trains on the
@@ -93,9 +95,10 @@ def _train_step(
     batch: Batch,
     config: RunConfig,
     step: int,
+    decay_from: int | None,
 ) -> float:
     """One AdamW step on `batch` at the rates of `step`, gradients clipped; the loss."""
-    set_learning_rates(optimizer, config, step)
+    set_learning_rates(optimizer, config, step, decay_from)
     loss = loss_fn(model(batch.tokens), batch, config.objective, config.targets)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
@@ -121,14 +124,18 @@ def _record_evaluation(
     return ev
 
 
-def _plateau(progress: Progress, config: RunConfig, atol: float) -> Plateau:
-    """The plateau rule on the evaluations so far, with the absolute tolerance `atol`.
+def _plateau(
+    progress: Progress, config: RunConfig, atol: float, judged_at: int | None = None
+) -> Plateau:
+    """The plateau rule on the evaluations up to `judged_at` (None: `config.decay_start`),
+    with the absolute tolerance `atol`.
 
     A `"wsd"` run is judged on its evaluations up to the start of its decay: whether the KL
     had reached its plateau at the constant rate (the decay then lowers it further).
     """
     h = progress.history
-    n = sum(step <= config.decay_start for step in h["eval_step"])
+    end = config.decay_start if judged_at is None else judged_at
+    n = sum(step <= end for step in h["eval_step"])
     return plateau(
         h["eval_step"][:n],
         h["eval_kl"][:n],
@@ -137,6 +144,25 @@ def _plateau(progress: Progress, config: RunConfig, atol: float) -> Plateau:
         config.min_steps,
         atol,
     )
+
+
+def _last_step(config: RunConfig, decay_from: int | None) -> int:
+    """The step a run ends at: the cap, or the end of a decay its plateau started."""
+    return config.steps if decay_from is None else config.decay_end(decay_from)
+
+
+def _decay_from(progress: Progress, config: RunConfig, atol: float) -> int | None:
+    """Where a `"wsd"` run with `stop_at_plateau` started its decay: the first evaluation
+    before `config.decay_start` at which the plateau rule held (None: not yet, or not such a
+    run)."""
+    if not (config.schedule == "wsd" and config.stop_at_plateau):
+        return None
+    for step in progress.history["eval_step"]:
+        if step >= config.decay_start:
+            return None
+        if step > 0 and _plateau(progress, config, atol, judged_at=step).converged:
+            return step
+    return None
 
 
 def _snapshot(progress: Progress, model: nn.Module) -> None:
@@ -169,7 +195,8 @@ def _result(
     device: str,
 ) -> dict[str, Any]:
     atol = plateau_tolerance(config, final["uniform_kl_bits"])
-    rule = _plateau(progress, config, atol)
+    decay_from = _decay_from(progress, config, atol)
+    rule = _plateau(progress, config, atol, decay_from)
     return {
         "status": "complete",
         "config": asdict(config),
@@ -187,7 +214,10 @@ def _result(
             "tol": config.plateau_tol,
             "atol": atol,
             "window": config.plateau_window,
-            "judged_at": min(progress.step, config.decay_start),
+            "judged_at": min(
+                progress.step, config.decay_start if decay_from is None else decay_from
+            ),
+            "decay_from": decay_from,
             "since": rule.since,
             "relative_improvement": rule.relative_improvement,
         },
@@ -270,29 +300,31 @@ def run(
     )
     quiet = tracer.quiet if tracer is not None else nullcontext
     start = time.perf_counter()
+    decay_from = _decay_from(state, config, atol)
     with graceful_stop() as stop, tracer or nullcontext():
         if not state.history["eval_step"]:
             with quiet():
                 _record_evaluation(state, model, test, config)
-        while state.step < config.steps:
+        while state.step < _last_step(config, decay_from):
             if snapshot_every is not None and state.step % snapshot_every == 0:
                 _snapshot(state, model)
             batch = task.sample(config.batch_size, data).to(device)
-            loss = _train_step(model, optimizer, batch, config, state.step)
+            loss = _train_step(model, optimizer, batch, config, state.step, decay_from)
             if tracer is not None:
                 tracer.step()
             state.step += 1
             state.running = (state.running[0] + loss, state.running[1] + 1)
             bar.update(1)
             plateaued = False
-            if state.step % config.eval_every == 0 or state.step in (
-                config.steps,
-                config.decay_start,
-            ):
+            end = _last_step(config, decay_from)
+            if state.step % config.eval_every == 0 or state.step in (end, config.decay_start):
                 with quiet():
                     ev = _record_evaluation(state, model, test, config)
                 bar.set_postfix(kl=f"{ev['kl_bits']:.4f}", bits_mae=f"{ev['bits_mae']:.4f}")
-                plateaued = config.stop_at_plateau and _plateau(state, config, atol).converged
+                if config.schedule == "wsd":
+                    decay_from = decay_from or _decay_from(state, config, atol)
+                else:
+                    plateaued = config.stop_at_plateau and _plateau(state, config, atol).converged
             out_of_time = time_budget_s is not None and time.perf_counter() - start >= time_budget_s
             if state.step % config.ckpt_every == 0 or stop.requested or out_of_time:
                 state.elapsed += time.perf_counter() - start
@@ -302,7 +334,7 @@ def run(
                 save_checkpoint(state_path(out, state.step), cfg, model, optimizer, data, state)
             if plateaued:
                 break
-            if (stop.requested or out_of_time) and state.step < config.steps:
+            if (stop.requested or out_of_time) and state.step < end:
                 bar.close()
                 return {
                     "status": "interrupted",

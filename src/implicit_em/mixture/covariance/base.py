@@ -10,7 +10,9 @@ A type is one `CovarianceModel` subclass in its own module; its methods fall in 
   `moments`, `responsibility_moments`, `unwhiten`, `estimate`;
 * **natural gradient** (`preconditioned`): `natural_energies`, `mean_step`,
   `covariance_step`;
-* **unconstrained** (`gd`, `adam`): `raw`, `raw_energies`, `raw_precision_cholesky`.
+* **unconstrained** (`gd`, `adam`): `raw`, `raw_energies`, `raw_precision_cholesky`, and
+  the steps in each component's units, `offset_in_units`, `zero_log_ratio`, `scaled`,
+  `clip_log_ratio`, `regularized` and `unregularized`.
 
 `MatrixCovariance` (`full`, `tied`) and `VectorCovariance` (`diag`, `spherical`) hold
 the methods their two types share.
@@ -38,6 +40,9 @@ __all__ = [
 
 RESPONSIBILITY_ROWS = 4096
 """Rows per chunk of `responsibility_moments` where a type takes them in chunks."""
+
+_KEPT = 1e-3
+"""The least fraction of a covariance's eigenvalue that `unregularized` keeps."""
 
 ILL_DEFINED_COVARIANCE = (
     "Fitting the mixture model failed because some components have ill-defined empirical "
@@ -198,6 +203,36 @@ class CovarianceModel(ABC):
     def raw_precision_cholesky(self, raw: Tensor) -> Tensor:
         """The unconstrained tensor -> $U$."""
 
+    @abstractmethod
+    def offset_in_units(self, prec_chol: Tensor, delta: Tensor) -> Tensor:
+        r"""$L_j\delta_j$ `[K, D]`, $L_j = U_j^{-\top}$ (so $\Sigma_j = L_jL_j^\top$): offsets
+        `delta` `[K, D]` of the means measured in each component's own units."""
+
+    def zero_log_ratio(self, cov: Tensor, means: Tensor) -> Tensor:
+        """The `log_ratio` of `scaled` that changes nothing (one entry per axis of every
+        covariance: `cov`'s shape unless a type says otherwise)."""
+        return torch.zeros_like(cov)
+
+    @abstractmethod
+    def scaled(self, cov: Tensor, log_ratio: Tensor) -> Tensor:
+        r"""$L_j\exp(A_j)L_j^\top$ ($\Sigma_j = L_jL_j^\top$, `cov`): the covariances changed
+        relatively by the symmetric `log_ratio` $A_j$ of their shape ($A = 0$ leaves them;
+        positive definite whatever $A$)."""
+
+    @abstractmethod
+    def clip_log_ratio(self, log_ratio: Tensor, most: float) -> Tensor:
+        """`log_ratio` with every eigenvalue clipped to `[-most, most]`."""
+
+    @abstractmethod
+    def regularized(self, cov: Tensor, reg: float) -> Tensor:
+        r"""$\Sigma_j + \lambda I$."""
+
+    @abstractmethod
+    def unregularized(self, cov: Tensor, reg: float) -> Tensor:
+        r"""$\Sigma_j - \lambda I$ with every eigenvalue $e$ of $\Sigma_j$ kept at least
+        $10^{-3}e$ (positive definite; $\approx 10^{-3}\lambda$ where $\Sigma_j$ is
+        $\lambda$ alone)."""
+
 
 class MatrixCovariance(CovarianceModel):
     r"""What `full` and `tied` share: $U$ upper triangular with $\Sigma^{-1} = UU^\top$."""
@@ -221,6 +256,26 @@ class MatrixCovariance(CovarianceModel):
         w = prec_chol.mT
         log_diagonal = torch.log(torch.diagonal(w, dim1=-2, dim2=-1))
         return torch.tril(w, -1) + torch.diag_embed(log_diagonal)
+
+    def offset_in_units(self, prec_chol: Tensor, delta: Tensor) -> Tensor:
+        offset = torch.linalg.solve_triangular(prec_chol.mT, delta.unsqueeze(-1), upper=False)
+        return offset.squeeze(-1)
+
+    def scaled(self, cov: Tensor, log_ratio: Tensor) -> Tensor:
+        lower = torch.linalg.cholesky(cov)
+        return lower @ torch.linalg.matrix_exp(sym(log_ratio)) @ lower.mT
+
+    def clip_log_ratio(self, log_ratio: Tensor, most: float) -> Tensor:
+        values, vectors = torch.linalg.eigh(sym(log_ratio))
+        return (vectors * values.clamp(-most, most).unsqueeze(-2)) @ vectors.mT
+
+    def regularized(self, cov: Tensor, reg: float) -> Tensor:
+        return cov + reg * eye(cov.shape[-1], cov)
+
+    def unregularized(self, cov: Tensor, reg: float) -> Tensor:
+        values, vectors = torch.linalg.eigh(cov)
+        values = torch.maximum(values - reg, _KEPT * values)
+        return sym((vectors * values.unsqueeze(-2)) @ vectors.mT)
 
 
 class VectorCovariance(CovarianceModel):
@@ -248,6 +303,21 @@ class VectorCovariance(CovarianceModel):
 
     def raw_precision_cholesky(self, raw: Tensor) -> Tensor:
         return torch.exp(raw)
+
+    def offset_in_units(self, prec_chol: Tensor, delta: Tensor) -> Tensor:
+        return delta / prec_chol.reshape(prec_chol.shape[0], -1)
+
+    def scaled(self, cov: Tensor, log_ratio: Tensor) -> Tensor:
+        return cov * torch.exp(log_ratio)
+
+    def clip_log_ratio(self, log_ratio: Tensor, most: float) -> Tensor:
+        return log_ratio.clamp(-most, most)
+
+    def regularized(self, cov: Tensor, reg: float) -> Tensor:
+        return cov + reg
+
+    def unregularized(self, cov: Tensor, reg: float) -> Tensor:
+        return torch.maximum(cov - reg, _KEPT * cov)
 
     def row_width(self, k: int, d: int) -> int:
         return 2 * d

@@ -49,6 +49,16 @@ class Spherical(VectorCovariance):
         var = (second / n - (delta * delta).sum(dim=1)) / delta.shape[1]
         return var.clamp_min(0.0) + reg
 
+    def zero_log_ratio(self, cov: Tensor, means: Tensor) -> Tensor:
+        """One entry per axis, `[K, D]`, as `diag`'s (see `scaled`)."""
+        return torch.zeros_like(means)
+
+    def scaled(self, cov: Tensor, log_ratio: Tensor) -> Tensor:
+        r"""$\sigma_j^2\exp(\bar a_j)$, $\bar a_j$ the mean of the axes' log-ratios: a gradient
+        step changes the shared variance as `diag`'s would change $D$ equal variances, not
+        $D$ times as much."""
+        return cov * torch.exp(log_ratio.mean(dim=1))
+
     def natural_energies(self, x: Tensor, means: Tensor, cov: Tensor) -> tuple[Tensor, Tensor]:
         diff = x.unsqueeze(1) - means
         d = 0.5 * (diff * diff).sum(dim=-1) / cov

@@ -1,8 +1,10 @@
 """Data, starts and pass-by-pass paths shared by the mixture-regime experiments (E2-E5).
 
-Paths are driven pass by pass through `implicit_em.mixture.step_rules`, the same rules the
-`GaussianMixture` estimator runs, so every step of every fitter can be
-compared with the EM step taken from the same parameters.
+Paths are driven pass by pass through `implicit_em.mixture.step_rules`, so every step of every
+fitter can be compared with the EM step taken from the same parameters. EM and the preconditioned
+rule are the estimator's own; gradient descent and Adam are the plain rules in raw coordinates
+(`make_step_rule(..., scaled=False)`), the objects of the paper's claims, not the estimator's
+default `gd` and `adam`, which step in each component's units.
 """
 
 from __future__ import annotations

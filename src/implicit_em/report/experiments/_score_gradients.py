@@ -22,7 +22,11 @@ R^2(F) = 1 - \frac{\min_c \lVert G - cF\rVert^2}{\lVert G\rVert^2}
        = \frac{\langle G, F\rangle^2}{\lVert G\rVert^2 \lVert F\rVert^2} \in [0, 1],
 $$
 
-over every (sequence, query, key) of the head with at least two keys. $G$ is autograd's, from
+over every (sequence, query, key) of the head with at least two keys. The rank reading asks
+whether, per query, the keys are pulled in the order of their forward weights: the Spearman
+correlation over a query's keys between $\alpha_{ij}$ and $-G_{ij}$ (the direction gradient
+descent moves $s_{ij}$), averaged over the queries with at least three keys; it is 1 under the
+$-r$ form with a positive scale, and near 0 when the advantages are unrelated to the weights. $G$ is autograd's, from
 the captured $q, k, v, g$; $R^2$ of the advantage form is then 1 up to rounding (a check of the
 capture, not a finding).
 
@@ -51,6 +55,8 @@ __all__ = [
     "explained_share",
     "head_shares",
     "model_shares",
+    "planted_capture",
+    "pull_rank_correlation",
     "windtunnel_shares",
 ]
 
@@ -174,9 +180,25 @@ def head_shares(capture: HeadCapture) -> dict[str, Tensor]:
     residual = (alpha @ v - capture.output.transpose(0, 1)).abs().amax((-3, -2, -1))
     return {
         "minus_r": explained_share(autograd, minus_r),
+        "minus_r_rank": pull_rank_correlation(alpha, -autograd),
         "advantage": explained_share(autograd, parts.scores * rows),
         "forward_residual": residual,
     }
+
+
+def _ranks(x: Tensor) -> Tensor:
+    return x.argsort(-1).argsort(-1).to(x.dtype)
+
+
+def pull_rank_correlation(alpha: Tensor, pull: Tensor) -> Tensor:
+    """Per head (`[H, B, T, T]` -> `[H]`): the Spearman correlation over each causal query's
+    keys between `alpha` and `pull`, averaged over the queries with at least three keys."""
+    per_query = []
+    for i in range(2, alpha.shape[-1]):
+        a, p = _ranks(alpha[..., i, : i + 1]), _ranks(pull[..., i, : i + 1])
+        a, p = a - a.mean(-1, keepdim=True), p - p.mean(-1, keepdim=True)
+        per_query.append((a * p).sum(-1) / ((a * a).sum(-1) * (p * p).sum(-1)).sqrt())
+    return torch.stack(per_query, -1).mean((-2, -1))
 
 
 def model_shares(model: nn.Module, loss: Callable[[], Tensor]) -> list[dict[str, list[float]]]:
@@ -206,3 +228,25 @@ def windtunnel_shares(config: RunConfig, directory: Path) -> list[dict[str, list
     return model_shares(
         model, lambda: loss_fn(model(batch.tokens), batch, config.objective, config.targets)
     )
+
+
+def planted_capture(
+    generator: torch.Generator, heads: int, keys: int, minus_r: bool, batch: int = 8
+) -> HeadCapture:
+    r"""One attention layer's tensors built so that the answer is known: random queries and
+    keys, one-hot values $v_j = e_j$ (so $a_{ij} = g_i^\top v_j = g_{ij}$) and, with `minus_r`,
+    upstream gradients $g_{ij} = 1/(n_i\,\alpha_{ij})$ on the causal keys, for which the
+    advantage law gives exactly $G_{ij} = -(\alpha_{ij} - 1/n_i)$, the $-r$ form; without,
+    standard normal $g$ (advantages unrelated to the weights)."""
+    shape = (batch, heads, keys, keys)
+    q, k = (torch.randn(shape, generator=generator, dtype=torch.float64) for _ in range(2))
+    v = torch.eye(keys, dtype=torch.float64).expand(shape).clone()
+    scale = 1.0 / math.sqrt(keys)
+    alpha = responsibilities(-attention_scores(q, k, is_causal=True, scale=scale))
+    causal = torch.ones(keys, keys, dtype=torch.bool).tril()
+    n = causal.sum(-1, keepdim=True).to(torch.float64)
+    if minus_r:
+        g = torch.where(causal, 1.0 / (n * alpha.clamp_min(1e-300)), torch.zeros_like(alpha))
+    else:
+        g = torch.randn(shape, generator=generator, dtype=torch.float64)
+    return HeadCapture(q, k, v, alpha @ v, g)

@@ -5,31 +5,24 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments import _windtunnel as wt
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.judging import Criterion
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
 from implicit_em.report.units import unit
 
 MODELS = ("transformer", "mlp-prefix", "mlp-pos")
-FLOOR_SHARE = 0.05
-"""The transformer's KL must lie below this share of the context-free floor."""
-MLP_RATIO = 10.0
-"""C11's contrast: the prefix MLP's KL at least this many times the transformer's."""
-MLP_CLOSE = 0.1
-"""R3's reading: the prefix MLP closes all but this share of the floor."""
+BLUR = 0.01
+"""The known-answer controls' near-Bayes model: the posterior mixed with 1% of the uniform."""
 
 
 def _units(config: dict[str, Any], out: Path) -> dict[str, dict[int, dict[str, Any]]]:
     """Per task and seed, the summaries of the three models' runs (one unit each)."""
     units: dict[str, dict[int, dict[str, Any]]] = {task: {} for task in wt.TASKS}
     cells = {
-        (task, seed): [
-            wt.task_config(config, task, seed=seed, model=m, **wt.budget(config["e10"], m, task))
-            for m in MODELS
-        ]
+        (task, seed): [wt.task_config(config, task, seed=seed, model=m) for m in MODELS]
         for task in wt.TASKS
-        for seed in config["e10"]["seeds"]
+        for seed in config["seeds"]
     }
     with wt.pool(config) as workers:
         wt.train_all(config, out, [c for configs in cells.values() for c in configs], workers)
@@ -43,20 +36,30 @@ def _units(config: dict[str, Any], out: Path) -> dict[str, dict[int, dict[str, A
     return units
 
 
+def task_samples(
+    transformer: list[dict[str, float]],
+    prefix: list[dict[str, float]],
+    position: list[dict[str, float]],
+) -> dict[str, list[float]]:
+    """The per-seed numbers E10's criteria read on one task, from each model's held-out KL
+    and floor per seed (`wt.model_kl`'s keys): the transformer's KL over the floor, the
+    prefix MLP's over the transformer's and over the floor, the position-wise MLP's over the
+    transformer's."""
+    z = list(zip(transformer, prefix, position, strict=True))
+    return {
+        "transformer_over_floor": [t["kl_bits"] / t["uniform_kl_bits"] for t, _, _ in z],
+        "prefix_over_transformer": [wt.ratio(p["kl_bits"], t["kl_bits"]) for t, p, _ in z],
+        "prefix_over_floor": [p["kl_bits"] / p["uniform_kl_bits"] for _, p, _ in z],
+        "pos_over_transformer": [wt.ratio(q["kl_bits"], t["kl_bits"]) for t, _, q in z],
+    }
+
+
 def _samples(units: dict[str, dict[int, dict[str, Any]]]) -> dict[str, list[float]]:
     samples: dict[str, list[float]] = {}
     for task, by_seed in units.items():
-
-        def kl(model: str, by_seed: dict = by_seed) -> list[float]:
-            return wt.per_seed(by_seed, lambda u: u[model]["kl_bits"])
-
-        floor = wt.per_seed(by_seed, lambda u: u["transformer"]["uniform_kl_bits"])
-        tf, prefix, pos = kl("transformer"), kl("mlp-prefix"), kl("mlp-pos")
-        z = list(zip(tf, prefix, pos, floor, strict=True))
-        samples[f"{task}_transformer_over_floor"] = [t / f for t, _, _, f in z]
-        samples[f"{task}_prefix_over_transformer"] = [wt.ratio(p, t) for t, p, _, _ in z]
-        samples[f"{task}_prefix_over_floor"] = [p / f for _, p, _, f in z]
-        samples[f"{task}_pos_over_transformer"] = [wt.ratio(q, t) for t, _, q, _ in z]
+        runs = [[by_seed[s][m] for s in sorted(by_seed)] for m in MODELS]
+        for name, values in task_samples(*runs).items():
+            samples[f"{task}_{name}"] = values
     return samples
 
 
@@ -131,14 +134,14 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
     wall = sum(
         r["wall_time_s"] for by_seed in units.values() for u in by_seed.values() for r in u.values()
     )
-    numbers |= {"seeds": list(config["e10"]["seeds"]), "training_seconds": wall}
+    numbers |= {"seeds": list(config["seeds"]), "training_seconds": wall}
     return Outcome(
         numbers=numbers,
         samples=samples,
         tables=[
             Table(
                 f"KL to the exact posterior per supervised position (bits), mean over seeds "
-                f"{list(config['e10']['seeds'])} with its 95% t interval; entropy MAE beside it; the floor "
+                f"{list(config['seeds'])} with its 95% t interval; entropy MAE beside it; the floor "
                 "is the KL of the uniform prediction (context-free)",
                 (
                     "task",
@@ -171,42 +174,45 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
     )
 
 
-def _criteria(task: str) -> tuple[Criterion, ...]:
-    name = wt.TASK_NAMES[task]
-    return (
-        Criterion(
-            f"{task}_transformer_over_floor",
-            "<",
-            FLOOR_SHARE,
-            f"{name}: the transformer's KL is below {FLOOR_SHARE:.0%} of the floor (the uniform "
-            "prediction's KL)",
-            claim="C11",
-            direction="supports",
-            how_it_could_fail="a transformer of this size and budget can plateau well above Bayes",
+def _control(task: str, number: str, models: dict[str, str]) -> Control:
+    """A control of `task`'s criterion `number`: each of E10's three models replaced by a
+    known input (`"bayes"`: the posterior blurred by `BLUR`; `"untrained"`: the model as
+    initialized), measured by `wt.model_kl` and read by `task_samples`."""
+
+    def measure(config: dict[str, Any]) -> list[float]:
+        per_model = []
+        for model in MODELS:
+            runs = [wt.task_config(config, task, model=model, seed=s) for s in config["seeds"]]
+            read = wt.untrained_kl if models[model] == "untrained" else _bayes_kl
+            per_model.append([read(r) for r in runs])
+        return task_samples(*per_model)[number]
+
+    said = ", ".join(f"{wt.MODEL_NAMES[m]} {kind}" for m, kind in models.items())
+    return Control(f"{wt.TASK_NAMES[task]}: {said}", measure)
+
+
+def _bayes_kl(run: Any) -> dict[str, float]:
+    return wt.planted_kl(run, BLUR)
+
+
+def _controls(task: str) -> dict[str, Controls]:
+    bayes = {m: "bayes" for m in MODELS}
+    untrained = {m: "untrained" for m in MODELS}
+    contrast = {**bayes, "mlp-prefix": "untrained"}
+    return {
+        f"{task}_transformer_over_floor": Controls(
+            _control(task, "transformer_over_floor", bayes),
+            _control(task, "transformer_over_floor", untrained),
         ),
-        Criterion(
-            f"{task}_prefix_over_transformer",
-            ">=",
-            MLP_RATIO,
-            f"{name}: the prefix MLP, which reads the whole context with the same parameter "
-            f"count, has at least {MLP_RATIO:g}x the transformer's KL (C11's 'MLPs fail')",
-            claim="C11",
-            direction="supports",
-            how_it_could_fail="an MLP that sees the prefix can learn the posterior too; then the "
-            "ratio is near 1",
+        f"{task}_prefix_over_transformer": Controls(
+            _control(task, "prefix_over_transformer", contrast),
+            _control(task, "prefix_over_transformer", bayes),
         ),
-        Criterion(
-            f"{task}_prefix_over_floor",
-            "<=",
-            MLP_CLOSE,
-            f"{name}: the prefix MLP closes at least {1 - MLP_CLOSE:.0%} of the floor, so the "
-            "MLP failure C11 cites is the context-free control's blindness, not a failure of "
-            "MLPs to compute posteriors",
-            claim="R3",
-            direction="supports",
-            how_it_could_fail="the prefix MLP can stay near the floor, as C11's MLP control does",
+        f"{task}_prefix_over_floor": Controls(
+            _control(task, "prefix_over_floor", bayes),
+            _control(task, "prefix_over_floor", contrast),
         ),
-    )
+    }
 
 
 EXPERIMENT = Experiment(
@@ -214,11 +220,11 @@ EXPERIMENT = Experiment(
     title="Wind tunnel: the transformer against Bayes on three tasks, and two MLP controls",
     claims=("C11", "R3"),
     hypothesis=(
-        f"On every task the converged transformer's KL to the exact posterior is below "
-        f"{FLOOR_SHARE:.0%} of the context-free floor, while the capacity-matched prefix MLP "
-        f"stays at least {MLP_RATIO:g}x worse (C11); R3 reads the same runs the other way: if "
-        f"the prefix MLP closes {1 - MLP_CLOSE:.0%} of the floor, the published MLP failure is "
-        "the context-free control's, and says nothing of necessity."
+        "On every task the converged transformer's KL to the exact posterior is below 5% of "
+        "the context-free floor, while the capacity-matched prefix MLP stays at least 10x worse "
+        "(C11's evidence as the paper cites it); R3 reads the same runs the other way: if the "
+        "prefix MLP closes 90% of the floor, the published MLP failure is the context-free "
+        "control's, and says nothing of necessity."
     ),
     setup=(
         "Three tasks with exact posteriors: bijection elimination (separate key and value "
@@ -226,19 +232,19 @@ EXPERIMENT = Experiment(
         "on a grid as tokens, the exact filter as target) and dice counting (Laplace's rule). "
         "Per task, a transformer (RMSNorm), a prefix MLP (sees the concatenated prefix) and a "
         "position-wise MLP (no mixing across positions), matched in parameter count, trained "
-        "with cross-entropy under warmup-stable-decay: the rate is held to 80% of the budget, "
-        "where each run is gated on the plateau rule (the mean held-out KL of the last 20% of "
-        "the steps so far fell by under 2%, or under 0.5% of the floor, from the 20% before), "
-        "then "
-        "decays linearly to zero. Judged on the mean KL per supervised position in bits, over seeds with 95% t "
-        "intervals; the floor is the KL of the uniform prediction (the analytic context-free "
-        "floor on the bijection; on the HMM and the dice, where the current token is "
-        "informative, an upper bound of the context-free error). Quick: the smallest tasks "
-        "(bijection V = 4, L = 3; HMM 2 x 2, T = 4; dice K = 2, T = 6), 1 x 32 transformer, "
-        "2,250 steps judged at 1,800 (the bijection 4,050 judged at 3,240; the position-wise "
-        "MLP, at its floor within a few hundred, 600); full: the reference-cpu preset (bijection V = 20, L = 19; HMM 5 x 5, "
-        "T = 20; dice K = 3, T = 24), 4,000 steps (position-wise MLP 1,000; the bijection's "
-        "prefix MLP 16,000; the HMM transformer 8,000); 3 seeds at both sizes."
+        "with cross-entropy under one budget rule: every model of a task has the same cap, "
+        "holds its rate until the plateau rule holds (the mean held-out KL of the last 20% of "
+        "the steps fell by under 2%, or under 1% of the floor, from the 20% before), then decays "
+        "linearly to zero over a quarter as many steps; a run that never meets the rule is "
+        "unconverged and makes the verdict invalid. Judged on the mean KL per supervised "
+        "position in bits, over seeds with 95% t intervals; the floor is the KL of the uniform "
+        "prediction (the analytic context-free floor on the bijection; on the HMM and the dice, "
+        "where the current token is informative, an upper bound of the context-free error). "
+        "Quick and full run the same tasks (bijection V = 4, L = 3; HMM 2 x 2, T = 4; dice "
+        "K = 2, T = 6) and models (1 layer x 32, 2 heads); they differ in caps, seeds and "
+        "held-out size (the protocol file). Controls: each model replaced by the posterior "
+        "blurred with 1% of the uniform, or by its untrained initialization, through the same "
+        "KL measurement."
     ),
     run=run,
     headline=(
@@ -266,4 +272,5 @@ EXPERIMENT = Experiment(
         ),
     },
     minutes={"smoke": 1.0, "quick": 1.7, "full": 27.0},
+    controls={number: c for task in wt.TASKS for number, c in _controls(task).items()},
 )
