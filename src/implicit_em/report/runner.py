@@ -38,7 +38,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from implicit_em.machine import summary as machine_summary
-from implicit_em.report.files import json_default, write_atomic, write_json
+from implicit_em.report.files import as_new_file, json_default, write_atomic, write_json
 from implicit_em.report.judging import Judgement
 from implicit_em.report.progress import on_terminal, progress
 from implicit_em.report.provenance import source_commit
@@ -291,6 +291,7 @@ def _run_one(
         )
     seconds = time.perf_counter() - start
     shutil.rmtree(final_dir, ignore_errors=True)
+    as_new_file(work_dir)
     os.replace(work_dir, final_dir)
     _store(out / "cache" / f"{experiment.id}-{key}.json", outcome, seconds, here)
     shutil.rmtree(units, ignore_errors=True)
@@ -352,8 +353,10 @@ def run_experiments(
             result = cached or _run_one(experiment, size, config, key, out, here)
         except KeyboardInterrupt:
             bar.close()
-            kept = [r.experiment.id for r in results if r.outcome is not None]
-            raise Interrupted(kept, experiment.id) from None
+            kept = [
+                e.id for e, _, k, _ in planned if (out / "cache" / f"{e.id}-{k}.json").is_file()
+            ]
+            raise Interrupted(kept, None if experiment.id in kept else experiment.id) from None
         state = "cached" if result.cached else f"{result.seconds:.1f} s"
         say(f"{experiment.id:<4} {result.judgement.verdict:<8} ({state})  {experiment.title}")
         results.append(result)
