@@ -242,9 +242,10 @@ def _samples(count: Any, seeds: Any) -> str:
     n_seeds = len(seeds) if isinstance(seeds, list) else 0
     if not isinstance(count, int) or not n_seeds or count == n_seeds:
         return f"{count} (one per seed)" if n_seeds and count == n_seeds else str(count)
+    seeds_ = f"{n_seeds} seed{'s' if n_seeds > 1 else ''}"
     if count % n_seeds == 0:
-        return f"{count} ({n_seeds} seeds × {count // n_seeds} per seed)"
-    return f"{count} (over {n_seeds} seeds)"
+        return f"{count} ({seeds_} × {count // n_seeds} per seed)"
+    return f"{count} (over {seeds_})"
 
 
 def _criteria_rows(
