@@ -112,6 +112,7 @@ app.command("trace-demo", cls=PlainUsage, short_help="Trace a small classifier o
 )
 for _command in trace_app.registered_commands:  # `trace report` draws with matplotlib
     _command.cls = PlainUsage
+    _command.short_help = "Write the health page of a traced run."
     _command.callback = needs_extra("trace report", "trace", ["matplotlib"])(_command.callback)
 app.add_typer(trace_app, name="trace", short_help="Commands on traced runs: `trace report`.")
 

@@ -275,8 +275,13 @@ def fit_command(
 
     def progress(n_iter: int, log_likelihood: float) -> None:
         if not bars:
-            bars.append(
-                tqdm(total=max_iter, desc=f"{fitter.value} ({covariance.value})", unit="pass")
+            bars.append(  # drawn on a terminal only (disable=None)
+                tqdm(
+                    total=max_iter,
+                    desc=f"{fitter.value} ({covariance.value})",
+                    unit="pass",
+                    disable=None,
+                )
             )
         bars[0].update(1)
         bars[0].set_postfix(log_likelihood=f"{log_likelihood:.5f}")
