@@ -20,6 +20,16 @@ from implicit_em.mixture.cli import read_data
 from implicit_em.windtunnel.cli import run_dir
 from implicit_em.windtunnel.train import RESULT, preset
 
+_TEXT_FILES = {
+    "text_first": ("text-first.csv", "x,1\n2,3\n4,5\n"),  # no header: its first row mixes
+    "semicolons": ("semicolons.csv", "1;2\n3;4\n"),
+    "tabs": ("tabs.csv", "a\tb\n1\t2\n3\t4\n"),
+    "ragged": ("ragged.csv", "a,b\n1,2\n3,4,5\n"),
+    "empty_cell": ("empty-cell.csv", "1,2\n3,\n"),
+    "not_npz": ("not-parameters.npz", "hello"),
+}
+"""Bad data and parameter files written as text: key -> (file name, content)."""
+
 
 def _files(tmp: Path) -> dict[str, Path]:
     """A good data file, and one of each bad kind, in ``tmp``."""
@@ -47,18 +57,9 @@ def _files(tmp: Path) -> dict[str, Path]:
     empty_npy.write_bytes(b"")
     objects = tmp / "objects.npy"
     np.save(objects, np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
-    text_first = tmp / "text-first.csv"  # no header: the first row mixes text and numbers
-    text_first.write_text("x,1\n2,3\n4,5\n")
-    semicolons = tmp / "semicolons.csv"
-    semicolons.write_text("1;2\n3;4\n")
-    tabs = tmp / "tabs.csv"
-    tabs.write_text("a\tb\n1\t2\n3\t4\n")
-    ragged = tmp / "ragged.csv"
-    ragged.write_text("a,b\n1,2\n3,4,5\n")
-    empty_cell = tmp / "empty-cell.csv"
-    empty_cell.write_text("1,2\n3,\n")
-    not_npz = tmp / "not-parameters.npz"
-    not_npz.write_text("hello")
+    texts = {key: tmp / name for key, (name, _) in _TEXT_FILES.items()}
+    for key, path in texts.items():
+        path.write_text(_TEXT_FILES[key][1])
     objects_npz = tmp / "objects.npz"
     np.savez(objects_npz, covariance_type=np.array([{"a": 1}], dtype=object))
     folder = tmp / "folder.npy"
@@ -84,16 +85,16 @@ def _files(tmp: Path) -> dict[str, Path]:
         "empty": empty,
         "empty_npy": empty_npy,
         "objects": objects,
-        "text_first": text_first,
-        "semicolons": semicolons,
-        "tabs": tabs,
-        "ragged": ragged,
-        "empty_cell": empty_cell,
-        "not_npz": not_npz,
+        **texts,
         "objects_npz": objects_npz,
         "folder": folder,
         "untraced": untraced,
     }
+
+
+def _predicting(case: str, parameters: str, expected: str) -> tuple:
+    """A `fit DATA --predict PARAMETERS` case whose parameters file is the file `parameters`."""
+    return (case, lambda f: [str(f["good"]), "--predict", str(f[parameters])], expected)
 
 
 # subcommand -> [(case, arguments built from the files, what the error line must say)]
@@ -170,26 +171,10 @@ CASES = {
             "--covariance",
         ),
         ("too many components", lambda f: [str(f["good"]), "-k", "100"], "--components"),
-        (
-            "missing parameters",
-            lambda f: [str(f["good"]), "--predict", str(f["missing"])],
-            "--predict",
-        ),
-        (
-            "not a parameters file",
-            lambda f: [str(f["good"]), "--predict", str(f["good"])],
-            "--predict",
-        ),
-        (
-            "parameters file that is no archive",
-            lambda f: [str(f["good"]), "--predict", str(f["not_npz"])],
-            "not an .npz archive",
-        ),
-        (
-            "parameters file of Python objects",
-            lambda f: [str(f["good"]), "--predict", str(f["objects_npz"])],
-            "--predict",
-        ),
+        _predicting("missing parameters", "missing", "--predict"),
+        _predicting("not a parameters file", "good", "--predict"),
+        _predicting("parameters file that is no archive", "not_npz", "not an .npz archive"),
+        _predicting("parameters file of Python objects", "objects_npz", "--predict"),
         (
             "wrong feature count",
             lambda f: [str(f["three"]), "--predict", str(f["params"])],

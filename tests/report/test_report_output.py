@@ -11,6 +11,7 @@ import sys
 import time
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -248,16 +249,18 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "implicit_em.cli", "report", *args]
 
 
+def _start(out: Path, only: str, **popen: Any) -> subprocess.Popen:
+    """`implicit-em report --smoke --only ONLY --out OUT` started, its output piped."""
+    return subprocess.Popen(
+        _cli("--smoke", "--only", only, "--out", str(out)), stdout=subprocess.PIPE, **popen
+    )
+
+
 @pytest.mark.slow
 def test_a_killed_report_resumes_without_rerunning_what_finished(tmp_path):
     out = tmp_path / "rep"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen(
-        _cli("--smoke", "--only", "E1,E2,E3", "--out", str(out)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
+    process = _start(out, "E1,E2,E3", stderr=subprocess.STDOUT, env=env)
     deadline = time.monotonic() + 300
     while not list((out / "cache").glob("E1-*.json")) and time.monotonic() < deadline:
         assert process.poll() is None, process.stdout.read().decode()
@@ -407,12 +410,7 @@ def test_ctrl_c_names_what_was_kept(tmp_path):
 @pytest.mark.slow
 def test_ctrl_c_on_the_command_is_one_line_with_the_command_that_resumes(tmp_path):
     out = tmp_path / "rep"
-    process = subprocess.Popen(
-        _cli("--smoke", "--only", "E1,E3", "--out", str(out)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = _start(out, "E1,E3", stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 600
     while not list(out.glob("units/E3-*")) and time.monotonic() < deadline:
         time.sleep(0.05)  # E1 is cached and E3 runs
