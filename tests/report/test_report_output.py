@@ -27,7 +27,7 @@ from implicit_em.report import (
     unit,
 )
 from implicit_em.report.build import _published, published_seconds
-from implicit_em.report.render import NO_FULL_RUN, render_markdown, report_document
+from implicit_em.report.render import NO_FULL_RUN, render_markdown, report_document, sample_count
 from implicit_em.report.runner import Interrupted, duration, run_experiments
 
 QUIET = {"log": lambda line: None}
@@ -458,3 +458,25 @@ def test_the_files_are_readable_as_other_new_files_are(smoke_report, tmp_path):
         assert stat.S_IMODE((out / name).stat().st_mode) == file
     for figures in (out / "figures").iterdir():
         assert stat.S_IMODE(figures.stat().st_mode) == folder
+
+
+def test_the_page_opens_with_contents_and_how_to_read_it_and_folds_configurations(smoke_report):
+    report, _ = smoke_report
+    html = report.html.read_text()
+    assert "<nav id='contents'>" in html
+    assert html.index('id="how-to-read"') < html.index("<table")  # the legend first
+    for result in report.results:
+        assert f"<li><a href='#{result.experiment.id}'>" in html
+    sections = html.split("<section id=")[1:]
+    assert len(sections) == len(report.results)
+    for section in sections:
+        assert "<details><summary>Configuration</summary>" in section
+        assert "<td>device</td><td>cpu</td>" in section  # a setting per row, not a JSON blob
+        assert '{"' not in section and "{&quot;" not in section
+
+
+def test_sample_counts_say_what_they_count():
+    assert sample_count(10, [0, 1, 2, 3, 4]) == "10 (5 seeds × 2 per seed)"
+    assert sample_count(5, [0, 1, 2, 3, 4]) == "5 (one per seed)"
+    assert sample_count(2, [0]) == "2 (1 seed × 2 per seed)"
+    assert sample_count(7, [0, 1, 2]) == "7 (over 3 seeds)"

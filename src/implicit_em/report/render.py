@@ -30,6 +30,7 @@ __all__ = [
     "render_html",
     "render_markdown",
     "report_document",
+    "sample_count",
 ]
 
 _GREEN, _RED, _AMBER, _GREY, _PURPLE = "#1a7f37", "#cf222e", "#9a6700", "#57606a", "#8250df"
@@ -236,7 +237,7 @@ def _figure(root: Path, figure: Mapping[str, str]) -> str:
     return embedded_figure((root / figure["path"]).read_bytes(), figure["caption"])
 
 
-def _samples(count: Any, seeds: Any) -> str:
+def sample_count(count: Any, seeds: Any) -> str:
     """What a criterion's interval is over: its number of samples, and how many per seed when
     each seed gives several (one per data set or variant)."""
     n_seeds = len(seeds) if isinstance(seeds, list) else 0
@@ -279,7 +280,7 @@ def _criteria_rows(
                 f"{c['claim']} ({c['direction']})",
                 f"{c['op']} {format_number(c['threshold'])}",
                 measured,
-                _samples(c["seeds"], seeds),
+                sample_count(c["seeds"], seeds),
                 status,
                 c["means"],
                 c["how_it_could_fail"],

@@ -26,7 +26,16 @@ from implicit_em.pages import embedded_figure, escape, page, table
 from implicit_em.trace.sinks import History, Record
 from implicit_em.trace.summary import BOOKKEEPING, health_metric, quantile
 
-__all__ = ["METRICS", "TIMELINES", "Metric", "RunFile", "RunFileError", "health_page", "read_run"]
+__all__ = [
+    "METRICS",
+    "TIMELINES",
+    "Metric",
+    "RunFile",
+    "RunFileError",
+    "health_page",
+    "read_run",
+    "site_label",
+]
 
 TIMELINES = {
     "classification": ("entropy", "effective_k", "dominance", "dead", "scale", "residual"),
