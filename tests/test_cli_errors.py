@@ -237,6 +237,14 @@ CASES = {
             "--to",
         ),
     ],
+    "register": [
+        (
+            "seeds seen that are not numbers",
+            lambda f: ["--after-data", "--seen", "x", "--seeds-seen", "a,b"],
+            "--seeds-seen",
+        ),
+        ("an amendment after data without what was seen", lambda f: ["--after-data"], "--seen"),
+    ],
     "report": [
         ("unwritable output", lambda f: ["--smoke", "--out", str(f["unwritable"])], "--out"),
         ("unknown experiment", lambda f: ["--smoke", "--only", "E999"], "E999"),

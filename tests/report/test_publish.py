@@ -112,7 +112,7 @@ def test_a_complete_full_run_is_published_with_its_provenance_and_is_fresh(tmp_p
         assert entry["size"] == "full" and entry["seeds"] == [1000, 1001, 1002]
         assert entry["commit"] and entry["machine"] == document["meta"]["machine"]
         assert entry["seconds"] >= 0 and len(entry["key"]) == 16
-    assert "partial" not in (dest / "summary.md").read_text()
+    assert "PARTIAL" not in (dest / "summary.md").read_text()
     page = (dest / "index.html").read_text()
     key = document["experiments"][0]["key"]
     assert "Size full; 3 seeds; measured time" in page and f"cache key {key}" in page

@@ -360,8 +360,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import implicit_em as iem
-from implicit_em.report import Criterion, Experiment, Outcome, Rule
+from implicit_em.report import Experiment, Outcome
 from implicit_em.report.progress import progress
+from implicit_em.report.protocol import Protocol
 from implicit_em.report.runner import run_experiments
 
 
@@ -382,8 +383,13 @@ def collapsing(config, out):
 
 experiment = Experiment(
     id="X9", title="a collapsing head", claims=("C1",), hypothesis="h", setup="s",
-    rule=Rule((Criterion("x", "<=", 1.0, "small", claim="C1", direction="supports"),)),
-    run=collapsing, configs={"smoke": {}, "quick": {}, "full": {}}, headline=("x",),
+    run=collapsing, headline=("x",),
+    protocol=Protocol.from_data({
+        "id": "X9",
+        "criteria": [{"number": "x", "op": "<=", "threshold": 1.0, "means": "small",
+                      "claim": "C1", "direction": "supports", "primary": True}],
+        "sizes": {"smoke": {}, "quick": {}, "full": {}, "control": {}},
+    }),
     meaning={"holds": "a", "partly": "b", "fails": "c"},
     minutes={"smoke": 0, "quick": 0, "full": 0},
 )
