@@ -4,6 +4,8 @@ exit status 2, before any work starts: no traceback, no usage panel, nothing wri
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,9 +14,21 @@ import pytest
 from typer.main import get_command
 from typer.testing import CliRunner
 
+from implicit_em.arguments import check_device
 from implicit_em.cli import app
+from implicit_em.mixture.cli import read_data
 from implicit_em.windtunnel.cli import run_dir
 from implicit_em.windtunnel.train import RESULT, preset
+
+_TEXT_FILES = {
+    "text_first": ("text-first.csv", "x,1\n2,3\n4,5\n"),  # no header: its first row mixes
+    "semicolons": ("semicolons.csv", "1;2\n3;4\n"),
+    "tabs": ("tabs.csv", "a\tb\n1\t2\n3\t4\n"),
+    "ragged": ("ragged.csv", "a,b\n1,2\n3,4,5\n"),
+    "empty_cell": ("empty-cell.csv", "1,2\n3,\n"),
+    "not_npz": ("not-parameters.npz", "hello"),
+}
+"""Bad data and parameter files written as text: key -> (file name, content)."""
 
 
 def _files(tmp: Path) -> dict[str, Path]:
@@ -39,6 +53,15 @@ def _files(tmp: Path) -> dict[str, Path]:
     text.write_text("1 2\n3 4\n")
     empty = tmp / "empty.csv"
     empty.write_text("")
+    empty_npy = tmp / "empty.npy"
+    empty_npy.write_bytes(b"")
+    objects = tmp / "objects.npy"
+    np.save(objects, np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
+    texts = {key: tmp / name for key, (name, _) in _TEXT_FILES.items()}
+    for key, path in texts.items():
+        path.write_text(_TEXT_FILES[key][1])
+    objects_npz = tmp / "objects.npz"
+    np.savez(objects_npz, covariance_type=np.array([{"a": 1}], dtype=object))
     folder = tmp / "folder.npy"
     folder.mkdir()
     # A finished untraced run in the directory a traced run of `windtunnel --quick` would use.
@@ -60,9 +83,18 @@ def _files(tmp: Path) -> dict[str, Path]:
         "missing": tmp / "missing.npy",
         "text": text,
         "empty": empty,
+        "empty_npy": empty_npy,
+        "objects": objects,
+        **texts,
+        "objects_npz": objects_npz,
         "folder": folder,
         "untraced": untraced,
     }
+
+
+def _predicting(case: str, parameters: str, expected: str) -> tuple:
+    """A `fit DATA --predict PARAMETERS` case whose parameters file is the file `parameters`."""
+    return (case, lambda f: [str(f["good"]), "--predict", str(f[parameters])], expected)
 
 
 # subcommand -> [(case, arguments built from the files, what the error line must say)]
@@ -71,6 +103,9 @@ CASES = {
         ("unknown identity", lambda f: ["--only", "no-such-identity"], "--only"),
         ("unknown identity in a list", lambda f: ["--only", "lse_gradient,nope"], "nope"),
         ("seed not a number", lambda f: ["--seed", "x"], "--seed"),
+        ("negative seed", lambda f: ["--seed", "-1"], "--seed: expected a value >= 0"),
+        ("empty selection", lambda f: ["--only", ""], "--only '': no name given"),
+        ("selection of commas", lambda f: ["--only", ",,"], "--only ',,': no name given"),
         ("unknown option", lambda f: ["--bogus"], "--bogus"),
     ],
     "fit": [
@@ -97,7 +132,29 @@ CASES = {
         ("NaN", lambda f: [str(f["nan"]), "-k", "1"], "NaN"),
         ("1-D array", lambda f: [str(f["flat"])], "2-D"),
         ("3-D array", lambda f: [str(f["cube"])], "2-D"),
-        ("a word past the header", lambda f: [str(f["words"])], "three"),
+        ("a word past the header", lambda f: [str(f["words"])], "line 3, column 1: 'three'"),
+        ("empty npy", lambda f: [str(f["empty_npy"])], "not a NumPy .npy file (the file is empty)"),
+        ("pickled npy", lambda f: [str(f["objects"])], "holds Python objects"),
+        (
+            "text in a first row of numbers",
+            lambda f: [str(f["text_first"])],
+            "line 1, column 1: 'x' is not a number",
+        ),
+        ("semicolons", lambda f: [str(f["semicolons"])], "line 1 is separated by semicolons"),
+        ("tabs", lambda f: [str(f["tabs"])], "line 2 is separated by tabs"),
+        ("ragged rows", lambda f: [str(f["ragged"])], "line 3 has 3 columns, but line 2 has 2"),
+        ("empty cell", lambda f: [str(f["empty_cell"])], "line 2, column 2: the cell is empty"),
+        (
+            "learning rate of a fitter that takes none",
+            lambda f: [str(f["good"]), "--learning-rate", "0.1", "--fitter", "em"],
+            "--fitter em takes none",
+        ),
+        ("labels without predict", lambda f: [str(f["good"]), "--labels", "l.npy"], "--predict"),
+        (
+            "covariance not one of the types",
+            lambda f: [str(f["good"]), "--covariance", "foo"],
+            "--covariance: 'foo' is not one of 'full', 'tied', 'diag', 'spherical'",
+        ),
         (
             "unwritable output",
             lambda f: [str(f["good"]), "--output", str(f["unwritable"])],
@@ -114,16 +171,10 @@ CASES = {
             "--covariance",
         ),
         ("too many components", lambda f: [str(f["good"]), "-k", "100"], "--components"),
-        (
-            "missing parameters",
-            lambda f: [str(f["good"]), "--predict", str(f["missing"])],
-            "--predict",
-        ),
-        (
-            "not a parameters file",
-            lambda f: [str(f["good"]), "--predict", str(f["good"])],
-            "--predict",
-        ),
+        _predicting("missing parameters", "missing", "--predict"),
+        _predicting("not a parameters file", "good", "--predict"),
+        _predicting("parameters file that is no archive", "not_npz", "not an .npz archive"),
+        _predicting("parameters file of Python objects", "objects_npz", "--predict"),
         (
             "wrong feature count",
             lambda f: [str(f["three"]), "--predict", str(f["params"])],
@@ -144,7 +195,7 @@ CASES = {
     "trace-demo": [
         ("unwritable output", lambda f: ["--out", str(f["unwritable"])], "--out"),
         ("zero epochs", lambda f: ["--epochs", "0"], "--epochs"),
-        ("zero period", lambda f: ["--every", "0"], "--every"),
+        ("zero period", lambda f: ["--every", "0"], "--every: expected a value >= 1"),
     ],
     "trace": [
         ("missing run", lambda f: ["report", str(f["missing"])], "cannot be read"),
@@ -162,6 +213,8 @@ CASES = {
         ("zero threads", lambda f: ["--quick", "--threads", "0"], "--threads"),
         ("zero time budget", lambda f: ["--quick", "--time-budget", "0"], "--time-budget"),
         ("unknown task", lambda f: ["--task", "nope"], "--task"),
+        ("negative seed", lambda f: ["--quick", "--seed", "-1"], "--seed: expected a value >= 0"),
+        ("second CPU", lambda f: ["--quick", "--device", "cpu:1"], "--device cpu:1"),
         ("too many pairs", lambda f: ["--quick", "--n-pairs", "99"], "--n-pairs"),
         (
             "trace without attention",
@@ -184,10 +237,19 @@ CASES = {
             "--to",
         ),
     ],
+    "register": [
+        (
+            "seeds seen that are not numbers",
+            lambda f: ["--after-data", "--seen", "x", "--seeds-seen", "a,b"],
+            "--seeds-seen",
+        ),
+        ("an amendment after data without what was seen", lambda f: ["--after-data"], "--seen"),
+    ],
     "report": [
         ("unwritable output", lambda f: ["--smoke", "--out", str(f["unwritable"])], "--out"),
         ("unknown experiment", lambda f: ["--smoke", "--only", "E999"], "E999"),
         ("unknown experiment in a list", lambda f: ["--smoke", "--only", "E2,E999"], "E999"),
+        ("selection of commas", lambda f: ["--smoke", "--only", ",,"], "no name given"),
         ("two sizes", lambda f: ["--smoke", "--quick"], "--quick"),
         ("device that is no device", lambda f: ["--smoke", "--device", "gpu"], "--device"),
         ("absent CUDA device", lambda f: ["--smoke", "--device", "cuda:99"], "--device"),
@@ -229,6 +291,8 @@ def test_bad_input_is_one_error_line_exit_2_and_nothing_started(
     assert "Traceback" not in result.output
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: ") and expected in line, line
+    for parser_wording in ("Value error", "Input should", "usecols", "allow_pickle"):
+        assert parser_wording not in line
     assert result.stdout == ""
     assert not any(tmp_path.iterdir())
     assert sorted(files["good"].parent.rglob("*")) == before
@@ -252,3 +316,64 @@ def test_a_csv_header_row_is_skipped(tmp_path):
     )
     assert result.exit_code == 0  # --header drops the first row even when it is numbers
     assert result.stdout.splitlines()[-2] != outputs[1]
+
+
+def _without(modules: list[str], args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """`implicit-em ARGS` in a fresh interpreter where `modules` cannot be imported (as if their
+    packages were not installed: `sys.modules[name] = None` makes every import of it fail)."""
+    code = (
+        "import sys\n"
+        f"for name in {modules!r}:\n"
+        "    sys.modules[name] = None\n"
+        "from implicit_em.cli import main\n"
+        f"sys.argv = ['implicit-em', *{args!r}]\n"
+        "main()\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, timeout=600
+    )
+
+
+@pytest.mark.parametrize(
+    ("modules", "args", "extra"),
+    [
+        (["matplotlib"], ["report", "--smoke", "--only", "E1"], "report"),
+        (["matplotlib"], ["windtunnel", "--quick"], "plot"),
+        (["tensorboard"], ["trace-demo"], "trace"),
+        (["matplotlib"], ["trace-demo"], "trace"),
+        (["matplotlib"], ["trace", "report", "run.jsonl"], "trace"),
+    ],
+    ids=["report", "windtunnel", "trace-demo without tensorboard", "trace-demo", "trace report"],
+)
+def test_a_missing_optional_extra_is_one_line_naming_the_install(tmp_path, modules, args, extra):
+    done = _without(modules, args, tmp_path)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("error: ") and modules[0] in line
+    assert line.endswith(f"pip install 'implicit-em[{extra}]'"), line
+    assert done.stdout == "" and not any(tmp_path.iterdir())  # nothing started
+
+
+def test_help_summaries_are_whole_and_usage_names_arguments():
+    runner = CliRunner()
+    listing = runner.invoke(app, ["--help"], terminal_width=80).stdout
+    commands = listing.split("Commands:")[1].strip().splitlines()
+    assert len(commands) == len(CASES) and not any(line.endswith("...") for line in commands)
+    fit = runner.invoke(app, ["fit", "--help"]).stdout
+    assert "[OPTIONS] DATA" in fit.splitlines()[0]
+    page = runner.invoke(app, ["trace", "report", "--help"]).stdout
+    assert "[OPTIONS] RUN" in page.splitlines()[0]
+
+
+def test_cpu_0_is_the_cpu():
+    assert check_device("cpu:0") == check_device("cpu") == "cpu"
+
+
+def test_a_csv_header_is_a_first_row_with_no_number(tmp_path):
+    headed = tmp_path / "headed.csv"
+    headed.write_text("\n# a comment\nwidth,height\n1,2\n3,4\n")
+    assert read_data(headed).tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    plain = tmp_path / "plain.csv"
+    plain.write_text("1,2\n3,4\n")
+    assert read_data(plain).shape == (2, 2)
+    assert read_data(plain, header=True).shape == (1, 2)

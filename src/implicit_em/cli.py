@@ -16,7 +16,7 @@ import json
 import typer
 
 from implicit_em import __version__, identities
-from implicit_em.arguments import OneLineErrors, fail, names
+from implicit_em.arguments import SEED_RANGE, OneLineErrors, PlainUsage, fail, names, needs_extra
 from implicit_em.mixture.cli import fit_command
 from implicit_em.report.cli import publish_command, register_command, report_command
 from implicit_em.trace.cli import trace_app
@@ -55,10 +55,10 @@ def _root(
     """Gradient descent as implicit EM: identities, mixtures, tracing, wind tunnel."""
 
 
-@app.command()
+@app.command(cls=PlainUsage, short_help="Check the executable identities against autograd.")
 def verify(
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
-    seed: int = typer.Option(0, help="Seed of the random inputs."),
+    seed: int = typer.Option(0, **SEED_RANGE, help="Seed of the random inputs."),
     only: list[str] = typer.Option(
         None,
         "--only",
@@ -93,15 +93,33 @@ def verify(
         raise typer.Exit(code=1)
 
 
-app.command("report")(report_command)
-app.command("publish")(publish_command)
-app.command("register")(register_command)
-app.command("windtunnel")(windtunnel)
-app.command("fit")(fit_command)
-
-
-app.command("trace-demo")(trace_demo)
-app.add_typer(trace_app, name="trace")
+# Each command with the summary `implicit-em --help` lists (whole, not cut to the width) and
+# the optional dependencies it checks before any work.
+app.command("report", cls=PlainUsage, short_help="Run the claims report; write its page.")(
+    needs_extra("report", "report", ["matplotlib", "entmax", "cleanlab", "crowdkit"])(
+        report_command
+    )
+)
+app.command("publish", cls=PlainUsage, short_help="Publish a full-size report, or check it.")(
+    publish_command
+)
+app.command(
+    "register", cls=PlainUsage, short_help="Register the report's protocols, or check them."
+)(register_command)
+app.command("windtunnel", cls=PlainUsage, short_help="Train on a wind-tunnel task; bits vs Bayes.")(
+    needs_extra("windtunnel", "plot", ["matplotlib"])(windtunnel)
+)
+app.command("fit", cls=PlainUsage, short_help="Fit a Gaussian mixture to a file, or predict.")(
+    fit_command
+)
+app.command("trace-demo", cls=PlainUsage, short_help="Trace a small classifier on digits.")(
+    needs_extra("trace-demo", "trace", ["tensorboard", "matplotlib"])(trace_demo)
+)
+for _command in trace_app.registered_commands:  # `trace report` draws with matplotlib
+    _command.cls = PlainUsage
+    _command.short_help = "Write the health page of a traced run."
+    _command.callback = needs_extra("trace report", "trace", ["matplotlib"])(_command.callback)
+app.add_typer(trace_app, name="trace", short_help="Commands on traced runs: `trace report`.")
 
 
 def main() -> None:

@@ -20,13 +20,16 @@ CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px;margin:2em auto;
 padding:0 1em;line-height:1.5;color:#1f2328}
 h1{margin-bottom:.2em}h2{border-bottom:1px solid #d0d7de;padding-bottom:.3em;margin-top:2em}
-table{border-collapse:collapse;margin:1em 0;font-size:.92em}th,td{border:1px solid #d0d7de;
+table{border-collapse:collapse;margin:1em 0;font-size:.92em;display:block;max-width:100%;overflow-x:auto}th,td{border:1px solid #d0d7de;
 padding:.3em .6em;text-align:left;vertical-align:top}th{background:#f6f8fa}caption{text-align:left;
 font-weight:600;padding:.3em 0}.verdict{color:#fff;border-radius:1em;padding:.1em .7em;font-size:.8em;
 font-weight:600;white-space:nowrap}figure{margin:1em 0}img{max-width:100%;border:1px solid #d0d7de}
 figcaption{font-size:.9em;color:#57606a}.meta{font-size:.85em;color:#57606a}.note{background:#f6f8fa;
 padding:.5em .8em;border-left:3px solid #d0d7de}pre.error{background:#fff1f0;padding:.8em;overflow:auto}
-code{font-size:.85em}
+code{font-size:.85em}nav ul,nav ol{margin:.3em 0}details{margin:.6em 0}summary{cursor:pointer}
+.metric{display:grid;grid-template-columns:minmax(0,3fr) minmax(12em,1fr);gap:1em;align-items:center}
+.metric figure{margin:.5em 0}.guide{font-size:.9em}.healthy{color:#1a7f37}
+@media (max-width:900px){.metric{grid-template-columns:1fr}.guide{order:-1}}
 """
 """The style every page shares."""
 

@@ -112,7 +112,7 @@ def test_a_complete_full_run_is_published_with_its_provenance_and_is_fresh(tmp_p
         assert entry["size"] == "full" and entry["seeds"] == [1000, 1001, 1002]
         assert entry["commit"] and entry["machine"] == document["meta"]["machine"]
         assert entry["seconds"] >= 0 and len(entry["key"]) == 16
-    assert "partial" not in (dest / "summary.md").read_text()
+    assert "PARTIAL" not in (dest / "summary.md").read_text()
     page = (dest / "index.html").read_text()
     key = document["experiments"][0]["key"]
     assert "Size full; 3 seeds; measured time" in page and f"cache key {key}" in page
@@ -198,11 +198,17 @@ def test_the_cli_refuses_a_report_that_is_not_full_size_in_one_line(tmp_path):
 def test_the_announcement_names_each_experiment_with_its_expected_time(tmp_path, two):
     lines: list[str] = []
     run_experiments(two, "full", tmp_path, log=lines.append)
-    assert lines[0].endswith("2 to run (about 24 min on a 2-core CPU)")
-    assert lines[1:] == ["  X1   about 12 min  synthetic X1", "  X2   about 12 min  synthetic X2"]
+    assert lines[0].endswith("2 to run (about 24 min: budgets for X1, X2)")
+    assert lines[1:3] == [  # then, off a terminal, a plain line per experiment
+        "  X1   about 12 min  (budget) synthetic X1",
+        "  X2   about 12 min  (budget) synthetic X2",
+    ]
     again: list[str] = []
     run_experiments(two, "full", tmp_path, log=again.append)
-    assert again == ["2 experiment(s) at size 'full': 2 cached, 0 to run"]
+    assert again[:2] == [
+        "2 experiment(s) at size 'full', 0 to run",
+        f"resuming: 2 finished experiment(s) read from {tmp_path / 'cache'}",
+    ]
 
 
 def test_the_announcement_states_the_published_times_where_there_are_some(tmp_path, two):
@@ -216,10 +222,10 @@ def test_the_announcement_states_the_published_times_where_there_are_some(tmp_pa
     assert measured == {"X1": 95.0}
     lines: list[str] = []
     run_experiments(two, "full", tmp_path, log=lines.append, measured=measured)
-    assert lines[0].endswith("2 to run (about 14 min on a 2-core CPU)")
-    assert lines[1:] == [
-        "  X1   about 2 min   synthetic X1 (as published)",
-        "  X2   about 12 min  synthetic X2",
+    assert lines[0].endswith("2 to run (about 14 min: budgets for X2)")
+    assert lines[1:3] == [
+        "  X1   about 2 min   synthetic X1",
+        "  X2   about 12 min  (budget) synthetic X2",
     ]
     assert published_seconds(None, "full") == {}
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,10 +24,10 @@ from implicit_em.report import (
     run_report,
     unit,
 )
-from implicit_em.report.build import _published
+from implicit_em.report.build import _published, published_seconds
 from implicit_em.report.protocol import Protocol
-from implicit_em.report.render import NO_FULL_RUN, render_markdown, report_document
-from implicit_em.report.runner import duration, run_experiments
+from implicit_em.report.render import NO_FULL_RUN, render_markdown, report_document, sample_count
+from implicit_em.report.runner import Interrupted, duration, run_experiments
 
 QUIET = {"log": lambda line: None}
 
@@ -276,16 +278,18 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "implicit_em.cli", "report", *args]
 
 
+def _start(out: Path, only: str, **popen: Any) -> subprocess.Popen:
+    """`implicit-em report --smoke --only ONLY --out OUT` started, its output piped."""
+    return subprocess.Popen(
+        _cli("--smoke", "--only", only, "--out", str(out)), stdout=subprocess.PIPE, **popen
+    )
+
+
 @pytest.mark.slow
 def test_a_killed_report_resumes_without_rerunning_what_finished(tmp_path):
     out = tmp_path / "rep"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen(
-        _cli("--smoke", "--only", "E1,E2,E3", "--out", str(out)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
+    process = _start(out, "E1,E2,E3", stderr=subprocess.STDOUT, env=env)
     deadline = time.monotonic() + 300
     while not list((out / "cache").glob("E1-*.json")) and time.monotonic() < deadline:
         assert process.poll() is None, process.stdout.read().decode()
@@ -345,3 +349,169 @@ def test_cuda_without_a_device_is_refused(tmp_path):
         done.stderr.strip() == "error: --device cuda: no CUDA device is available on this machine"
     )
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+_ALARMING = '''
+import json, sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import implicit_em as iem
+from implicit_em.report import Experiment, Outcome
+from implicit_em.report.progress import progress
+from implicit_em.report.protocol import Protocol
+from implicit_em.report.runner import run_experiments
+
+
+def collapsing(config, out):
+    """A real traced run whose head starts collapsed: the tracer raises its alarms."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3))
+    with torch.no_grad():
+        model[0].bias.copy_(torch.tensor([20.0, 0.0, 0.0]))
+    x, y = torch.randn(32, 4), torch.randint(0, 3, (32,))
+    with iem.trace.Tracer(model, sinks=["memory"]) as tracer:
+        for _ in progress(range(3), desc="steps"):
+            F.cross_entropy(model(x), y).backward()
+            model.zero_grad()
+            tracer.step()
+    return Outcome({"alarms": len(tracer.alarms)}, {"x": [0.5, 0.4, 0.6]})
+
+
+experiment = Experiment(
+    id="X9", title="a collapsing head", claims=("C1",), hypothesis="h", setup="s",
+    run=collapsing, headline=("x",),
+    protocol=Protocol.from_data({
+        "id": "X9",
+        "criteria": [{"number": "x", "op": "<=", "threshold": 1.0, "means": "small",
+                      "claim": "C1", "direction": "supports", "primary": True}],
+        "sizes": {"smoke": {}, "quick": {}, "full": {}, "control": {}},
+    }),
+    meaning={"holds": "a", "partly": "b", "fails": "c"},
+    minutes={"smoke": 0, "quick": 0, "full": 0},
+)
+(result,) = run_experiments([experiment], "smoke", Path(sys.argv[1]), log=print)
+print("alarms recorded:", result.outcome.numbers["alarms"])
+'''
+
+
+def test_the_console_off_a_terminal_has_no_alarm_and_no_control_character(tmp_path):
+    script = tmp_path / "alarming.py"
+    script.write_text(_ALARMING)
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "out")], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    console = done.stdout + done.stderr
+    assert int(console.split("alarms recorded:")[1]) > 0  # the alarms were raised, as records
+    assert "0.ce" not in console and "CollapseWarning" not in console
+    assert not [c for c in console if c in "\r\x1b\x08"]
+    lines = console.splitlines()
+    assert "X9   running  a collapsing head" in lines
+    assert any(
+        line.startswith("X9   holds    (") and line.endswith(" s)  a collapsing head")
+        for line in lines
+    )
+
+
+def test_ctrl_c_names_what_was_kept(tmp_path):
+    def done_(config, out):
+        return Outcome({}, {"x": [0.5, 0.4, 0.6]})
+
+    def stopped(config, out):
+        unit("seed0", lambda: 0.5)
+        raise KeyboardInterrupt
+
+    with pytest.raises(Interrupted) as stop:
+        run_experiments(
+            [_experiment("X1", done_), _experiment("X2", stopped)], "smoke", tmp_path, **QUIET
+        )
+    assert stop.value.kept == ["X1"] and stop.value.running == "X2"
+    (units,) = (tmp_path / "units").iterdir()
+    assert units.name.startswith("X2-") and (units / "seed0.json").is_file()
+    lines: list[str] = []
+    run_experiments(
+        [_experiment("X1", done_), _experiment("X2", done_)], "smoke", tmp_path, log=lines.append
+    )
+    assert f"resuming: 1 finished experiment(s) read from {tmp_path / 'cache'}" in lines
+    assert any(
+        line.startswith("  X2") and "(resumes from 1 kept unit(s))" in line for line in lines
+    )
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_the_command_is_one_line_with_the_command_that_resumes(tmp_path):
+    out = tmp_path / "rep"
+    process = _start(out, "E1,E3", stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 600
+    while not list(out.glob("units/E3-*")) and time.monotonic() < deadline:
+        time.sleep(0.05)  # E1 is cached and E3 runs
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130
+    (line,) = stderr.strip().splitlines()
+    assert line == (
+        f"interrupted: 1 finished experiment(s) kept in {out / 'cache'}, and E3's finished "
+        f"units in {out / 'units'}; resume with: implicit-em report --smoke --out {out} "
+        "--only E1,E3"
+    )
+
+
+def test_the_announcement_reads_measured_times_and_marks_budgets(tmp_path):
+    def fine(config, out):
+        return Outcome({}, {"x": [0.5, 0.4, 0.6]})
+
+    lines: list[str] = []
+    experiments = [_experiment("X1", fine), _experiment("X2", fine)]
+    run_experiments(experiments, "smoke", tmp_path, log=lines.append, measured={"X1": 30.0})
+    assert lines[0] == "2 experiment(s) at size 'smoke', 2 to run (about 30 s: budgets for X2)"
+    assert lines[1].startswith("  X1   about 30 s    test X1")
+    assert "(budget)" in lines[2]
+    lines.clear()
+    run_experiments(
+        experiments, "quick", tmp_path, log=lines.append, measured={"X1": 30.0, "X2": 90.0}
+    )
+    assert lines[0] == "2 experiment(s) at size 'quick', 2 to run (about 2 min: as measured)"
+
+
+def test_times_json_holds_what_a_run_measured_and_is_read_back(smoke_report):
+    report, out = smoke_report
+    times = json.loads((out / "times.json").read_text())
+    assert published_seconds(times, "smoke") == {r.experiment.id: r.seconds for r in report.results}
+
+
+def test_the_files_are_readable_as_other_new_files_are(smoke_report, tmp_path):
+    _, out = smoke_report
+    (tmp_path / "file").write_text("")
+    (tmp_path / "folder").mkdir()
+    file, folder = (stat.S_IMODE((tmp_path / n).stat().st_mode) for n in ("file", "folder"))
+    assert file & stat.S_IRGRP  # under the usual umask
+    for name in ("index.html", "results.json", "summary.md", "times.json"):
+        assert stat.S_IMODE((out / name).stat().st_mode) == file
+    for figures in (out / "figures").iterdir():
+        assert stat.S_IMODE(figures.stat().st_mode) == folder
+
+
+def test_the_page_opens_with_contents_and_how_to_read_it_and_folds_configurations(smoke_report):
+    report, _ = smoke_report
+    html = report.html.read_text()
+    assert "<nav id='contents'>" in html
+    assert html.index('id="how-to-read"') < html.index("<table")  # the legend first
+    for result in report.results:
+        assert f"<li><a href='#{result.experiment.id}'>" in html
+    sections = html.split("<section id=")[1:]
+    assert len(sections) == len(report.results)
+    for section in sections:
+        assert "<details><summary>Configuration</summary>" in section
+        assert "<td>device</td><td>cpu</td>" in section  # a setting per row, not a JSON blob
+        assert '{"' not in section and "{&quot;" not in section
+
+
+def test_sample_counts_say_what_they_count():
+    assert sample_count(10, [0, 1, 2, 3, 4]) == "10 (5 seeds × 2 per seed)"
+    assert sample_count(5, [0, 1, 2, 3, 4]) == "5 (one per seed)"
+    assert sample_count(2, [0]) == "2 (1 seed × 2 per seed)"
+    assert sample_count(7, [0, 1, 2]) == "7 (over 3 seeds)"

@@ -3,6 +3,7 @@ sections, the command's errors, and the page in a real headless Chromium."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from typer.testing import CliRunner
 
 from implicit_em.cli import app
 from implicit_em.trace import Thresholds, Tracer
-from implicit_em.trace.page import RunFileError, health_page, read_run
+from implicit_em.trace.page import RunFileError, health_page, read_run, site_label
 
 from .browser import check_in_browser, chromium, needs_chromium
 
@@ -43,11 +44,16 @@ def test_page_has_every_section_and_the_alarm_messages(tmp_path):
     html = health_page(run)
     for section in ("summary", "type-attention", "type-classification", "alarms", "worst"):
         assert f"id='{section}'" in html
-    assert html.count("data:image/png;base64,") == 2
+    drawn = html.count("<div class='metric'")
+    assert drawn > 2 and html.count("data:image/png;base64,") == drawn
+    assert html.count("<b>Healthy:</b>") == drawn  # each plot has its definition and range
     assert "one component holds most of the mass" in html
     dominance = [a for a in run.history.alarms() if a["alarm"] == "dominance"]
     first, last = dominance[0]["step"], dominance[-1]["step"]
-    row = f"<td>head.ce</td><td>dominance</td><td>{len(dominance)}</td><td>{first}</td><td>{last}</td>"
+    site = "head.ce (module head, cross-entropy)"
+    row = (
+        f"<td>{site}</td><td>dominance</td><td>{len(dominance)}</td><td>{first}</td><td>{last}</td>"
+    )
     assert len(dominance) > 1 and row in html
     assert "http://" not in html and "https://" not in html
 
@@ -159,3 +165,38 @@ def test_many_sites_are_drawn_as_median_and_band():
     assert list(median.get_ydata()) == [5.5, 6.5, 7.5]
     assert len(ax.collections) == 1  # the min-max band
     assert [line.get_xdata()[0] for line in ax.get_lines() if line.get_linestyle() == "--"] == [1]
+
+
+def test_a_metric_flat_at_its_healthy_value_is_one_line_and_the_others_are_drawn(tmp_path):
+    records = [
+        {
+            "kind": "site",
+            "step": step,
+            "site": "2.ce",
+            "type": "classification",
+            "effective_k": 3.0 - step / 10,
+            "dead": 0,
+            "residual": 1e-7,
+        }
+        for step in range(4)
+    ]
+    path = tmp_path / "run.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    html = health_page(read_run(path))
+    assert html.count("<div class='metric'") == 1 and "id='classification-effective_k'" in html
+    (folded,) = re.findall(r"<p class='healthy'>.*?</p>", html)
+    assert "<code>dead</code>" in folded and "<code>residual</code>" in folded
+    assert "2.ce (module 2, cross-entropy)" in html
+    records[2]["dead"] = 1  # no longer flat: drawn, with its guide
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    html = health_page(read_run(path))
+    assert "id='classification-dead'" in html and html.count("<b>Healthy:</b>") == 2
+
+
+def test_site_labels_say_what_the_site_is():
+    assert (
+        site_label("transformer.h.3.attn")
+        == "transformer.h.3.attn (module transformer.h.3, attention)"
+    )
+    assert site_label("ce") == "ce (cross-entropy)"
+    assert site_label("custom") == "custom"

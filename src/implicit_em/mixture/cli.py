@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import numpy as np
 import typer
 from tqdm import tqdm
 
-from implicit_em.arguments import check_writable_file, fail, warn
+from implicit_em.arguments import SEED_RANGE, check_writable_file, fail
 from implicit_em.mixture.covariance import COVARIANCE_TYPES
 from implicit_em.mixture.estimator import GaussianMixture
 from implicit_em.mixture.initialization import INIT_PARAMS
@@ -37,38 +38,110 @@ Init = StrEnum("Init", {name: name for name in INIT_PARAMS})
 DType = StrEnum("DType", {name: name for name in ("float64", "float32")})
 
 
-def _is_numbers(line: str) -> bool:
+_OTHER_DELIMITERS = {";": "semicolons", "\t": "tabs", "|": "vertical bars", " ": "spaces"}
+
+
+def _is_number(cell: str) -> bool:
     try:
-        [float(cell) for cell in line.split(",")]
+        float(cell)
     except ValueError:
         return False
     return True
 
 
+def _csv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """Each row of a CSV file with its line number (1-based, as an editor shows it) and its
+    comma-separated cells, stripped; blank lines and `#` comments are skipped, as `np.loadtxt`
+    skips them."""
+    with path.open(encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, start=1):
+            text = line.split("#", 1)[0].strip()
+            if text:
+                yield number, [cell.strip() for cell in text.split(",")]
+
+
+def _other_delimiter(cells: list[str]) -> str | None:
+    """The delimiter other than a comma that splits a one-cell row into numbers, if any."""
+    if len(cells) != 1:
+        return None
+    for delimiter in _OTHER_DELIMITERS:
+        parts = cells[0].split(None if delimiter == " " else delimiter)
+        if len(parts) > 1 and all(_is_number(part) for part in parts):
+            return delimiter
+    return None
+
+
+def _csv_problem(path: Path, skip_first: bool) -> str | None:
+    """The first thing in the file that is not a comma-separated number, named by line and
+    column as the file counts them (from 1); None when every row is numbers of one width."""
+    width: tuple[int, int] | None = None
+    for index, (line, cells) in enumerate(_csv_rows(path)):
+        if index == 0 and skip_first:
+            continue
+        delimiter = _other_delimiter(cells)
+        if delimiter is not None:
+            return (
+                f"line {line} is separated by {_OTHER_DELIMITERS[delimiter]}; expected "
+                "comma-separated numbers (save the file with commas)"
+            )
+        for column, cell in enumerate(cells, start=1):
+            if not _is_number(cell):
+                what = "the cell is empty" if not cell else f"{cell!r} is not a number"
+                return f"line {line}, column {column}: {what}"
+        if width is None:
+            width = (line, len(cells))
+        elif len(cells) != width[1]:
+            return (
+                f"line {line} has {len(cells)} columns, but line {width[0]} has {width[1]}; "
+                "every row needs the same number of columns"
+            )
+    return None
+
+
 def _read_csv(path: Path, header: bool | None) -> np.ndarray:
-    """Comma-separated numbers; a first line that is not all numbers is a header (skipped) when
-    `header` is None."""
-    with path.open() as f:
-        first = next((line for line in f if line.strip()), "")
+    """Comma-separated numbers. A header is a first row with no number in it (and not numbers
+    split by another delimiter): skipped when `header` is None; a first row that mixes numbers and text is data, and its text cell is
+    the error."""
+    first = next(_csv_rows(path), None)
+    if first is None:
+        raise DataError(f"{path}: no data rows")
     if header is None:
-        header = bool(first) and not _is_numbers(first)
+        header = _other_delimiter(first[1]) is None and not any(map(_is_number, first[1]))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # loadtxt's "input contained no data"
         try:
-            data = np.loadtxt(path, delimiter=",", ndmin=2, skiprows=int(header))
+            data = np.loadtxt(path, delimiter=",", ndmin=2, skiprows=first[0] if header else 0)
         except ValueError as err:
-            raise DataError(f"{path}: {err}") from None
+            raise DataError(f"{path}: {_csv_problem(path, header) or err}") from None
     if data.size == 0:
         raise DataError(f"{path}: no data rows")
     return data
+
+
+def _read_npy(path: Path) -> np.ndarray:
+    """The array in a `.npy` file; never unpickled."""
+    with path.open("rb") as f:
+        magic = f.read(6)
+    if magic != b"\x93NUMPY":
+        empty = " (the file is empty)" if not magic else ""
+        raise DataError(f"{path}: not a NumPy .npy file{empty}")
+    try:
+        return np.load(path, allow_pickle=False)
+    except ValueError as err:
+        if "pickle" in str(err):
+            raise DataError(f"{path}: holds Python objects, not an array of numbers") from None
+        raise DataError(f"{path}: a damaged .npy file ({err})") from None
+    except EOFError:
+        raise DataError(f"{path}: a truncated .npy file") from None
 
 
 def read_data(path: Path, header: bool | None = None) -> np.ndarray:
     """A 2-D float array (float32 stays float32) from `.npy` or `.csv`.
 
     CSV: comma-separated numbers, one row per line; `header` None detects a header row (a
-    first line that is not all numbers) and skips it, True always skips the first line, False
-    never does. `DataError` names the file and what is wrong with it.
+    first row with no number in it) and skips it, True always skips the first row, False
+    never does. `DataError` names the file and what is wrong with it, by line and column
+    counted from 1 as in the file.
     """
     if path.is_dir():
         raise DataError(f"{path}: is a folder, expected a .npy or .csv file")
@@ -76,13 +149,13 @@ def read_data(path: Path, header: bool | None = None) -> np.ndarray:
         raise DataError(f"{path}: no such file")
     try:
         if path.suffix == ".npy":
-            data = np.load(path, allow_pickle=False)
+            data = _read_npy(path)
         elif path.suffix == ".csv":
             data = _read_csv(path, header)
         else:
             raise DataError(f"{path}: expected a .npy or .csv file")
-    except (OSError, ValueError) as err:
-        raise DataError(err if isinstance(err, DataError) else f"{path}: {err}") from None
+    except OSError as err:
+        raise DataError(f"{path}: cannot be read ({err.strerror or err})") from None
     if data.ndim != 2 or 0 in data.shape:
         raise DataError(f"{path}: expected a 2-D array (rows x features), got shape {data.shape}")
     if not np.issubdtype(data.dtype, np.number) or np.issubdtype(data.dtype, np.complexfloating):
@@ -90,7 +163,7 @@ def read_data(path: Path, header: bool | None = None) -> np.ndarray:
     data = data if data.dtype == np.float32 else data.astype(np.float64)
     if not np.isfinite(data).all():
         row = int(np.flatnonzero(~np.isfinite(data).all(axis=1))[0])
-        raise DataError(f"{path}: contains NaN or infinity (row {row})")
+        raise DataError(f"{path}: contains NaN or infinity (row {row + 1} of the data)")
     return data
 
 
@@ -102,7 +175,7 @@ def npz_path(path: Path) -> Path:
 def _predict(x: np.ndarray, data: Path, parameters: Path, labels: Path | None) -> None:
     try:
         gm = load(parameters)
-    except (OSError, ValueError, KeyError) as err:
+    except ValueError as err:
         fail(f"--predict {parameters}: not a parameters file written by implicit-em fit ({err})")
     if x.shape[1] != gm.n_features_in_:
         fail(
@@ -141,7 +214,7 @@ def fit_command(
     ),
     batch_size: int = typer.Option(None, min=1, help="Rows per streamed chunk (default: all)."),
     dtype: DType = typer.Option(None, help="The floating type of the fit (default: the data's)."),
-    seed: int = typer.Option(0, min=0, max=2**32 - 1, help="Random seed of the initialization."),
+    seed: int = typer.Option(0, **SEED_RANGE, help="Random seed of the initialization."),
     header: bool = typer.Option(
         None, "--header/--no-header", help="CSV: skip the first line or not (default: detect)."
     ),
@@ -161,11 +234,14 @@ def fit_command(
     if learning_rate is not None and not (math.isfinite(learning_rate) and learning_rate > 0):
         fail(f"--learning-rate must be a finite number > 0, got {learning_rate}")
     if learning_rate is not None and fitter.value not in ("gd", "adam"):
-        warn(f"--learning-rate is used by --fitter gd and adam only; ignored by {fitter.value}")
+        fail(
+            f"--learning-rate is a step size of --fitter gd and adam; --fitter {fitter.value} "
+            "takes none (leave --learning-rate out, or choose gd or adam)"
+        )
     if predict is not None and not predict.is_file():
         fail(f"--predict {predict}: no such file")
     if labels is not None and predict is None:
-        warn("--labels is written only with --predict; ignored")
+        fail("--labels: labels are written by a prediction; give --predict PARAMETERS.npz too")
     if predict is not None and labels is not None:
         check_writable_file(labels, "--labels")
     if predict is None:
@@ -199,8 +275,13 @@ def fit_command(
 
     def progress(n_iter: int, log_likelihood: float) -> None:
         if not bars:
-            bars.append(
-                tqdm(total=max_iter, desc=f"{fitter.value} ({covariance.value})", unit="pass")
+            bars.append(  # drawn on a terminal only (disable=None)
+                tqdm(
+                    total=max_iter,
+                    desc=f"{fitter.value} ({covariance.value})",
+                    unit="pass",
+                    disable=None,
+                )
             )
         bars[0].update(1)
         bars[0].set_postfix(log_likelihood=f"{log_likelihood:.5f}")

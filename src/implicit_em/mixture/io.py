@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -30,19 +31,25 @@ def save(gm: GaussianMixture, path: str | Path) -> None:
 
 
 def load(path: str | Path) -> GaussianMixture:
-    """A fitted `GaussianMixture` (float64, CPU) from a file written by `save`
-    (`ValueError` for another kind of file, `KeyError` for an `.npz` without its fields)."""
-    data = np.load(path, allow_pickle=False)
-    if not isinstance(data, np.lib.npyio.NpzFile):
-        raise ValueError(f"{path} is not an .npz archive")
-    with data:
-        covariance_type = str(data["covariance_type"])
-        weights, means = torch.as_tensor(data["weights"]), torch.as_tensor(data["means"])
-        covariances = torch.as_tensor(data["covariances"])
-        gm = GaussianMixture(
-            len(weights), covariance_type=covariance_type, fitter=str(data["fitter"])
-        )
-        lower_bound, n_iter = float(data["lower_bound"]), int(data["n_iter"])
+    """A fitted `GaussianMixture` (float64, CPU) from a file written by `save`; `ValueError`
+    saying what the file lacks for another kind of file (nothing in it is ever unpickled)."""
+    if not zipfile.is_zipfile(path):
+        raise ValueError("not an .npz archive")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            covariance_type = str(data["covariance_type"])
+            weights, means = torch.as_tensor(data["weights"]), torch.as_tensor(data["means"])
+            covariances = torch.as_tensor(data["covariances"])
+            fitter = str(data["fitter"])
+            lower_bound, n_iter = float(data["lower_bound"]), int(data["n_iter"])
+    except KeyError as err:
+        raise ValueError(f"an .npz archive without the field {err.args[0].split()[0]}") from None
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
+        objects = "pickle" in str(err)
+        raise ValueError(
+            "holds Python objects" if objects else f"a damaged archive ({err})"
+        ) from None
+    gm = GaussianMixture(len(weights), covariance_type=covariance_type, fitter=fitter)
     model = covariance_model(covariance_type)
     mixture = Mixture.from_covariances(
         model, weights.double(), means.double(), covariances.double()

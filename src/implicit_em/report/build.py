@@ -1,5 +1,10 @@
-"""`run_report`: run the selected experiments and write `index.html`, `results.json` and
-`summary.md` into the output folder (each written atomically).
+"""`run_report`: run the selected experiments and write `index.html`, `results.json`,
+`summary.md` and `times.json` into the output folder (each written atomically).
+
+A run announces how long it will take from measured times, not budgets: at full size those of
+the published full run, at quick size those of `results/quick/times.json`, which is the
+`times.json` of a quick report run from a fresh clone, copied there (each experiment's measured
+seconds, with the date and machine line of the run).
 
 A report below full size is compared with the latest published full-size report,
 `results/full/results.json` (when it exists): each verdict that differs is marked. Until one
@@ -10,9 +15,10 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import implicit_em
 from implicit_em.machine import summary as machine_summary
@@ -23,16 +29,21 @@ from implicit_em.report.runner import Result, run_experiments
 
 __all__ = [
     "PUBLISHED_FULL",
+    "QUICK_TIMES",
     "Report",
     "published_seconds",
     "rebuild",
     "run_report",
+    "times_document",
     "write_document",
     "write_report",
 ]
 
 PUBLISHED_FULL = Path("results/full/results.json")
 """Where the published full-size report lives, relative to the folder the report runs from."""
+
+QUICK_TIMES = Path("results/quick/times.json")
+"""The measured seconds of each experiment at quick size, relative to the same folder."""
 
 
 @dataclass
@@ -58,17 +69,18 @@ def run_report(
     force: bool = False,
     log: Callable[[str], None] = print,
     published: Path | str | None = PUBLISHED_FULL,
+    quick_times: Path | str | None = QUICK_TIMES,
 ) -> Report:
     """Run (or load from the cache) the experiments `ids` (all when None) and write the report.
 
     `published` is the full-size `results.json` the verdicts are compared with (below full
     size; None or a missing file: "no full run published"); at full size, the times it
-    measured are what the run announces.
+    measured are what the run announces; at quick size, those of `quick_times`.
     """
     out = Path(out)
-    # Only a full-size run announces published times; below it `write_report` reads the
-    # publication for the comparison, once.
-    measured = published_seconds(_published(published), size) if size == "full" else {}
+    # Below full size `write_report` reads the publication for the comparison, once.
+    timed = {"full": published, "quick": quick_times}.get(size)
+    measured = published_seconds(_published(timed), size)
     results = run_experiments(
         select(ids), size, out, device=device, log=log, force=force, measured=measured
     )
@@ -135,6 +147,20 @@ def write_document(document: dict, out: Path, figures: Path | None = None) -> No
     write_atomic(out / "index.html", render_html(document, out if figures is None else figures))
 
 
+def times_document(document: Mapping[str, Any]) -> dict[str, Any]:
+    """The measured time of each experiment of a report `document`, with the run's size, date
+    and machine: what `results/quick/times.json` holds (read by `published_seconds`)."""
+    meta = document["meta"]
+    return {
+        "meta": {k: meta[k] for k in ("size", "date", "machine", "version")},
+        "experiments": [
+            {"id": e["id"], "size": e["size"], "seconds": e["seconds"]}
+            for e in document["experiments"]
+        ],
+    }
+
+
 def _write(document: dict, out: Path, results: list[Result]) -> Report:
     write_document(document, out)
+    write_atomic(out / "times.json", json.dumps(times_document(document), indent=1))
     return Report(results, out / "index.html", out / "results.json", out / "summary.md")

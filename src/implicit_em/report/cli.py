@@ -3,7 +3,8 @@ publish`: publish a finished full-size report into `results/full/`, or check the
 `implicit-em register`: register the experiments' protocols (or check that they are).
 
 Every argument is checked before any experiment runs; a bad one is one line naming the option
-and exit status 2.
+and exit status 2. Ctrl-C during a report is one line saying what was kept and the command
+that resumes, and exit status 130.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from implicit_em.report.publish import PUBLISHED, publish
 from implicit_em.report.registration import register, unregistered
 from implicit_em.report.registry import select
 from implicit_em.report.render import NO_FULL_RUN
+from implicit_em.report.runner import Interrupted
 
 _IDS = ", ".join(e.id for e in select())
 
@@ -45,7 +47,7 @@ def report_command(
     if quick + full + smoke > 1:
         fail("choose one of --quick, --full and --smoke")
     size = "full" if full else "smoke" if smoke else "quick"
-    check_device(device)
+    device = check_device(device)
     ids = names(only)
     try:
         select(ids)
@@ -56,6 +58,9 @@ def report_command(
         report = run_report(ids, size=size, out=out, device=device, force=force, log=typer.echo)
     except ValueError as err:
         fail(str(err))
+    except Interrupted as stop:
+        typer.echo(_interrupted_line(stop, size, out, ids, device), err=True)
+        raise typer.Exit(code=130) from None
     tally: dict[str, int] = {}
     for result in report.results:
         tally[result.judgement.verdict] = tally.get(result.judgement.verdict, 0) + 1
@@ -64,6 +69,19 @@ def report_command(
     if report.failed_to_run:
         typer.echo(f"error: {', '.join(report.failed_to_run)} crashed (see the report)", err=True)
         raise typer.Exit(code=1)
+
+
+def _interrupted_line(
+    stop: Interrupted, size: str, out: Path, ids: list[str] | None, device: str
+) -> str:
+    """What a Ctrl-C kept, and the command that resumes (the same size, output, selection and
+    device)."""
+    kept = f"{len(stop.kept)} finished experiment(s) kept in {out / 'cache'}"
+    units = f", and {stop.running}'s finished units in {out / 'units'}" if stop.running else ""
+    command = ["implicit-em report", f"--{size}", f"--out {out}"]
+    command += [f"--only {','.join(ids)}"] if ids else []
+    command += [f"--device {device}"] if device != "cpu" else []
+    return f"interrupted: {kept}{units}; resume with: {' '.join(command)}"
 
 
 def publish_command(

@@ -1,4 +1,9 @@
-"""Atomic JSON files for the report: written aside in the same folder, then renamed."""
+"""Atomic JSON files for the report: written aside in the same folder, then renamed.
+
+A file written aside is private to its owner (`mkstemp` makes it `-rw-------`); before the
+rename it gets the mode any other new file gets (`0o666` less the umask: `-rw-r--r--` under
+the usual umask 022), so the report's files are readable as other tools' outputs are.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["json_default", "write_atomic", "write_json"]
+__all__ = ["as_new_file", "json_default", "write_atomic", "write_json"]
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -18,10 +23,19 @@ def write_atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
+        as_new_file(Path(tmp))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def as_new_file(path: Path) -> None:
+    """Give a file or folder made private by `mkstemp`/`mkdtemp` the mode any new one gets:
+    `0o666` (a folder `0o777`) less the process's umask."""
+    mask = os.umask(0o022)  # read by setting it and setting it back
+    os.umask(mask)
+    os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
 
 
 def json_default(value: Any) -> Any:

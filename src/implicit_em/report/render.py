@@ -9,7 +9,6 @@ function that fills the README's column), and a line naming that run's date and 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ __all__ = [
     "render_html",
     "render_markdown",
     "report_document",
+    "sample_count",
 ]
 
 _GREEN, _RED, _BLUE, _GREY, _PURPLE = "#1a7f37", "#cf222e", "#0969da", "#57606a", "#8250df"
@@ -66,7 +66,9 @@ _INTRO = (
     "measurement code, a planted effect that must read met and its absence that must read not "
     "met. One criterion per item is primary and gives the item's verdict (supported, refuted or "
     "inconclusive for a claim; stands, answered or inconclusive for an objection); the others "
-    "are shown beside it. Items are coloured by what their verdict says of the paper."
+    "are shown beside it. Items are coloured by what their verdict says of the paper. "
+    "An interval is over samples: one per seed, or several per seed when each seed runs on "
+    "more than one data set or variant (the criteria tables say which)."
 )
 
 
@@ -268,13 +270,27 @@ def _controls(c: Mapping[str, Any]) -> str:
     )
 
 
-def _criteria_rows(criteria: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, ...], list]:
+def sample_count(count: Any, seeds: Any) -> str:
+    """What a criterion's interval is over: its number of samples, and how many per seed when
+    each seed gives several (one per data set or variant)."""
+    n_seeds = len(seeds) if isinstance(seeds, list) else 0
+    if not isinstance(count, int) or not n_seeds or count == n_seeds:
+        return f"{count} (one per seed)" if n_seeds and count == n_seeds else str(count)
+    seeds_ = f"{n_seeds} seed{'s' if n_seeds > 1 else ''}"
+    if count % n_seeds == 0:
+        return f"{count} ({seeds_} × {count // n_seeds} per seed)"
+    return f"{count} (over {seeds_})"
+
+
+def _criteria_rows(
+    criteria: Sequence[Mapping[str, Any]], seeds: Any = None
+) -> tuple[tuple[str, ...], list]:
     columns = (
         "number",
         "bears on",
         "needs",
         "estimate [95% interval]",
-        "seeds",
+        "samples",
         "status",
         "known-answer controls",
         "what it says",
@@ -300,7 +316,7 @@ def _criteria_rows(criteria: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, ..
                 f"{role} {c['claim']} ({c['direction']})",
                 f"{c['op']} {format_number(c['threshold'])}",
                 measured,
-                c["seeds"],
+                sample_count(c["seeds"], seeds),
                 status,
                 _controls(c),
                 c["means"],
@@ -346,7 +362,12 @@ def _section(root: Path, e: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
         rows = [(g["name"], "passed" if g["passed"] else "FAILED", g["detail"]) for g in e["gates"]]
         parts.append(_table(("sanity gate", "", "detail"), rows, "Sanity gates"))
     if e["criteria"]:
-        parts.append(_table(*_criteria_rows(e["criteria"]), "Criteria (95% intervals over seeds)"))
+        parts.append(
+            _table(
+                *_criteria_rows(e["criteria"], e.get("seeds")),
+                "Criteria (95% intervals over the samples)",
+            )
+        )
     mark = _full_mark(e, meta)
     mark = f" ({mark})" if mark else ""
     exploratory = " (exploratory)" if e.get("exploratory") else ""
@@ -370,7 +391,6 @@ def _section(root: Path, e: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
             + _table(("number", "value"), numbers)
             + "</details>"
         )
-    config = json.dumps(e["config"], sort_keys=True)
     cached = " (read from the cache)" if e["cached"] else ""
     seeds = e.get("seeds")
     seeds = f"; {len(seeds)} seeds" if isinstance(seeds, list) else ""
@@ -379,14 +399,97 @@ def _section(root: Path, e: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
     machine = f"; measured on {_esc(machine)}" if machine and machine != meta["machine"] else ""
     parts.append(
         f"<p class='meta'>Size {_esc(e['size'])}{seeds}; measured time {e['seconds']:.1f} s"
-        f"{cached}{commit}{machine}; cache key {_esc(e['key'])}; "
-        f"configuration <code>{_esc(config)}</code></p></section>"
+        f"{cached}{commit}{machine}; cache key {_esc(e['key'])}</p>"
     )
+    parts.append(_configuration(e["config"]))
+    parts.append("</section>")
     return "\n".join(parts)
 
 
+def _configuration(config: Mapping[str, Any]) -> str:
+    """The experiment's configuration, folded: one row per setting, its key in words."""
+    rows = [(key.replace("_", " "), _setting(value)) for key, value in sorted(config.items())]
+    return (
+        "<details><summary>Configuration</summary>"
+        + _table(("setting", "value"), rows)
+        + "</details>"
+    )
+
+
+def _setting(value: Any) -> Any:
+    """A configuration value as a cell: numbers as numbers, lists and mappings in short."""
+    if isinstance(value, Mapping):
+        return "; ".join(f"{k.replace('_', ' ')} {format_number(v)}" for k, v in value.items())
+    if isinstance(value, list | tuple) and not all(isinstance(v, int | float) for v in value):
+        return ", ".join(str(v) for v in value)
+    return value
+
+
+_CLAIM_COLUMNS = (
+    "id",
+    "statement",
+    "verdict",
+    "experiments",
+    "criteria: 95% intervals against thresholds",
+)
+"""The columns of the claims table, one cell function each in `_claim_cells`."""
+
+
+def _claim_cells(c: Mapping[str, Any], document: Mapping[str, Any]) -> list[str]:
+    """The cells (HTML) of one theory item's row of the claims table, in `_CLAIM_COLUMNS`
+    order."""
+    evidence = [*map(_evidence, c["evidence"]), *_excluded(c)]
+    colour = _DIRECTION_COLOURS[_direction(c)]
+    return [
+        _esc(c["id"]),
+        _esc(document["claims"].get(c["id"], "")),
+        f"{_verdict(c['verdict'], colour)}<br><span class='meta'>{_esc(_direction(c))}</span> "
+        f"{_esc(_full_mark(c, document['meta']))}",
+        ", ".join(f"<a href='#{_esc(i)}'>{_esc(i)}</a>" for i in c["experiments"]),
+        forest_svg(c["evidence"])
+        + "<details><summary>numbers</summary>"
+        + "<br>".join(_esc(line) for line in evidence)
+        + "</details>",
+    ]
+
+
+def _claims_table(document: Mapping[str, Any]) -> str:
+    """The verdict of each claim and objection: one row per theory item (`_claim_cells`)."""
+    head = "".join(f"<th>{_esc(c)}</th>" for c in _CLAIM_COLUMNS)
+    rows = "".join(
+        f"<tr id='claim-{_esc(c['id'])}'>"
+        + "".join(f"<td>{cell}</td>" for cell in _claim_cells(c, document))
+        + "</tr>"
+        for c in document["claim_verdicts"]
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+
+
+def _contents(experiments: Sequence[Mapping[str, Any]]) -> str:
+    """The table of contents: the page's parts, then one entry per experiment."""
+    entries = [
+        ("how-to-read", "How to read this report"),
+        ("claims", "Verdict per claim and objection"),
+        ("experiments", "Experiments"),
+    ]
+    links = "".join(f"<li><a href='#{i}'>{_esc(title)}</a></li>" for i, title in entries)
+    sections = "".join(
+        f"<li><a href='#{_esc(e['id'])}'>{_esc(e['id'])}: {_esc(e['title'])}</a> "
+        f"{_verdict(e['verdict'])}</li>"
+        for e in experiments
+    )
+    return (
+        f"<nav id='contents'><h2>Contents</h2><ul>{links}</ul>"
+        f"<details open><summary>{len(experiments)} experiments</summary><ol>{sections}</ol>"
+        "</details></nav>"
+    )
+
+
 def render_html(document: Mapping[str, Any], root: Path) -> str:
-    """The self-contained page; `root` is the folder the figures' paths are relative to."""
+    """The self-contained page; `root` is the folder the figures' paths are relative to.
+
+    In order: the title and provenance, the contents, how to read the page (before any
+    table), the verdict per claim, the experiments' summary, one section per experiment."""
     meta = document["meta"]
     experiments = document["experiments"]
     summary_rows = "".join(
@@ -394,19 +497,6 @@ def render_html(document: Mapping[str, Any], root: Path) -> str:
         f"{_esc(e['title'])}</td><td>{_verdict(e['verdict'])} {_esc(_full_mark(e, meta))}</td>"
         f"<td>{_esc(duration(e['seconds']))}</td><td>{_esc(_headline(e))}</td></tr>"
         for e in experiments
-    )
-    claim_rows = "".join(
-        f"<tr id='claim-{_esc(c['id'])}'><td>{_esc(c['id'])}</td>"
-        f"<td>{_esc(document['claims'].get(c['id'], ''))}</td>"
-        f"<td>{_verdict(c['verdict'], _DIRECTION_COLOURS[_direction(c)])}<br>"
-        f"<span class='meta'>{_esc(_direction(c))}</span> {_esc(_full_mark(c, meta))}</td><td>"
-        + ", ".join(f"<a href='#{_esc(i)}'>{_esc(i)}</a>" for i in c["experiments"])
-        + "</td><td>"
-        + forest_svg(c["evidence"])
-        + "<details><summary>numbers</summary>"
-        + "<br>".join(_esc(line) for line in [*map(_evidence, c["evidence"]), *_excluded(c)])
-        + "</details></td></tr>"
-        for c in document["claim_verdicts"]
     )
     by_direction = [_direction(c) for c in document["claim_verdicts"]]
     direction_tally = ", ".join(
@@ -421,16 +511,17 @@ def render_html(document: Mapping[str, Any], root: Path) -> str:
 <p class="meta">Size {_esc(meta["size"])} · {_esc(meta["date"])} · implicit-em {_esc(meta["version"])} ·
 {_esc(meta["machine"])} · {meta["seconds"]:.0f} s of experiments</p>
 <p class="meta">{_esc(comparison_line(meta))}</p>
-<h2>Verdict per claim and objection</h2>
+{_contents(experiments)}
+<h2 id="how-to-read">How to read this report</h2>
+<p>{_esc(_INTRO)}</p>
+<h2 id="claims">Verdict per claim and objection</h2>
 <p>{direction_tally}. Each item's verdict is its primary criterion's; the plot shows every
 criterion on the item (primary first, thicker): its 95% interval over seeds (bar), estimate (dot)
 and threshold (black tick), each row on its own scale, coloured by its vote (green for the item,
 red against it, purple undecided, hollow grey when its known-answer controls did not come out as
 planted).</p>
-<table><thead><tr><th>id</th><th>statement</th><th>verdict</th><th>experiments</th>
-<th>criteria: 95% intervals against thresholds</th></tr></thead><tbody>{claim_rows}</tbody></table>
-<p>{_esc(_INTRO)}</p>
-<h2>Experiments</h2><p>{_esc(tally)}.</p>
+{_claims_table(document)}
+<h2 id="experiments">Experiments</h2><p>{_esc(tally)}.</p>
 <table><thead><tr><th>claims</th><th>experiment</th><th>verdict</th><th>time</th>
 <th>key numbers</th></tr></thead>
 <tbody>{summary_rows}</tbody></table>

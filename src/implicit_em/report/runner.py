@@ -9,6 +9,12 @@ so a killed experiment resumes at the unit it was in. The verdict is never cache
 from the cached numbers and samples by the experiment's rule on every load. A cache entry also
 keeps the machine line and the commit it was measured on, so a result read back from the cache
 still says where its numbers and its time come from.
+
+The console says what is resumed (finished experiments read from the cache, an experiment's
+kept units), draws progress bars only on a terminal (`progress.on_terminal`; one plain line per
+experiment elsewhere), and shows no tracer alarm raised inside an experiment: the alarms stay
+records, which the experiments that are about them read. A Ctrl-C raises `Interrupted`, which
+names the experiments kept.
 """
 
 from __future__ import annotations
@@ -16,12 +22,15 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import logging
 import os
 import shutil
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,16 +39,18 @@ from tqdm.auto import tqdm
 
 from implicit_em.machine import summary as machine_summary
 from implicit_em.report.controls import status_of
-from implicit_em.report.files import json_default, write_atomic, write_json
+from implicit_em.report.files import as_new_file, json_default, write_atomic, write_json
 from implicit_em.report.judging import Judgement
-from implicit_em.report.progress import progress
+from implicit_em.report.progress import on_terminal, progress
 from implicit_em.report.provenance import source_commit
 from implicit_em.report.registration import now as utc_now
 from implicit_em.report.registration import status as protocol_status
 from implicit_em.report.registry import SIZES, Experiment, Figure, Outcome, Table
 from implicit_em.report.units import activate
+from implicit_em.trace.alarms import CollapseWarning
 
 __all__ = [
+    "Interrupted",
     "Result",
     "cache_key",
     "check_output_folder",
@@ -50,6 +61,31 @@ __all__ = [
 ]
 
 CACHE_VERSION = 3
+
+
+class Interrupted(Exception):
+    """A report stopped by Ctrl-C: the experiments whose results are in the cache (`kept`)
+    and the one that was running, whose finished units are kept (`running`, None if none)."""
+
+    def __init__(self, kept: list[str], running: str | None) -> None:
+        super().__init__(f"interrupted while running {running}")
+        self.kept = kept
+        self.running = running
+
+
+@contextmanager
+def alarms_off_console() -> Iterator[None]:
+    """Keep the tracer's alarms off the console: no `CollapseWarning`, no log line from the
+    `implicit_em.trace` logger. The alarms are still raised and recorded (`Tracer.alarms`)."""
+    trace_log = logging.getLogger("implicit_em.trace")
+    disabled = trace_log.disabled
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CollapseWarning)
+        trace_log.disabled = True
+        try:
+            yield
+        finally:
+            trace_log.disabled = disabled
 
 
 @dataclass(frozen=True)
@@ -288,9 +324,9 @@ def _run_one(
     started = utc_now()
     start = time.perf_counter()
     try:
-        with activate(units):
+        with activate(units), alarms_off_console():
             outcome = experiment.run(config, work_dir)
-        controls = run_controls(experiment, config.get("device", "cpu"))
+            controls = run_controls(experiment, config.get("device", "cpu"))
         if not isinstance(outcome, Outcome):
             raise TypeError(
                 f"{experiment.id}.run returned {type(outcome).__name__}, not an Outcome"
@@ -301,6 +337,9 @@ def _run_one(
         # Round-trip through JSON now, so that what is shown is exactly what is cached.
         outcome.numbers = json.loads(json.dumps(outcome.numbers, default=json_default))
         outcome.samples = {k: [float(v) for v in values] for k, values in outcome.samples.items()}
+    except KeyboardInterrupt:
+        shutil.rmtree(work_dir, ignore_errors=True)  # the finished units stay for a resume
+        raise
     except Exception as err:
         shutil.rmtree(work_dir, ignore_errors=True)
         seconds = time.perf_counter() - start
@@ -320,6 +359,7 @@ def _run_one(
         )
     seconds = time.perf_counter() - start
     shutil.rmtree(final_dir, ignore_errors=True)
+    as_new_file(work_dir)
     os.replace(work_dir, final_dir)
     _store(out / "cache" / f"{experiment.id}-{key}.json", outcome, seconds, here, started, controls)
     shutil.rmtree(units, ignore_errors=True)
@@ -349,8 +389,8 @@ def run_experiments(
     """Run (or load from the cache) each experiment at `size`; crashes become `not run`.
 
     Before anything runs, `log` announces the expected time of each experiment to run and
-    their total: the seconds `measured` for it at this size (by experiment id: the published
-    full run's), else its registered `minutes`.
+    their total: the seconds `measured` for it at this size (by experiment id), else its
+    registered `minutes`, marked as a budget. Ctrl-C raises `Interrupted`.
     """
     if size not in SIZES:
         raise ValueError(f"size must be one of {SIZES}, got {size!r}")
@@ -371,32 +411,59 @@ def run_experiments(
         )
         planned.append((experiment, config, key, cached))
     to_run = [p for p in planned if p[3] is None]
-    measured = measured or {}
-
-    def expected_seconds(experiment: Experiment) -> float:
-        return measured.get(experiment.id, experiment.minutes[size] * 60)
-
-    total = sum(expected_seconds(p[0]) for p in to_run)
-    expected = f" (about {duration(total)} on a 2-core CPU)" if to_run else ""
-    log(
-        f"{len(planned)} experiment(s) at size {size!r}: {len(planned) - len(to_run)} cached, "
-        f"{len(to_run)} to run{expected}"
-    )
-    for experiment, *_ in to_run:
-        source = " (as published)" if experiment.id in measured else ""
-        log(
-            f"  {experiment.id:<4} about {duration(expected_seconds(experiment)):<7} "
-            f"{experiment.title}{source}"
-        )
+    _announce(planned, to_run, size, out, measured or {}, log)
     results = []
-    bar = tqdm(planned, desc="report", unit="exp", dynamic_ncols=True)
+    bar = tqdm(planned, desc="report", unit="exp", dynamic_ncols=True, disable=not on_terminal())
+    say = bar.write if on_terminal() else log
     for experiment, config, key, cached in bar:
         bar.set_postfix_str(experiment.id)
-        result = cached or _run_one(experiment, size, config, key, out, here)
+        if cached is None and not on_terminal():
+            log(f"{experiment.id:<4} running  {experiment.title}")
+        try:
+            result = cached or _run_one(experiment, size, config, key, out, here)
+        except KeyboardInterrupt:
+            bar.close()
+            kept = [
+                e.id for e, _, k, _ in planned if (out / "cache" / f"{e.id}-{k}.json").is_file()
+            ]
+            raise Interrupted(kept, None if experiment.id in kept else experiment.id) from None
         state = "cached" if result.cached else f"{result.seconds:.1f} s"
-        bar.write(f"{experiment.id:<4} {result.judgement.verdict:<8} ({state})  {experiment.title}")
+        say(f"{experiment.id:<4} {result.judgement.verdict:<8} ({state})  {experiment.title}")
         results.append(result)
     return results
+
+
+def _announce(
+    planned: Sequence[tuple[Experiment, dict, str, Result | None]],
+    to_run: Sequence[tuple[Experiment, dict, str, Result | None]],
+    size: str,
+    out: Path,
+    measured: Mapping[str, float],
+    log: Callable[[str], None],
+) -> None:
+    """Say what runs and for about how long (the measured seconds of each experiment, else
+    its registered budget, marked as such), and what is resumed."""
+
+    def expected(experiment: Experiment) -> float:
+        return measured.get(experiment.id, experiment.minutes[size] * 60)
+
+    total = sum(expected(p[0]) for p in to_run)
+    budgets = [p[0].id for p in to_run if p[0].id not in measured]
+    basis = "as measured" if not budgets else f"budgets for {', '.join(budgets)}"
+    about = f" (about {duration(total)}: {basis})" if to_run else ""
+    log(f"{len(planned)} experiment(s) at size {size!r}, {len(to_run)} to run{about}")
+    done = len(planned) - len(to_run)
+    if done:
+        log(f"resuming: {done} finished experiment(s) read from {out / 'cache'}")
+    for experiment, _, key, _ in to_run:
+        units = out / "units" / f"{experiment.id}-{key}"
+        kept = sum(1 for _ in units.glob("*.json")) if units.is_dir() else 0
+        resumed = f" (resumes from {kept} kept unit(s))" if kept else ""
+        source = "" if experiment.id in measured else " (budget)"
+        log(
+            f"  {experiment.id:<4} about {duration(expected(experiment)):<7}{source} "
+            f"{experiment.title}{resumed}"
+        )
 
 
 def duration(seconds: float) -> str:

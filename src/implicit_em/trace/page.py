@@ -5,8 +5,9 @@ page pieces (`implicit_em.pages`):
 
 * a summary table, one row per site type (sites, measured steps, alarms, the latest median of
   its health metric);
-* per site type, timelines of its health metrics over steps (`trace.figures.health_timeline`)
-  with the steps of its alarms marked;
+* per site type, one timeline per health metric over steps (`trace.figures.health_timeline`,
+  the steps of its alarms marked), with the metric's definition and healthy range beside it
+  (`METRICS`); a metric flat at its healthy value at every site and step is one line instead;
 * the alarms with their messages: one row per site and alarm (how often, first and last step),
   then every alarm in order (the first 500);
 * the worst sites of each type at their latest measurement.
@@ -25,7 +26,16 @@ from implicit_em.pages import embedded_figure, escape, page, table
 from implicit_em.trace.sinks import History, Record
 from implicit_em.trace.summary import BOOKKEEPING, health_metric, quantile
 
-__all__ = ["TIMELINES", "RunFile", "RunFileError", "health_page", "read_run"]
+__all__ = [
+    "METRICS",
+    "TIMELINES",
+    "Metric",
+    "RunFile",
+    "RunFileError",
+    "health_page",
+    "read_run",
+    "site_label",
+]
 
 TIMELINES = {
     "classification": ("entropy", "effective_k", "dominance", "dead", "scale", "residual"),
@@ -43,6 +53,95 @@ TIMELINES = {
 metrics, at most `_MAX_PANELS`."""
 
 _MAX_PANELS = 8
+
+_ROUND_OFF = 1e-5
+"""An identity residual within float32 round-off: the identity holds."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    """What a health metric is, the range in which a site is healthy, and the value it keeps
+    when nothing is wrong (None: no single value; its panel is always drawn)."""
+
+    definition: str
+    healthy: str
+    flat_at: float | None = None
+
+
+METRICS = {
+    "entropy": Metric(
+        "mean entropy of each row's responsibilities (attention: of each query's weights), in "
+        "nats: 0 for hard assignments, log K for uniform ones",
+        "no single range; a fall to near 0 is collapse (attention: an alarm below 0.1 × a "
+        "head's first value)",
+    ),
+    "effective_k": Metric(
+        "exp of the entropy of the batch's mean responsibilities: how many components the "
+        "batch uses",
+        "≥ 1.5 (alarm below); collapse drives it to 1",
+    ),
+    "dominance": Metric(
+        "the largest component's share of the batch's responsibility mass",
+        "≤ 0.9 (alarm above); 1/K when every component is used equally",
+    ),
+    "dead": Metric(
+        "components whose share of the mass is below 0.01 / K: they (almost) never win",
+        "0 (any dead component raises an alarm)",
+        flat_at=0.0,
+    ),
+    "scale": Metric(
+        "mean standard deviation of the logits over components: the distance scale",
+        "≥ 0.1 × the site's first value (alarm below); a shrinking scale flattens every "
+        "responsibility",
+    ),
+    "residual": Metric(
+        "largest gap between the responsibilities read from the gradient and the softmax of "
+        "the logits (the identity ∂L/∂z = r − t)",
+        f"≤ {_ROUND_OFF:g}, round-off: the identity holds",
+        flat_at=0.0,
+    ),
+    "routing_value_ratio": Metric(
+        "size of the routing update α ⊙ (a − ā) over that of the value update Σ_i α_ij g_i",
+        "no single range: which of the two updates dominates",
+    ),
+    "value_residual": Metric(
+        "the value-update identity ∂L/∂v = αᵀg against autograd, relative",
+        f"≤ {_ROUND_OFF:g}, round-off",
+        flat_at=0.0,
+    ),
+    "alpha_residual": Metric(
+        "how well the recomputed attention weights rebuild the output, relative",
+        f"≤ {_ROUND_OFF:g} without attention dropout",
+        flat_at=0.0,
+    ),
+    "attention_drift": Metric(
+        "mean total variation of the probe's attention weights since the last measurement",
+        "no single range: the E-step's timescale; it falls as routing settles",
+    ),
+    "value_drift": Metric(
+        "relative change of the probe's values since the last measurement",
+        "no single range: the M-step's timescale (≫ attention_drift late in training: C12)",
+    ),
+}
+"""The definition and healthy range shown beside each metric's timeline (thresholds: the
+tracer's default alarm rules)."""
+
+_SUFFIXES = {
+    "ce": "cross-entropy",
+    "nll": "negative log-likelihood",
+    "mixture": "mixture objective",
+    "router": "mixture-of-experts router",
+    "attn": "attention",
+}
+
+_SITE_NAMES = (
+    "A site is named by the module path of the layer whose output the loss reads, as "
+    "<code>model.named_modules()</code> names it (<code>2</code> is the third layer of an "
+    "<code>nn.Sequential</code>, <code>transformer.h.3.attn</code> the attention of block 3), "
+    "then what is read there: <code>ce</code> cross-entropy, <code>nll</code> negative "
+    "log-likelihood, <code>mixture</code> a mixture objective, <code>router</code> a "
+    "mixture-of-experts router."
+)
 _MAX_ALARM_ROWS = 500
 
 
@@ -127,6 +226,67 @@ def _metrics(history: History, kind: str) -> list[str]:
     return [m for m in listed if m in present]
 
 
+def site_label(site: str) -> str:
+    """A site's name with what it names: `2.ce` is `2.ce (module 2, cross-entropy)`."""
+    path, _, suffix = site.rpartition(".")
+    what = _SUFFIXES.get(suffix)
+    if what is None:
+        return site
+    return f"{site} ({f'module {path}, ' if path else ''}{what})"
+
+
+def _flat_healthy(history: History, kind: str, metric: str) -> bool:
+    """Whether `metric` keeps its healthy value at every site of `kind` and every step."""
+    flat_at = METRICS[metric].flat_at if metric in METRICS else None
+    if flat_at is None:
+        return False
+    values = [
+        r[metric]
+        for r in history
+        if r["kind"] == "site" and r["type"] == kind and _scalar(r.get(metric))
+    ]
+    return bool(values) and all(abs(v - flat_at) <= _ROUND_OFF for v in values)
+
+
+def _timelines(history: History, kind: str, n_sites: int) -> list[str]:
+    """One timeline per metric of `kind` with its definition and healthy range beside it;
+    the metrics flat at their healthy value as one line."""
+    from implicit_em.trace.figures import health_timeline
+
+    metrics = _metrics(history, kind)
+    flat = [m for m in metrics if _flat_healthy(history, kind, m)]
+    parts = []
+    for metric in (m for m in metrics if m not in flat):
+        figure = _png(health_timeline(history, kind, [metric]))
+        caption = f"{kind}: {metric} over steps at {n_sites} sites; red dashed lines: alarms"
+        parts.append(
+            f"<div class='metric' id='{escape(kind)}-{escape(metric)}'>"
+            f"{embedded_figure(figure, caption)}{_guide(metric)}</div>"
+        )
+    if flat:
+        parts.append(
+            "<p class='healthy'><b>At their healthy value at every site and step:</b> "
+            + "; ".join(
+                f"<code>{escape(m)}</code> within {_ROUND_OFF:g} of {METRICS[m].flat_at:g} "
+                f"({escape(METRICS[m].definition)})"
+                for m in flat
+            )
+            + ".</p>"
+        )
+    return parts
+
+
+def _guide(metric: str) -> str:
+    """The definition and healthy range of `metric`, as shown beside its timeline."""
+    known = METRICS.get(metric)
+    if known is None:
+        return f"<div class='guide'><b>{escape(metric)}</b></div>"
+    return (
+        f"<div class='guide'><b>{escape(metric)}</b>: {escape(known.definition)}."
+        f"<br><b>Healthy:</b> {escape(known.healthy)}.</div>"
+    )
+
+
 def _png(fig: Any) -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=90)
@@ -148,8 +308,6 @@ def health_page(run: RunFile, top_k: int = 5) -> str:
     str
         The page; its figures are embedded PNG images (needs matplotlib).
     """
-    from implicit_em.trace.figures import health_timeline
-
     history = run.history
     alarms = history.alarms()
     kinds = sorted({r["type"] for r in history if r["kind"] == "site"})
@@ -194,7 +352,12 @@ def health_page(run: RunFile, top_k: int = 5) -> str:
         if health is not None:
             scored = sorted((r[health], r["site"]) for r in sites if _scalar(r.get(health)))
             rows = [
-                (site, latest[site]["step"], value, sum(a["site"] == site for a in alarms))
+                (
+                    site_label(site),
+                    latest[site]["step"],
+                    value,
+                    sum(a["site"] == site for a in alarms),
+                )
                 for value, site in scored[:top_k]
             ]
             worst_parts.append(
@@ -204,18 +367,13 @@ def health_page(run: RunFile, top_k: int = 5) -> str:
                     title=f"{kind}: lowest {health}",
                 )
             )
-        metrics = _metrics(history, kind)
         section = [f"<section id='type-{escape(kind)}'><h2>{escape(kind)} sites</h2>"]
-        if metrics:
-            caption = (
-                f"{kind}: {', '.join(metrics)} over steps at {len(sites)} sites; "
-                "red dashed lines: steps with an alarm"
-            )
-            section.append(embedded_figure(_png(health_timeline(history, kind, metrics)), caption))
-        else:
-            section.append("<p>No scalar metric was measured at these sites.</p>")
+        section += _timelines(history, kind, len(sites)) or [
+            "<p>No scalar metric was measured at these sites.</p>"
+        ]
         section.append("</section>")
         type_parts.append("".join(section))
+    parts.append(f"<p class='note'>{_SITE_NAMES}</p>")
     parts.append("<section id='summary'><h2>Summary</h2>")
     parts.append(
         table(
@@ -241,7 +399,7 @@ def health_page(run: RunFile, top_k: int = 5) -> str:
         for a in alarms:
             groups.setdefault((a["site"], a["alarm"]), []).append(a)
         grouped = [
-            (site, alarm, len(g), g[0]["step"], g[-1]["step"], g[0].get("message", ""))
+            (site_label(site), alarm, len(g), g[0]["step"], g[-1]["step"], g[0].get("message", ""))
             for (site, alarm), g in sorted(groups.items(), key=lambda item: item[1][0]["step"])
         ]
         parts.append(

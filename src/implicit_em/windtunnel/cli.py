@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import typer
 
-from implicit_em.arguments import check_device, check_writable_folder, fail
+from implicit_em.arguments import SEED_RANGE, check_device, check_writable_folder, fail
 from implicit_em.windtunnel.config import MODELS, RunConfig, preset
 from implicit_em.windtunnel.train import RESULT, run
 
@@ -196,7 +196,7 @@ def windtunnel(
         None, help="Train on the exact posterior (soft) or on sampled answers (hard)."
     ),
     steps: int = typer.Option(None, min=1, help="Training steps (default: per scale)."),
-    seed: int = typer.Option(0, help="Seed of initialization and data."),
+    seed: int = typer.Option(0, **SEED_RANGE, help="Seed of initialization and data."),
     device: str = typer.Option("cpu", help="cpu, cuda or cuda:N."),
     quick: bool = typer.Option(False, "--quick", help="A CPU configuration of about a minute."),
     scale: Scale = typer.Option(
@@ -254,7 +254,7 @@ def windtunnel(
         fail(f"--time-budget must be > 0 seconds, got {time_budget}")
     if trace and not compare and model.value != "transformer":
         fail("--trace reads attention sites: it needs --model transformer (or --compare)")
-    check_device(device)
+    device = check_device(device)
     scale_name = "quick" if quick else (scale or Scale.default).value
     try:
         base = _base_config(

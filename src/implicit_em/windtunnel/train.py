@@ -290,7 +290,7 @@ def run(
     bar = tqdm(
         total=config.steps,
         initial=state.step,
-        disable=not progress,
+        disable=None if progress else True,  # None: drawn on a terminal only
         desc=f"{config.model}/{config.objective}",
     )
     tracer = (
