@@ -200,10 +200,9 @@ def rivals(
         ("GLAD", GLAD(n_iter=config["crowd_iterations"])),
     ):
         aggregated = method.fit_predict(frame).sort_index()
-        target = torch.as_tensor(aggregated.to_numpy().astype(np.int64))
-        out[name] = pc.fit_targets(
-            z[torch.as_tensor(aggregated.index.to_numpy())], target, start, steps, lr
-        )
+        tasks = torch.from_numpy(np.array(aggregated.index, dtype=np.int64))
+        target = torch.from_numpy(np.array(aggregated, dtype=np.int64))
+        out[name] = pc.fit_targets(z[tasks], target, start, steps, lr)
     return out
 
 

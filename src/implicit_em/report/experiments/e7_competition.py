@@ -354,6 +354,7 @@ def planted_chain(config: dict[str, Any]) -> Images:
         y_test,
         tuple(str(c) for c in range(PLANTED_CLASSES)),
         "planted",
+        torch.zeros(1, x_train.shape[1]),
     )
 
 
@@ -452,7 +453,9 @@ def planted_sphere(seed: int, inputs: int) -> tuple[PrototypeClassifier, Images]
     y = torch.tensor(rng.integers(0, PLANTED_CLASSES, n))
     classes = tuple(str(c) for c in range(PLANTED_CLASSES))
     x = x.float()
-    return model, Images("planted sphere", x, y, x, y, classes, "planted")
+    return model, Images(
+        "planted sphere", x, y, x, y, classes, "planted", torch.zeros(1, x.shape[1])
+    )
 
 
 @cache
