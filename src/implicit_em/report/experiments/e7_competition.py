@@ -539,7 +539,7 @@ EXPERIMENT = Experiment(
     setup=(
         "Fashion-MNIST. MLP encoder (one hidden ReLU layer) into a squared-Euclidean prototype "
         "head, one prototype per class, trained by Adam on the package's cross-entropy over "
-        "distances with label smoothing 0, 0.1 and 0.3, under the Tracer; the same model with "
+        "distances with label smoothing 0 and 0.3, under the Tracer; the same model with "
         "one-vs-rest sigmoids or the squared error of RBF outputs (shared learnable bias). "
         "Held out: the concentration of the wrong classes' share of ∂ℓ/∂d, the wrong classes' "
         "order (smoothed model against an unsmoothed model of the next seed), accuracy and "
