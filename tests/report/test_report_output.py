@@ -30,6 +30,7 @@ from implicit_em.report.render import NO_FULL_RUN, render_markdown, report_docum
 from implicit_em.report.runner import Interrupted, duration, run_experiments
 
 QUIET = {"log": lambda line: None}
+SMALL_X = {"number": "x", "op": "<=", "threshold": 1.0, "means": "small"}
 
 
 class _Page(HTMLParser):
@@ -157,23 +158,8 @@ def _experiment(id_: str, run) -> Experiment:
         protocol=Protocol.from_data(
             {
                 "id": id_,
-                "criteria": [
-                    {
-                        "number": "x",
-                        "op": "<=",
-                        "threshold": 1.0,
-                        "means": "small",
-                        "claim": "C1",
-                        "direction": "supports",
-                        "primary": True,
-                    }
-                ],
-                "sizes": {
-                    "smoke": {"a": 1},
-                    "quick": {"a": 2},
-                    "full": {"a": 3},
-                    "control": {"a": 0},
-                },
+                "criteria": [{**SMALL_X, "claim": "C1", "direction": "supports", "primary": True}],
+                "sizes": {"smoke": {"a": 1}, "quick": {"a": 2}, "full": {"a": 3}, "control": {}},
             }
         ),
         headline=("x",),
