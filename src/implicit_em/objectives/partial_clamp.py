@@ -228,6 +228,9 @@ def transition_nll(
     transition : Tensor
         $T$, `[K, K]`, row $j$ the distribution of the observed label for true class $j$. Fixed,
         or learned through [TransitionNLL][] (differentiable here).
+    conditional : bool, default=True
+        As in [clamped_nll][].
+    reduction : {"mean", "sum", "none"}, default="mean"
 
     Notes
     -----
@@ -342,6 +345,9 @@ class TransitionNLL(nn.Module):
         A known `[K, K]` transition matrix.
     learn : bool, default=True
         Whether $T$ is a parameter (estimated jointly with the model) or a fixed buffer.
+    conditional : bool, default=True
+        As in [clamped_nll][].
+    reduction : {"mean", "sum", "none"}, default="mean"
     """
 
     def __init__(
@@ -391,6 +397,9 @@ class CrowdNLL(nn.Module):
     num_annotators, num_classes : int
     diagonal : float, default=0.7
         The starting $P(\text{annotator says } j \mid \text{true } j)$.
+    conditional : bool, default=True
+        As in [clamped_nll][].
+    reduction : {"mean", "sum", "none"}, default="mean"
     """
 
     def __init__(
