@@ -29,7 +29,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from entmax import sparsemax
 from torch import Tensor
 
 __all__ = ["ARMS", "OBJECTIVES", "clusters", "collapsed_start", "coverage", "train"]
@@ -40,6 +39,9 @@ def _softmax(d: Tensor) -> Tensor:
 
 
 def _sparsemax(d: Tensor) -> Tensor:
+    # `entmax` is in the report extra; imported here so that the package imports without it.
+    from entmax import sparsemax
+
     p = sparsemax(-d, dim=-1)
     return -((p * -d).sum(-1) - 0.5 * (p * p).sum(-1))
 
