@@ -11,7 +11,7 @@ A control is a function `measure(config) -> per-seed values of the criterion's n
 `config` is the protocol's `control` configuration. Its values are judged by the criterion
 itself (same threshold, same interval method), so a control exercises the measurement and the
 judge together, never the judge alone. A criterion whose controls do not both come out as
-planted casts no vote (`implicit_em.report.judging.claim_verdicts`): it has not shown that it can
+planted casts no vote (`implicit_em.report.judging.controls_pass`): it has not shown that it can
 tell the effect from its absence.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 
 from implicit_em.report.judging import Criterion
 
-__all__ = ["Control", "Controls", "control_statuses", "controls_pass", "status_of"]
+__all__ = ["Control", "Controls", "control_statuses", "status_of"]
 
 Config = Mapping[str, Any]
 
@@ -44,6 +44,14 @@ class Controls:
 
     positive: Control
     negative: Control
+
+    def values(self, config: Config) -> dict[str, list[float]]:
+        """Both controls run on `config`: `{"positive": [...], "negative": [...]}`, one value
+        of the criterion's number per control seed."""
+        return {
+            kind: [float(v) for v in getattr(self, kind).measure(config)]
+            for kind in ("positive", "negative")
+        }
 
     @property
     def line(self) -> str:
@@ -67,17 +75,7 @@ def control_statuses(criterion: Criterion, controls: Controls, config: Config) -
     "negative_values": [...]}` with each status `met`, `not met` or `undecided`.
     """
     out: dict[str, Any] = {}
-    for kind in ("positive", "negative"):
-        values = [float(v) for v in getattr(controls, kind).measure(config)]
+    for kind, values in controls.values(config).items():
         out[kind] = status_of(criterion, values)
         out[f"{kind}_values"] = values
     return out
-
-
-def controls_pass(statuses: Mapping[str, Any] | None) -> bool:
-    """Whether a criterion's controls came out as planted: positive `met`, negative `not met`."""
-    return (
-        statuses is not None
-        and statuses.get("positive") == "met"
-        and statuses.get("negative") == "not met"
-    )

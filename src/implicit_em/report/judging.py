@@ -48,6 +48,7 @@ __all__ = [
     "Judgement",
     "Rule",
     "claim_verdicts",
+    "controls_pass",
 ]
 
 VERDICTS = ("holds", "partly", "fails", "inconclusive", "invalid", "not run")
@@ -363,13 +364,20 @@ class Rule:
 ALGEBRA_WORDS = ("verified (algebra)", "violated (algebra)")
 
 
+def controls_pass(statuses: Mapping[str, Any] | None) -> bool:
+    """Whether a criterion's known-answer controls came out as planted: the positive `met`,
+    the negative `not met` (`implicit_em.report.controls`)."""
+    return (
+        statuses is not None
+        and statuses.get("positive") == "met"
+        and statuses.get("negative") == "not met"
+    )
+
+
 def _vote(c: Mapping[str, Any]) -> str:
     """`for`, `against`, `undecided`, or `uncontrolled` (its known-answer controls did not come
     out as planted, so it casts no vote) for a results.json criterion."""
-    controls = c.get("controls")
-    if not (
-        controls and controls.get("positive") == "met" and controls.get("negative") == "not met"
-    ):
+    if not controls_pass(c.get("controls")):
         return "uncontrolled"
     if c["status"] not in ("met", "not met"):
         return "undecided"

@@ -18,7 +18,7 @@ from implicit_em.pages import escape as _esc
 from implicit_em.pages import table as _table
 from implicit_em.report.claims import CLAIMS, DIRECTIONS, direction
 from implicit_em.report.forest import forest_svg
-from implicit_em.report.judging import claim_verdicts
+from implicit_em.report.judging import claim_verdicts, controls_pass
 from implicit_em.report.runner import duration
 
 __all__ = [
@@ -262,8 +262,7 @@ def _controls(c: Mapping[str, Any]) -> str:
     controls = c.get("controls")
     if not controls:
         return "none (casts no vote)"
-    planted = controls.get("positive") == "met" and controls.get("negative") == "not met"
-    verdict = "as planted" if planted else "NOT as planted (casts no vote)"
+    verdict = "as planted" if controls_pass(controls) else "NOT as planted (casts no vote)"
     return (
         f"positive {controls.get('positive')}, negative {controls.get('negative')}: {verdict}. "
         f"{c.get('control_line', '')}"

@@ -283,13 +283,7 @@ def run_controls(experiment: Experiment, device: str) -> dict[str, dict[str, lis
     """Each criterion's known-answer controls run on the protocol's `control` configuration:
     their per-seed values by criterion number (the statuses are judged on every load)."""
     config = {**experiment.configs["control"], "device": device}
-    out = {}
-    for number, controls in experiment.controls.items():
-        out[number] = {
-            kind: [float(v) for v in getattr(controls, kind).measure(config)]
-            for kind in ("positive", "negative")
-        }
-    return out
+    return {number: controls.values(config) for number, controls in experiment.controls.items()}
 
 
 def _store(
