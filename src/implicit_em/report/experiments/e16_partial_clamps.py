@@ -22,6 +22,7 @@ methods for that kind of label, the best of them chosen on a validation split.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -212,40 +213,52 @@ def _accuracy(model: Any, z: Tensor, y: Tensor) -> float:
     return float((torch.as_tensor(model.predict(z.numpy())) == y).float().mean())
 
 
-def _setting(arm: str, seed: int, data: dict[str, Tensor], config: dict[str, Any]) -> tuple:
+@dataclass(frozen=True)
+class Setting:
+    """One arm's training rows for one seed: features `z`, the supervision, the naive labels
+    (`supervise`) and the start every fitter and rival takes (their class means)."""
+
+    arm: str
+    seed: int
+    z: Tensor
+    supervision: pc.Supervision
+    naive: Tensor
+    start: Tensor
+
+
+def setting(arm: str, seed: int, data: dict[str, Tensor], config: dict[str, Any]) -> Setting:
+    """The `Setting` of `arm` and `seed` on the training rows of `data`."""
     z, y = data["z_train"], data["y_train"]
     k = int(y.max()) + 1
     supervision, naive = supervise(arm, y, k, config, seed)
-    return z, supervision, naive, class_means(z, naive, k)
+    return Setting(arm, seed, z, supervision, naive, class_means(z, naive, k))
 
 
-def _ours(arm: str, seed: int, data: dict[str, Tensor], config: dict[str, Any]) -> pc.Model:
+def _ours(s: Setting, config: dict[str, Any]) -> pc.Model:
     """The clamp fitted by gradient descent, or what a control's `config["plant"]` puts in its
     place: `"clamp_removed"` fits the naive hard labels, `"ours_untrained"` leaves random
     prototypes. (`"noise_known"` gives the noisy arms their true transition, to both fitters.)"""
-    z, supervision, naive, start = _setting(arm, seed, data, config)
     plant = config.get("plant", "")
     if plant == "clamp_removed":
-        return pc.fit_targets(z, naive.clamp_min(0), start, config["steps"], config["lr"])
+        return pc.fit_targets(s.z, s.naive.clamp_min(0), s.start, config["steps"], config["lr"])
     if plant == "ours_untrained":
-        generator = torch.Generator().manual_seed(seed)
-        return pc.Model(torch.randn(start.shape, generator=generator) * 3)
+        generator = torch.Generator().manual_seed(s.seed)
+        return pc.Model(torch.randn(s.start.shape, generator=generator) * 3)
     model, _ = pc.fit_gd(
-        z, supervision, start, config["steps"], config["lr"], config["noise_start"]
+        s.z, s.supervision, s.start, config["steps"], config["lr"], config["noise_start"]
     )
     return model
 
 
 def clamp_against_em(
-    arm: str, seed: int, data: dict[str, Tensor], config: dict[str, Any], ours: pc.Model
+    s: Setting, data: dict[str, Tensor], config: dict[str, Any], ours: pc.Model
 ) -> dict[str, float]:
     """Gradient descent on the clamp (`ours`, from `_ours`) and explicit EM from the same start:
     test accuracies and their agreement."""
-    z, supervision, _, start = _setting(arm, seed, data, config)
     em, _ = pc.fit_em(
-        z,
-        supervision,
-        start,
+        s.z,
+        s.supervision,
+        s.start,
         config["em_iterations"],
         config["m_steps"],
         config["lr"],
@@ -260,18 +273,18 @@ def clamp_against_em(
 
 
 def clamp_against_rivals(
-    arm: str, seed: int, data: dict[str, Tensor], config: dict[str, Any], ours: pc.Model
+    s: Setting, data: dict[str, Tensor], config: dict[str, Any], ours: pc.Model
 ) -> dict[str, Any]:
     """Every rival's test accuracy, the one chosen on validation, and the gain over it of the
     clamp's model `ours`. `config["plant"] = "rivals_shuffled"` (a control) trains the rivals on
     shuffled supervision."""
-    z, supervision, naive, start = _setting(arm, seed, data, config)
+    supervision, naive = s.supervision, s.naive
     if config.get("plant") == "rivals_shuffled":
-        generator = torch.Generator().manual_seed(seed)
+        generator = torch.Generator().manual_seed(s.seed)
         order = torch.randperm(len(naive), generator=generator)
         supervision = pc.Supervision(supervision.kind, supervision.labels[order], supervision.joint)
         naive = naive[order]
-    fitted = rivals(arm, z, supervision, naive, start, config, seed)
+    fitted = rivals(s.arm, s.z, supervision, naive, s.start, config, s.seed)
     rival_val = {name: _accuracy(m, data["z_val"], data["y_val"]) for name, m in fitted.items()}
     rival_test = {name: _accuracy(m, data["z_test"], data["y_test"]) for name, m in fitted.items()}
     best = max(rival_val, key=rival_val.__getitem__)  # chosen on validation, never on test
@@ -281,10 +294,11 @@ def clamp_against_rivals(
 
 def arm_unit(arm: str, seed: int, data: dict[str, Tensor], config: dict[str, Any]) -> dict:
     """One arm from one seed: both fitters, every rival, accuracies and the GD-EM agreement."""
-    ours = _ours(arm, seed, data, config)
+    rows = setting(arm, seed, data, config)
+    ours = _ours(rows, config)
     return {
-        **clamp_against_em(arm, seed, data, config, ours),
-        **clamp_against_rivals(arm, seed, data, config, ours),
+        **clamp_against_em(rows, data, config, ours),
+        **clamp_against_rivals(rows, data, config, ours),
     }
 
 
@@ -392,12 +406,8 @@ def _plot(numbers: dict[str, Any], out: Path) -> str:
 def _agreement_control(plant: str) -> Control:
     def measure_it(config: dict[str, Any]) -> list[float]:
         data, planted = features(config), {**config, "plant": plant}
-        return [
-            clamp_against_em(
-                "noisy_asym", seed, data, planted, _ours("noisy_asym", seed, data, planted)
-            )["agreement"]
-            for seed in config["seeds"]
-        ]
+        rows = [setting("noisy_asym", seed, data, planted) for seed in config["seeds"]]
+        return [clamp_against_em(r, data, planted, _ours(r, planted))["agreement"] for r in rows]
 
     says = (
         "gradient descent and EM fit the same clamp of 40% pair-flipped labels, its transition "
@@ -411,10 +421,8 @@ def _agreement_control(plant: str) -> Control:
 def _gain_control(arm: str, plant: str) -> Control:
     def measure_it(config: dict[str, Any]) -> list[float]:
         data, planted = features(config), {**config, "plant": plant}
-        return [
-            clamp_against_rivals(arm, seed, data, planted, _ours(arm, seed, data, planted))["gain"]
-            for seed in config["seeds"]
-        ]
+        rows = [setting(arm, seed, data, planted) for seed in config["seeds"]]
+        return [clamp_against_rivals(r, data, planted, _ours(r, planted))["gain"] for r in rows]
 
     says = (
         "the rivals are trained on shuffled labels"
