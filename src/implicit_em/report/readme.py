@@ -35,7 +35,7 @@ def _replace_cell(line: str, index: int, text: str) -> str:
 def _row_id(cells: list[str], header: list[str]) -> str:
     """The theory item of an item row, the experiment of an experiment row."""
     if header[0] == "item":
-        return cells[0].strip("[]").split("]", 1)[0]
+        return cells[0]
     return cells[header.index("experiment")].split(":", 1)[0]
 
 
