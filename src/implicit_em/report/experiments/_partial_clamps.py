@@ -21,6 +21,7 @@ naive average over candidates and PRODEN (Lv et al., ICML 2020), generalized cro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -103,6 +104,20 @@ def _noise_start(supervision: Supervision, k: int, diagonal: float) -> Tensor | 
     return single.expand(supervision.labels.shape[1], k, k).clone()
 
 
+def _adam(
+    parameters: list[Tensor], loss: Callable[[], Tensor], steps: int, lr: float, cosine: bool
+) -> None:
+    """`steps` full-batch Adam steps on `loss()`, the rate decayed to 0 on a cosine if `cosine`."""
+    optimizer = torch.optim.Adam(parameters, lr=lr)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, steps) if cosine else None
+    for _ in range(steps):
+        optimizer.zero_grad(set_to_none=True)
+        loss().backward()
+        optimizer.step()
+        if schedule is not None:
+            schedule.step()
+
+
 def fit_gd(
     z: Tensor, supervision: Supervision, start: Tensor, steps: int, lr: float, diagonal: float
 ) -> tuple[Model, Tensor | None]:
@@ -113,16 +128,13 @@ def fit_gd(
     learned = noise is not None and supervision.known is None
     noise_logits = nn.Parameter(torch.log(noise)) if learned else None
     parameters = [*model.parameters(), *([] if noise_logits is None else [noise_logits])]
-    optimizer = torch.optim.Adam(parameters, lr=lr)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, steps)
-    for _ in range(steps):
-        optimizer.zero_grad(set_to_none=True)
+
+    def loss() -> Tensor:
         current = supervision.known if noise_logits is None else torch.softmax(noise_logits, -1)
         log_w = _log_weights(supervision, k, current)
-        loss = objectives.clamped_nll(model.distances(z), log_w, conditional=not supervision.joint)
-        loss.backward()
-        optimizer.step()
-        schedule.step()
+        return objectives.clamped_nll(model.distances(z), log_w, conditional=not supervision.joint)
+
+    _adam(parameters, loss, steps, lr, cosine=True)
     final = supervision.known if noise_logits is None else torch.softmax(noise_logits.detach(), -1)
     return model, final
 
@@ -131,13 +143,11 @@ def fit_targets(z: Tensor, targets: Tensor, start: Tensor | Model, steps: int, l
     """The model fitted to soft (or one-hot) targets by cross-entropy: an M-step, and the way
     every rival that produces labels trains the same model."""
     model = Model(start)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, steps)
-    for _ in range(steps):
-        optimizer.zero_grad(set_to_none=True)
-        objectives.cross_entropy(model.distances(z), targets).backward()
-        optimizer.step()
-        schedule.step()
+
+    def loss() -> Tensor:
+        return objectives.cross_entropy(model.distances(z), targets)
+
+    _adam(list(model.parameters()), loss, steps, lr, cosine=True)
     return model
 
 
@@ -205,12 +215,12 @@ def generalized_ce(
     r"""Generalized cross-entropy (Zhang & Sabuncu, NeurIPS 2018): $(1 - p_y^q)/q$, between
     cross-entropy ($q \to 0$) and the mean absolute error ($q = 1$)."""
     model = Model(start)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    for _ in range(steps):
-        optimizer.zero_grad(set_to_none=True)
+
+    def loss() -> Tensor:
         log_p = torch.log_softmax(-model.distances(z), -1).gather(1, labels[:, None])
-        ((1 - torch.exp(q * log_p)) / q).mean().backward()
-        optimizer.step()
+        return ((1 - torch.exp(q * log_p)) / q).mean()
+
+    _adam(list(model.parameters()), loss, steps, lr, cosine=False)
     return model
 
 
