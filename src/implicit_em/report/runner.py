@@ -32,6 +32,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ from implicit_em.report.files import as_new_file, json_default, write_atomic, wr
 from implicit_em.report.judging import Judgement
 from implicit_em.report.progress import on_terminal, progress
 from implicit_em.report.provenance import source_commit
+from implicit_em.report.registration import ProtocolStatus
 from implicit_em.report.registration import now as utc_now
 from implicit_em.report.registration import status as protocol_status
 from implicit_em.report.registry import SIZES, Experiment, Figure, Outcome, Table
@@ -147,16 +149,21 @@ class Result:
             out.append(entry)
         return out
 
+    @cached_property
+    def registration(self) -> ProtocolStatus:
+        """What the registry says of the protocol: hash, registration time, amendments (read
+        once per result)."""
+        return protocol_status(self.experiment.protocol)
+
     @property
     def protocol(self) -> dict[str, Any]:
-        """The protocol's hash, registration time and amendments (`registration.status`)."""
-        return protocol_status(self.experiment.protocol).as_dict()
+        """The protocol's hash, registration time and amendments."""
+        return self.registration.as_dict()
 
     @property
     def exploratory(self) -> bool:
         """Whether the verdict rests on an amendment made after its seeds' data were seen."""
-        seeds = self.config.get("seeds") or []
-        return protocol_status(self.experiment.protocol).exploratory(seeds)
+        return self.registration.exploratory(self.config.get("seeds") or [])
 
     @property
     def gates(self) -> list[dict[str, Any]]:
