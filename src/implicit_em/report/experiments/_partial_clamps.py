@@ -104,18 +104,16 @@ def _noise_start(supervision: Supervision, k: int, diagonal: float) -> Tensor | 
     return single.expand(supervision.labels.shape[1], k, k).clone()
 
 
-def _adam(
-    parameters: list[Tensor], loss: Callable[[], Tensor], steps: int, lr: float, cosine: bool
-) -> None:
-    """`steps` full-batch Adam steps on `loss()`, the rate decayed to 0 on a cosine if `cosine`."""
+def _adam(parameters: list[Tensor], loss: Callable[[], Tensor], steps: int, lr: float) -> None:
+    """`steps` full-batch Adam steps on `loss()`, the rate decayed from `lr` to 0 on a cosine:
+    the one schedule of every fit here, ours and the rivals'."""
     optimizer = torch.optim.Adam(parameters, lr=lr)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, steps) if cosine else None
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, steps)
     for _ in range(steps):
         optimizer.zero_grad(set_to_none=True)
         loss().backward()
         optimizer.step()
-        if schedule is not None:
-            schedule.step()
+        schedule.step()
 
 
 def fit_gd(
@@ -134,7 +132,7 @@ def fit_gd(
         log_w = _log_weights(supervision, k, current)
         return objectives.clamped_nll(model.distances(z), log_w, conditional=not supervision.joint)
 
-    _adam(parameters, loss, steps, lr, cosine=True)
+    _adam(parameters, loss, steps, lr)
     final = supervision.known if noise_logits is None else torch.softmax(noise_logits.detach(), -1)
     return model, final
 
@@ -147,7 +145,7 @@ def fit_targets(z: Tensor, targets: Tensor, start: Tensor | Model, steps: int, l
     def loss() -> Tensor:
         return objectives.cross_entropy(model.distances(z), targets)
 
-    _adam(list(model.parameters()), loss, steps, lr, cosine=True)
+    _adam(list(model.parameters()), loss, steps, lr)
     return model
 
 
@@ -220,7 +218,7 @@ def generalized_ce(
         log_p = torch.log_softmax(-model.distances(z), -1).gather(1, labels[:, None])
         return ((1 - torch.exp(q * log_p)) / q).mean()
 
-    _adam(list(model.parameters()), loss, steps, lr, cosine=False)
+    _adam(list(model.parameters()), loss, steps, lr)
     return model
 
 
