@@ -77,16 +77,43 @@ def test_an_expert_empty_in_one_step_is_not_dead():
     assert _replay([_router_record(s, f) for s, f in enumerate(loads)]) == []
 
 
-def test_an_expert_below_its_fair_share_over_the_window_is_dead():
-    starved = [0.33, 0.33, 0.33, 0.01]  # 0.04 of its fair share 1/4
-    records = [_router_record(s, starved) for s in range(W + 1)]
+def test_an_expert_with_almost_no_tokens_over_the_window_is_dead():
+    dead = [0.333, 0.333, 0.333, 0.001]  # 0.004 of its fair share 1/4
+    records = [_router_record(s, dead) for s in range(W + 1)]
     alarms = _replay(records)
     assert [(a["step"], a["alarm"]) for a in alarms] == [
         (W - 1, "dead_experts"),
         (W, "dead_experts"),
     ]
     assert alarms[0]["value"] == 1.0
-    assert _replay(records, Thresholds(expert_share=0.01)) == []
+    assert _replay(records, Thresholds(expert_share=0.001)) == []
+
+
+def test_a_starved_expert_that_still_gets_tokens_is_not_dead():
+    starved = [0.33, 0.33, 0.33, 0.01]  # 0.04 of its fair share: starved, not dead
+    records = [_router_record(s, starved) for s in range(W + 1)]
+    assert _replay(records) == []
+    assert {a["alarm"] for a in _replay(records, Thresholds(expert_share=0.1))} == {"dead_experts"}
+
+
+def _attention_record(step: int, sink: float) -> dict:
+    return {
+        "kind": "site",
+        "step": step,
+        "site": "attn",
+        "type": "attention",
+        "exact": True,
+        "head_entropy": [2.0],
+        "max_logit": [3.0],
+        "sink_share": [sink],
+    }
+
+
+def test_an_attention_sink_is_no_alarm_unless_asked_for():
+    records = [_attention_record(0, 0.2), _attention_record(1, 0.9)]
+    assert _replay(records) == []
+    fired = _replay(records, Thresholds(sink_share=0.6))
+    assert [(a["step"], a["alarm"]) for a in fired] == [(1, "attention_sink")]
 
 
 def test_overload_reads_the_window_mean():

@@ -122,6 +122,7 @@ def test_attention_alarms_logit_growth_entropy_collapse_and_sink():
             lambda: model(q, k, v).sum().backward(),
             lambda: model(q_sink, k_sink, v).sum().backward(),
         ],
+        {"thresholds": Thresholds(sink_share=0.6)},
     )
     assert [a["alarm"] for a in alarms] == ["attention_sink"]
 
@@ -129,10 +130,10 @@ def test_attention_alarms_logit_growth_entropy_collapse_and_sink():
 def test_log_z_drift_fires_on_a_shift_not_on_growing_correct_logits():
     """Growing correct logits raise log Z while the loss falls: no alarm. A shift of every
     logit (the softmax cannot see it) down lowers the target logit, and up raises log Z with
-    no gain in the loss: an alarm once it is more than `log_z_drift` nats from its first
+    no gain in the loss: an alarm once it is more than `head_log_z_drift` nats from its first
     value."""
     torch.manual_seed(0)
-    drift = DEFAULT_THRESHOLDS.log_z_drift
+    drift = DEFAULT_THRESHOLDS.head_log_z_drift
     z = torch.randn(16, 5)
     y = torch.randint(0, 5, (16,))
     onehot = F.one_hot(y, 5).float()
@@ -151,7 +152,7 @@ def test_log_z_drift_fires_on_a_shift_not_on_growing_correct_logits():
     assert alarm["value"] == pytest.approx(first - 1.2 * drift, abs=1e-5)
     assert alarm["threshold"] == pytest.approx(first - drift, abs=1e-5)
     assert "z-loss" in alarm["message"] and "Wortsman" in alarm["message"]
-    strict = {"thresholds": Thresholds(log_z_drift=2 * drift)}
+    strict = {"thresholds": Thresholds(head_log_z_drift=2 * drift)}
     assert _alarms(None, [step(g) for g in sliding], strict) == []
     rising = _alarms(None, [step(z + 0.6 * drift * s) for s in range(3)])
     assert [(a["step"], a["alarm"]) for a in rising] == [(2, "log_z_drift")]

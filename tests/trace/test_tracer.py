@@ -72,6 +72,13 @@ def test_every_measures_only_those_steps():
     assert [r["step"] for r in tracer.history if r["kind"] == "site"] == [0, 3, 6]
 
 
+def test_measure_first_measures_the_first_steps_then_every_every_th():
+    plain, _ = train(_distance_classifier, _digits_step, 11, None)
+    traced, tracer = train(_distance_classifier, _digits_step, 11, {"every": 4, "measure_first": 3})
+    assert_same_parameters(plain, traced)
+    assert [r["step"] for r in tracer.history if r["kind"] == "site"] == [0, 1, 2, 4, 8]
+
+
 def test_nll_of_log_softmax_and_cross_entropy_options():
     torch.manual_seed(1)
     z = torch.randn(20, 5, requires_grad=True)
@@ -256,6 +263,8 @@ def test_step_outside_the_block_is_an_error():
         tracer.step()
     with pytest.raises(ValueError, match="every"):
         Tracer(every=0)
+    with pytest.raises(ValueError, match="measure_first must be a non-negative integer"):
+        Tracer(measure_first=-1)
 
 
 def test_paused_code_is_not_captured_and_the_measured_step_resumes():

@@ -71,6 +71,11 @@ class Tracer:
         traces every site.
     every : int, default=1
         Measure every `every`-th step (call `step` once per training step).
+    measure_first : int, default=0
+        Also measure each of the steps numbered below `measure_first` (counting from 0), so
+        that a failure in the first steps of a run (an output layer at too high a rate shows
+        in the loss within a few steps) is seen before the first `every`-th step. With
+        `every=5`, `measure_first=10` measures steps 0-9, then 10, 15, ...
     probe : Tensor, tuple, dict, callable or None, default=None
         A fixed batch for `churn` and the two-timescale drift: model inputs (a tensor, a
         tuple of positional inputs or a dict of keyword inputs) or a callable running a
@@ -144,6 +149,7 @@ class Tracer:
         model: nn.Module | None = None,
         sites: str | Sequence[str] | None = None,
         every: int = 1,
+        measure_first: int = 0,
         probe: ProbeSpec | None = None,
         sinks: Sequence[str | Sink] = ("memory",),
         max_rows: int = 1,
@@ -157,6 +163,8 @@ class Tracer:
         for arg, value in (("every", every), ("flush_every", flush_every)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{arg} must be a positive integer, got {value!r}")
+        if not isinstance(measure_first, int) or measure_first < 0:
+            raise ValueError(f"measure_first must be a non-negative integer, got {measure_first!r}")
         if not isinstance(max_rows, int) or max_rows < 1:
             raise ValueError(f"max_rows must be a positive integer, got {max_rows!r}")
         if max_responsibility_rows is not None and (
@@ -182,6 +190,7 @@ class Tracer:
             )
         self.model = model
         self.every = every
+        self.measure_first = measure_first
         self.probe = probe
         self.max_components = max_components
         self.thresholds = thresholds
@@ -210,7 +219,7 @@ class Tracer:
             elif writer:
                 self.sinks.append(make_sink(spec))
         self._active = True
-        if self.step_index % self.every == 0:
+        if self._due():
             self.capture.start()
         return self
 
@@ -267,11 +276,15 @@ class Tracer:
         """
         if not self._active:
             raise RuntimeError("Tracer.step() must be called inside the `with Tracer(...)` block")
-        if self.step_index % self.every == 0:
+        if self._due():
             self._measure()
         self.step_index += 1
-        if self.step_index % self.every == 0:
+        if self._due():
             self.capture.start()
+
+    def _due(self) -> bool:
+        """Whether the step `step_index` is measured."""
+        return self.step_index < self.measure_first or self.step_index % self.every == 0
 
     def micro_batch(self) -> None:
         """Mark the end of a micro-batch under gradient accumulation (after its `backward`,
