@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 pytest.importorskip("transformers")
 
@@ -25,7 +26,11 @@ def _benchmark():
 
 @pytest.fixture(scope="module")
 def bench():
-    return _benchmark()
+    """The benchmark's module, run as the benchmark runs: on one torch thread."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield _benchmark()
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
