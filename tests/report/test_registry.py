@@ -236,7 +236,8 @@ def test_select_orders_and_rejects_unknown_ids():
 
 
 def test_claim_rows_name_the_experiments_that_cast_no_vote(tmp_path):
-    from implicit_em.report.render import render_html, render_markdown
+    from implicit_em.report.page import render_html
+    from implicit_em.report.render import render_markdown
 
     entries = [_entry("E4", "invalid", ("C10", "met", "supports"))]
     document = {

@@ -25,8 +25,9 @@ from implicit_em.report import (
     unit,
 )
 from implicit_em.report.build import _published, published_seconds
+from implicit_em.report.page import sample_count
 from implicit_em.report.protocol import Protocol
-from implicit_em.report.render import NO_FULL_RUN, render_markdown, report_document, sample_count
+from implicit_em.report.render import NO_FULL_RUN, render_markdown, report_document
 from implicit_em.report.runner import Interrupted, duration, run_experiments
 
 QUIET = {"log": lambda line: None}

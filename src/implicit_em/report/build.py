@@ -23,8 +23,9 @@ from typing import Any
 import implicit_em
 from implicit_em.machine import summary as machine_summary
 from implicit_em.report.files import write_atomic
+from implicit_em.report.page import render_html
 from implicit_em.report.registry import select
-from implicit_em.report.render import render_html, render_markdown, report_document
+from implicit_em.report.render import render_markdown, report_document
 from implicit_em.report.runner import Result, run_experiments
 
 __all__ = [
