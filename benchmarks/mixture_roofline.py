@@ -151,8 +151,8 @@ def kmeans_roofline_one(spec: dict) -> dict:
 
     Timed, each on the same centered transposed copy the start builds: the GEMM
     ``X @ C.T`` (``[N, D] @ [D, K]``, the reference); k-means++ seeding (``seed_indices``)
-    and its GEMMs alone (one ``[1, D+1] @ [D+1, N]`` product, then ``K - 1`` of
-    ``[2 + log K, D+1] @ [D+1, N]``); a Lloyd step with every label changed (the nearest
+    and its GEMMs alone (one ``[1, D+2] @ [D+2, N]`` product, then ``K - 1`` of
+    ``[2 + log K, D+2] @ [D+2, N]``); a Lloyd step with every label changed (the nearest
     centers, the label sums over every row, the new centers) and with none changed (the
     settled step); our whole k-means (``kmeans_labels``, copy included) and scikit-learn's
     ``KMeans(n_init=1)`` on the same data and seed.
@@ -165,7 +165,7 @@ def kmeans_roofline_one(spec: dict) -> dict:
         assign,
         kmeans_labels,
         seed_indices,
-        transposed_augmented,
+        transposed_lifted,
         updated_centers,
     )
 
@@ -174,13 +174,14 @@ def kmeans_roofline_one(spec: dict) -> dict:
     x = blob_data(n, d, k, seed=0)
     xt = torch.as_tensor(x)
     shift = xt.mean(dim=0, dtype=torch.float64)
-    augmented, norms = transposed_augmented(xt, shift)
-    indices = seed_indices(augmented, norms, k, np.random.RandomState(0))
+    lifted = transposed_lifted(xt, shift)
+    augmented = lifted[:-1]
+    indices = seed_indices(lifted, k, np.random.RandomState(0))
     centers = augmented[:-1, torch.as_tensor(indices)].T.contiguous()
     distances = augmented.new_empty(k, n)
     trials = 2 + int(np.log(k))
-    operands = [torch.randn(1, d + 1, dtype=torch.float64)] + [
-        torch.randn(trials, d + 1, dtype=torch.float64) for _ in range(k - 1)
+    operands = [torch.randn(1, d + 2, dtype=torch.float64)] + [
+        torch.randn(trials, d + 2, dtype=torch.float64) for _ in range(k - 1)
     ]
     candidates = augmented.new_empty(trials, n)
     settled = LabelSums(augmented, xt, shift, k)
@@ -192,9 +193,9 @@ def kmeans_roofline_one(spec: dict) -> dict:
 
     pieces = {
         "gemm": lambda: torch.mm(xt, centers.T),
-        "seeding": lambda: seed_indices(augmented, norms, k, np.random.RandomState(0)),
+        "seeding": lambda: seed_indices(lifted, k, np.random.RandomState(0)),
         "seeding_gemms": lambda: [
-            torch.mm(w, augmented, out=candidates[: w.shape[0]]) for w in operands
+            torch.mm(w, lifted, out=candidates[: w.shape[0]]) for w in operands
         ],
         "step": lambda: lloyd_step(LabelSums(augmented, xt, shift, k)),
         "settled_step": lambda: lloyd_step(settled),

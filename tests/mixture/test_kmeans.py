@@ -16,7 +16,7 @@ from implicit_em.mixture.kmeans import (
     LabelSums,
     kmeans_labels,
     kmeans_plusplus,
-    transposed_augmented,
+    transposed_lifted,
 )
 
 
@@ -77,7 +77,7 @@ def test_label_sums_kept_across_steps_are_sums_afresh(seed, k, moved):
     rng = np.random.default_rng(seed)
     x = torch.as_tensor(rng.normal(3.0, 2.0, size=(200, 4)))
     shift = x.mean(dim=0)
-    augmented, _ = transposed_augmented(x, shift)
+    augmented = transposed_lifted(x, shift)[:-1]
     sums = LabelSums(augmented, x, shift, k)
     labels = torch.as_tensor(rng.integers(0, k, 200))
     for fraction in [1.0, *moved]:

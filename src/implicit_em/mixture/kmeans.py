@@ -9,14 +9,14 @@ or a squared center shift at most $10^{-4}$ times the mean feature variance) and
 of the final centers. They compute in float64, so the labels are scikit-learn's except where
 two distances tie to rounding.
 
-Both read the data through the transposed augmented data $A = [x, 1]^\top$ (`[D+1, N]`,
-built once, with the squared norms $\lVert x\rVert^2$):
+Both read the data through one transposed copy, $L = [x,\ 1,\ \lVert x\rVert^2]^\top$
+(`[D+2, N]`, built once), whose first $D+1$ rows are the augmented data $A = [x, 1]^\top$:
 
-* a distance step, $\lVert c\rVert^2 - 2\,x\cdot c$ for $P$ centers, is one GEMM,
-  $\big[\begin{smallmatrix}-2C^\top \\ \lVert c\rVert^2\end{smallmatrix}\big]^\top A$,
-  `[P, N]`: every later reduction over the centers (the candidates' potentials, the
-  nearest center) then runs along contiguous rows of `N` numbers. A k-means++ step is one
-  such pass over the data, for its candidates; a Lloyd step one for all $K$ centers.
+* a k-means++ step is one GEMM, $\big[-2C, \lVert c\rVert^2, 1\big]\,L$, `[P, N]`: the
+  squared distances of every row to its $P$ candidates, one pass over the data; a Lloyd
+  assignment is one GEMM, $\big[-2C, \lVert c\rVert^2\big]\,A$, `[K, N]` (the nearest
+  center needs no $\lVert x\rVert^2$). Every later reduction over the centers (the
+  candidates' potentials, the nearest center) runs along contiguous rows of `N` numbers.
 * the label sums and counts, $\sum_{t:\,l_t=j} x_t$ and $n_j$, are kept across Lloyd steps
   (`LabelSums`): a step where few labels changed adds the rows that changed to their new
   label and takes them from their old one, so once the labels settle a step costs its GEMM
@@ -38,7 +38,7 @@ __all__ = [
     "kmeans_labels",
     "kmeans_plusplus",
     "seed_indices",
-    "transposed_augmented",
+    "transposed_lifted",
     "updated_centers",
 ]
 
@@ -56,22 +56,22 @@ _TRANSPOSE_ROWS = 4096
 2.7 ms in blocks of 2,048-4,096 rows against 4.4 ms in one strided copy and a subtraction."""
 
 
-def transposed_augmented(x: Tensor, shift: Tensor) -> tuple[Tensor, Tensor]:
-    r"""$A = [x - s, 1]^\top$ for the rows `x` `[N, D]` and the float64 `shift` $s$ `[D]`,
-    `[D+1, N]` float64, transposed block by block (each block's rows stay in cache while
-    they are written), and the squared norms of its points $\lVert x_t - s\rVert^2$, `[N]`,
-    summed feature by feature (no `[D, N]` array of squares)."""
+def transposed_lifted(x: Tensor, shift: Tensor) -> Tensor:
+    r"""$L = [x - s,\ 1,\ \lVert x - s\rVert^2]^\top$ for the rows `x` `[N, D]` and the
+    float64 `shift` $s$ `[D]`, `[D+2, N]` float64: its first $D+1$ rows are the augmented
+    data $A$. Transposed block by block (each block's rows stay in cache while they are
+    written); the squared norms summed feature by feature (no `[D, N]` array of squares)."""
     n, d = x.shape
-    augmented = torch.empty(d + 1, n, dtype=torch.float64)
+    lifted = torch.empty(d + 2, n, dtype=torch.float64)
     column = shift.unsqueeze(1)
     for start in range(0, n, _TRANSPOSE_ROWS):
         block = x[start : start + _TRANSPOSE_ROWS]
-        torch.sub(block.T, column, out=augmented[:d, start : start + block.shape[0]])
-    augmented[d] = 1.0
-    norms = augmented.new_zeros(n)
-    for row in augmented[:d]:
+        torch.sub(block.T, column, out=lifted[:d, start : start + block.shape[0]])
+    lifted[d] = 1.0
+    norms = lifted[d + 1].zero_()
+    for row in lifted[:d]:
         norms.addcmul_(row, row)
-    return augmented, norms
+    return lifted
 
 
 def _center_operands(centers: Tensor) -> Tensor:
@@ -80,36 +80,40 @@ def _center_operands(centers: Tensor) -> Tensor:
     return torch.cat([-2.0 * centers, (centers * centers).sum(dim=1, keepdim=True)], dim=1)
 
 
-def seed_indices(
-    augmented: Tensor, norms: Tensor, k: int, rng: np.random.RandomState
-) -> np.ndarray:
-    r"""k-means++ seed columns `[K]` of `transposed_augmented`'s `augmented` and `norms`
-    (scikit-learn's `_kmeans_plusplus`): the first uniformly, then, $K-1$ times,
-    $2 + \lfloor\log K\rfloor$ candidates drawn in proportion to the squared distance
-    $\text{closest}_t$ to the nearest seed, and the candidate $c$ of least potential
-    $\sum_t \min(\text{closest}_t, \lVert x_t - c\rVert^2)$."""
-    points = augmented[:-1]
+def _squared_distances(lifted: Tensor, centers: Tensor, out: Tensor | None = None) -> Tensor:
+    r"""$\lVert x - c\rVert^2 = \lVert x\rVert^2 + \lVert c\rVert^2 - 2\,x\cdot c$ of
+    every column of `lifted` to every center, `[P, N]` (floored at 0): one GEMM of
+    $\big[-2C, \lVert c\rVert^2, 1\big]$ with $L$."""
+    operands = torch.cat([_center_operands(centers), centers.new_ones(centers.shape[0], 1)], 1)
+    return torch.mm(operands, lifted, out=out).clamp_min_(0.0)
+
+
+def seed_indices(lifted: Tensor, k: int, rng: np.random.RandomState) -> np.ndarray:
+    r"""k-means++ seed columns `[K]` of `transposed_lifted`'s `lifted` (scikit-learn's
+    `_kmeans_plusplus`): the first uniformly, then, $K-1$ times, $2 + \lfloor\log K\rfloor$
+    candidates drawn in proportion to the squared distance $\text{closest}_t$ to the nearest
+    seed, and the candidate $c$ of least potential
+    $\sum_t \min(\text{closest}_t, \lVert x_t - c\rVert^2)$. The candidates' distances go
+    into two buffers in turn, so that the chosen row stays `closest` without a copy."""
+    points = lifted[:-2]
     n = points.shape[1]
     trials = 2 + int(np.log(k))
     first = rng.choice(n, p=np.full(n, 1.0) / n)
     indices = np.full(k, -1, dtype=int)
     indices[0] = first
-    closest = torch.mm(_center_operands(points[:, first : first + 1].T), augmented)[0]
-    closest.add_(norms).clamp_min_(0.0)
+    closest = _squared_distances(lifted, points[:, first : first + 1].T)[0]
     potential = float(closest.sum())
-    distances = augmented.new_empty(trials, n)
-    zero = closest.new_zeros(())
+    buffers = (lifted.new_empty(trials, n), lifted.new_empty(trials, n))
     for c in range(1, k):
         draws = torch.as_tensor(rng.uniform(size=trials) * potential, dtype=torch.float64)
         candidates = torch.searchsorted(torch.cumsum(closest, dim=0), draws)
         candidates = candidates.clamp_max_(n - 1)
-        torch.mm(_center_operands(points[:, candidates].T), augmented, out=distances)
-        distances.add_(norms)
-        torch.clamp(distances, min=zero, max=closest, out=distances)
+        distances = _squared_distances(lifted, points[:, candidates].T, out=buffers[c % 2])
+        torch.minimum(distances, closest, out=distances)
         potentials = distances.sum(dim=1)
         best = int(torch.argmin(potentials))
         potential = float(potentials[best])
-        closest.copy_(distances[best])
+        closest = distances[best]
         indices[c] = int(candidates[best])
     return indices
 
@@ -121,7 +125,7 @@ def kmeans_plusplus(
     `sklearn.cluster.kmeans_plusplus(x, k, random_state=rng)` draws them."""
     xt = torch.as_tensor(np.asarray(x))
     shift = torch.zeros(xt.shape[1], dtype=torch.float64)
-    indices = seed_indices(*transposed_augmented(xt, shift), k, rng)
+    indices = seed_indices(transposed_lifted(xt, shift), k, rng)
     return np.asarray(x)[indices], indices
 
 
@@ -190,9 +194,10 @@ def kmeans_labels(x: np.ndarray, k: int, rng: np.random.RandomState) -> np.ndarr
     """The labels `[N]` of `sklearn.cluster.KMeans(k, n_init=1, random_state=rng).fit(x)`."""
     xt = torch.as_tensor(np.asarray(x))
     shift = xt.mean(dim=0, dtype=torch.float64)
-    augmented, norms = transposed_augmented(xt, shift)
-    tol = float(norms.sum()) / (augmented.numel() - norms.numel()) * _TOL
-    centers = augmented[:-1, torch.as_tensor(seed_indices(augmented, norms, k, rng))].T
+    lifted = transposed_lifted(xt, shift)
+    augmented = lifted[:-1]
+    tol = float(lifted[-1].sum()) / xt.numel() * _TOL
+    centers = augmented[:-1, torch.as_tensor(seed_indices(lifted, k, rng))].T
     scratch = augmented.new_empty(k, augmented.shape[1])
     label_sums = LabelSums(augmented, xt, shift, k)
     labels_old = torch.full((augmented.shape[1],), -1, dtype=torch.int64)
