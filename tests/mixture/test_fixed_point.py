@@ -1,5 +1,5 @@
 """The fixed point of a whole fit, with its prepared chunks kept or streamed, against
-scikit-learn's, and the k-means of the initialization against scikit-learn's."""
+scikit-learn's."""
 
 from __future__ import annotations
 
@@ -7,14 +7,10 @@ import warnings
 
 import numpy as np
 import pytest
-from sklearn.cluster import KMeans
-from sklearn.cluster import kmeans_plusplus as sklearn_kmeans_plusplus
-from sklearn.datasets import make_blobs
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.mixture import GaussianMixture as SkGaussianMixture
 
 from implicit_em.mixture import GaussianMixture
-from implicit_em.mixture.kmeans import kmeans_labels, kmeans_plusplus
 
 TOLERANCE = {"float64": 1e-12, "float32": 1e-6}
 PASSES = 250
@@ -55,14 +51,3 @@ def test_kept_chunks_give_the_streamed_fit(blobs, covariance_type):
     np.testing.assert_array_equal(kept.means_, streamed.means_)
     np.testing.assert_array_equal(kept.covariances_, streamed.covariances_)
     assert kept.lower_bounds_ == streamed.lower_bounds_
-
-
-@pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize(("k", "std"), [(4, 1.5), (7, 4.0)])
-def test_kmeans_draws_and_labels_are_sklearns(seed, k, std):
-    x, _ = make_blobs(n_samples=900, n_features=5, centers=k, cluster_std=std, random_state=seed)
-    _, expected = sklearn_kmeans_plusplus(x, k, random_state=np.random.RandomState(seed))
-    _, indices = kmeans_plusplus(x, k, np.random.RandomState(seed))
-    np.testing.assert_array_equal(indices, expected)
-    labels = KMeans(k, n_init=1, random_state=np.random.RandomState(seed)).fit(x).labels_
-    np.testing.assert_array_equal(kmeans_labels(x, k, np.random.RandomState(seed)), labels)
