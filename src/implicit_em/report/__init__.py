@@ -27,7 +27,7 @@ from implicit_em.report.judging import (
 )
 from implicit_em.report.progress import progress
 from implicit_em.report.registry import SIZES, Experiment, Figure, Outcome, Table, select
-from implicit_em.report.runner import Result
+from implicit_em.report.result import Result
 from implicit_em.report.units import unit
 
 __all__ = [

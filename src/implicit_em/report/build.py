@@ -26,7 +26,8 @@ from implicit_em.report.files import write_atomic
 from implicit_em.report.page import render_html
 from implicit_em.report.registry import select
 from implicit_em.report.render import render_markdown, report_document
-from implicit_em.report.runner import Result, run_experiments
+from implicit_em.report.result import Result
+from implicit_em.report.runner import run_experiments
 
 __all__ = [
     "PUBLISHED_FULL",

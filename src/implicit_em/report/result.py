@@ -1,0 +1,137 @@
+"""An experiment's result as the report shows it: its outcome, its verdict, where and when it
+was measured, its criteria with their controls, its gates and its protocol's registration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from implicit_em.report.controls import status_of
+from implicit_em.report.judging import Judgement
+from implicit_em.report.registration import ProtocolStatus
+from implicit_em.report.registration import status as protocol_status
+from implicit_em.report.registry import Experiment, Outcome
+
+__all__ = ["Provenance", "Result"]
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a result was measured: the machine line (`implicit_em.machine.summary`) and the
+    commit of the source (`provenance.source_commit`)."""
+
+    machine: str
+    commit: str
+
+
+@dataclass
+class Result:
+    """An experiment's outcome with its verdict, as the report shows it."""
+
+    experiment: Experiment
+    size: str
+    config: dict[str, Any]
+    key: str
+    outcome: Outcome | None
+    judgement: Judgement
+    seconds: float
+    provenance: Provenance
+    cached: bool = False
+    error: str | None = None
+    started: str | None = None
+    control_values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+
+    @property
+    def meaning(self) -> str:
+        return self.experiment.meaning.get(self.judgement.verdict, "")
+
+    @property
+    def figure_dir(self) -> str:
+        """The folder of the figures, relative to the report's output folder."""
+        return f"figures/{self.experiment.id}-{self.key}"
+
+    @property
+    def criteria(self) -> list[dict[str, Any]]:
+        """Each criterion of the rule with its interval over seeds, its status and its
+        known-answer controls' statuses (None where it has none)."""
+        if self.outcome is None:
+            return []
+        try:
+            evaluations = self.experiment.rule.evaluate(self.outcome.samples)
+        except ValueError:
+            return []
+        out = []
+        for e in evaluations:
+            entry = e.as_dict()
+            values = self.control_values.get(e.criterion.number)
+            entry["controls"] = (
+                None
+                if values is None
+                else {k: status_of(e.criterion, values[k]) for k in ("positive", "negative")}
+            )
+            controls = self.experiment.controls.get(e.criterion.number)
+            entry["control_line"] = controls.line if controls else ""
+            out.append(entry)
+        return out
+
+    @cached_property
+    def registration(self) -> ProtocolStatus:
+        """What the registry says of the protocol: hash, registration time, amendments (read
+        once per result)."""
+        return protocol_status(self.experiment.protocol)
+
+    @property
+    def protocol(self) -> dict[str, Any]:
+        """The protocol's hash, registration time and amendments."""
+        return self.registration.as_dict()
+
+    @property
+    def exploratory(self) -> bool:
+        """Whether the verdict rests on an amendment made after its seeds' data were seen."""
+        return self.registration.exploratory(self.config.get("seeds") or [])
+
+    @property
+    def gates(self) -> list[dict[str, Any]]:
+        """Each sanity gate with whether it passed and the value it read."""
+        if self.outcome is None:
+            return []
+        return [g.as_dict() for g in self.experiment.rule.gate_results(self.outcome.numbers)]
+
+    def as_dict(self) -> dict[str, Any]:
+        e = self.experiment
+        outcome = self.outcome
+        return {
+            "id": e.id,
+            "title": e.title,
+            "claims": list(e.claims),
+            "hypothesis": e.hypothesis,
+            "setup": e.setup,
+            "rule": e.rule.statement,
+            "criteria": self.criteria,
+            "gates": self.gates,
+            "verdict": self.judgement.verdict,
+            "exploratory": self.exploratory,
+            "protocol": self.protocol,
+            "started": self.started,
+            "reason": self.judgement.reason,
+            "meaning": self.meaning,
+            "headline": {k: outcome.numbers.get(k) for k in e.headline} if outcome else {},
+            "numbers": outcome.numbers if outcome else {},
+            "samples": outcome.samples if outcome else {},
+            "tables": [t.as_dict() for t in outcome.tables] if outcome else [],
+            "figures": [
+                {"path": f"{self.figure_dir}/{f.path}", "caption": f.caption}
+                for f in (outcome.figures if outcome else [])
+            ],
+            "notes": list(outcome.notes) if outcome else [],
+            "size": self.size,
+            "seeds": self.config.get("seeds"),
+            "config": self.config,
+            "key": self.key,
+            "seconds": self.seconds,
+            "machine": self.provenance.machine,
+            "commit": self.provenance.commit,
+            "cached": self.cached,
+            "error": self.error,
+        }
