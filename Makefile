@@ -12,7 +12,7 @@ TORCH_INDEX ?=
 TORCH_PIP := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: setup report verify test test-fast lint docs docs-serve wheel-check clean data browser
+.PHONY: setup report verify test test-fast lint docs docs-serve wheel-check clean data browser publish-check
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ test: setup
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# The published full-size report (results/full) still matches the source that produced it.
+publish-check: setup
+	$(BIN)/implicit-em publish --check
 
 # Fashion-MNIST for the claims report (quick and full) and its known-answer controls: Debian's
 # dataset-fashion-mnist package puts its IDX files in /usr/share/datasets/fashion-mnist.
