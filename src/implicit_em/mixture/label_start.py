@@ -39,6 +39,7 @@ import torch
 from torch import Tensor
 
 from implicit_em.mixture.covariance import CovarianceModel
+from implicit_em.mixture.covariance.base import eye, sym
 from implicit_em.mixture.parameters import Mixture
 from implicit_em.mixture.statistics import Statistics, m_step
 
@@ -100,5 +101,5 @@ def one_point_start(
     masses = _masses(xs.new_ones(len(indices)))
     means = xs[torch.as_tensor(indices)] / masses[:, None]
     cov = (xs.T @ xs - (means * masses[:, None]).T @ means) / masses.sum()
-    cov = 0.5 * (cov + cov.T) + reg * torch.eye(xs.shape[1], dtype=xs.dtype)
+    cov = sym(cov) + reg * eye(xs.shape[1], cov)
     return Mixture.from_covariances(model, masses / masses.sum(), means, cov)
