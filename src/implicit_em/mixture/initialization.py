@@ -1,27 +1,20 @@
-r"""The starting parameters of a fit: responsibilities from `init_params`, then one M-step,
-then the user's `weights_init` / `means_init` / `precisions_init` (checked here).
+r"""The starting parameters of a fit: the start of `init_params`, its M-step, then the user's
+`weights_init` / `means_init` / `precisions_init` (checked here).
 
-The responsibilities are computed on the rows of `initial_sample`: every row (the default, as
-scikit-learn), or `limit` rows drawn without replacement and kept in their order. Under a distributed fit the
-sample is drawn from the concatenated data (the shards in rank order) with rank 0's random
-state and gathered on every rank, so that every rank computes the start one process computes
-on the concatenated data.
+The start is computed on the rows of `initial_sample`: every row (the default, as
+scikit-learn), or `limit` rows drawn without replacement and kept in their order. Under a
+distributed fit the sample is drawn from the concatenated data (the shards in rank order) with
+rank 0's random state and gathered on every rank, so that every rank computes the start one
+process computes on the concatenated data.
 
-The four `init_params` give initial responsibilities $r^{(0)}$ on a sample of the data:
+The four `init_params` give initial responsibilities $r^{(0)}$ on a sample of the data, and
+the starting mixture is their M-step, as scikit-learn takes it (`starting_mixture`):
 
-* `kmeans`: one-hot k-means labels; `random`: uniform draws, normalized per row (both give
-  rows that sum to one);
-* `k-means++` / `random_from_data`: one chosen row per component, $r^{(0)}_{c_j j} = 1$
-  and zero elsewhere, so only $K$ rows carry mass.
-
-The starting mixture is the M-step of $r^{(0)}$, as scikit-learn takes it. For `tied`,
-scikit-learn's M-step is $\Sigma = \big(\sum_t x_tx_t^\top - \sum_j N_j\mu_j\mu_j^\top\big)
-/\sum_j N_j$, which is the pooled within-component scatter only when every row's
-responsibilities sum to one. With one-point-per-component starts $\sum_j N_j = K$ while
-$\sum_t x_tx_t^\top$ runs over all $N$ rows, and the formula gives the data's raw
-second moment about the origin scaled by about $N/K$: a very wide start.
-`tied_covariance_of_one_point_starts` reproduces that start, so that a fit given
-scikit-learn's parameters follows scikit-learn's path.
+* `kmeans`: one-hot k-means labels, and `k-means++` / `random_from_data`: one chosen row per
+  component, $r^{(0)}_{c_j j} = 1$ and zero elsewhere. These hard starts go to
+  `label_start`, which reads each component's rows and never builds the one-hot matrix;
+* `random`: uniform draws, normalized per row, whose M-step reads the `[N, K]` matrix
+  (`responsibility_start`).
 """
 
 from __future__ import annotations
@@ -33,6 +26,7 @@ from torch import Tensor
 from implicit_em.mixture.covariance import CovarianceModel
 from implicit_em.mixture.distributed import gather_global_rows, share_random_state
 from implicit_em.mixture.kmeans import kmeans_labels, kmeans_plusplus
+from implicit_em.mixture.label_start import hard_start, label_rows, one_point_start
 from implicit_em.mixture.parameters import Mixture
 from implicit_em.mixture.statistics import accumulate_responsibilities, m_step, zero_statistics
 
@@ -41,14 +35,12 @@ __all__ = [
     "check_means",
     "check_precisions",
     "check_weights",
-    "initial_responsibilities",
     "initial_sample",
     "responsibility_start",
-    "tied_covariance_of_one_point_starts",
+    "starting_mixture",
 ]
 
 INIT_PARAMS = ("kmeans", "k-means++", "random", "random_from_data")
-_ONE_POINT_STARTS = ("k-means++", "random_from_data")
 
 
 def initial_sample(
@@ -69,42 +61,34 @@ def initial_sample(
     return gather_global_rows(x, pick)
 
 
-def initial_responsibilities(
-    x: np.ndarray, n_components: int, init_params: str, rng: np.random.RandomState
-) -> np.ndarray:
-    """$r^{(0)}$ `[N, K]` (float64) for `init_params`, drawing from `rng` as
-    scikit-learn does (the same draws for the same `random_state`)."""
+def starting_mixture(
+    model: CovarianceModel,
+    x: np.ndarray,
+    n_components: int,
+    init_params: str,
+    reg_covar: float,
+    rng: np.random.RandomState,
+) -> Mixture:
+    """The M-step of `init_params`' initial responsibilities on the sample `x` (float64),
+    drawing from `rng` as scikit-learn does (the same draws for the same `random_state`)."""
     n, k = x.shape[0], n_components
-    resp = np.zeros((n, k))
     if init_params == "kmeans":
-        labels = kmeans_labels(x, k, rng)
-        resp[np.arange(n), labels] = 1.0
-    elif init_params == "random":
+        return hard_start(model, x, label_rows(kmeans_labels(x, k, rng), k), reg_covar)
+    if init_params == "random":
         resp = rng.uniform(size=(n, k))
-        resp /= resp.sum(axis=1, keepdims=True)
-    elif init_params == "random_from_data":
-        resp[rng.choice(n, size=k, replace=False), np.arange(k)] = 1.0
+        return responsibility_start(model, x, resp / resp.sum(axis=1, keepdims=True), reg_covar)
+    if init_params == "random_from_data":
+        indices = rng.choice(n, size=k, replace=False)
     else:
         _, indices = kmeans_plusplus(x, k, rng)
-        resp[indices, np.arange(k)] = 1.0
-    return resp
-
-
-def tied_covariance_of_one_point_starts(
-    x: Tensor, resp: Tensor, means: Tensor, reg_covar: float
-) -> Tensor:
-    r"""scikit-learn's tied M-step, $\big(x^\top x - \sum_j N_j\mu_j\mu_j^\top\big)/\sum_j N_j
-    + \lambda I$, `[D, D]`, for responsibilities whose rows need not sum to one."""
-    n = resp.sum(dim=0) + 10 * torch.finfo(x.dtype).eps
-    cov = (x.T @ x - (means * n[:, None]).T @ means) / n.sum()
-    cov = 0.5 * (cov + cov.T)
-    return cov + reg_covar * torch.eye(x.shape[1], dtype=x.dtype, device=x.device)
+    return one_point_start(model, x, indices, reg_covar)
 
 
 def responsibility_start(
-    model: CovarianceModel, x: np.ndarray, resp: np.ndarray, init_params: str, reg_covar: float
+    model: CovarianceModel, x: np.ndarray, resp: np.ndarray, reg_covar: float
 ) -> Mixture:
-    """The M-step of the initial responsibilities `resp` on the sample `x` (float64)."""
+    """The M-step of soft responsibilities `resp` `[N, K]` (rows summing to one) on the
+    sample `x` (float64)."""
     xs, r = torch.as_tensor(x, dtype=torch.float64), torch.as_tensor(resp, dtype=torch.float64)
     k, dim = r.shape[1], xs.shape[1]
     shift = xs.mean(dim=0)
@@ -114,11 +98,7 @@ def responsibility_start(
         ref = (r.T @ y) / (r.sum(dim=0) + 10 * torch.finfo(xs.dtype).eps)[:, None]
     stats = zero_statistics(model, k, dim, xs)
     accumulate_responsibilities(stats, y, ref, r, model)
-    mixture = m_step(stats, model, shift, ref, reg_covar)
-    if model.name == "tied" and init_params in _ONE_POINT_STARTS:
-        cov = tied_covariance_of_one_point_starts(xs, r, mixture.means, reg_covar)
-        mixture = Mixture.from_covariances(model, mixture.weights, mixture.means, cov)
-    return mixture
+    return m_step(stats, model, shift, ref, reg_covar)
 
 
 def _as_array(value: object, name: str, shape: tuple[int, ...]) -> np.ndarray:

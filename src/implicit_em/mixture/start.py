@@ -22,9 +22,8 @@ from implicit_em.mixture.initialization import (
     check_means,
     check_precisions,
     check_weights,
-    initial_responsibilities,
     initial_sample,
-    responsibility_start,
+    starting_mixture,
 )
 from implicit_em.mixture.parameters import Mixture
 
@@ -58,9 +57,9 @@ def initial_mixture(
     dtype: torch.dtype,
     device: torch.device,
 ) -> Mixture:
-    """The M-step of the initial responsibilities, then the user's overrides, as `dtype` on
-    `device` (see `initialization`); under a distributed fit, rank 0's, broadcast (every rank
-    computes it on the same gathered rows)."""
+    """The M-step of the initial responsibilities (`starting_mixture`), then the user's
+    overrides, as `dtype` on `device` (see `initialization`); under a distributed fit, rank
+    0's, broadcast (every rank computes it on the same gathered rows)."""
     model = covariance_model(settings.covariance_type)
     k, dim = settings.n_components, x.shape[1]
     weights = None if settings.weights_init is None else check_weights(settings.weights_init, k)
@@ -73,8 +72,7 @@ def initial_mixture(
     start = None
     if weights is None or means is None or precisions is None:
         sample = initial_sample(x, rng, settings.init_sample_size)
-        resp = initial_responsibilities(sample, k, settings.init_params, rng)
-        start = responsibility_start(model, sample, resp, settings.init_params, settings.reg_covar)
+        start = starting_mixture(model, sample, k, settings.init_params, settings.reg_covar, rng)
 
     def tensor(value: np.ndarray | None, fallback: Tensor | None) -> Tensor:
         return fallback if value is None else torch.as_tensor(value, dtype=torch.float64)

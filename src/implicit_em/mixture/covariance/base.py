@@ -7,7 +7,7 @@ A type is one `CovarianceModel` subclass in its own module; its methods fall in 
 * **parameters**: `second_shape`, `n_parameters`, `precision_cholesky`, `precision`,
   `from_precision`, `log_det`, `noise`;
 * **EM**: `row_width`, `row_features`, `data`, `operands`, `logits`, `features`,
-  `moments`, `responsibility_moments`, `unwhiten`, `estimate`;
+  `moments`, `responsibility_moments`, `scatter`, `unwhiten`, `estimate`;
 * **natural gradient** (`preconditioned`): `natural_energies`, `mean_step`,
   `covariance_step`;
 * **unconstrained** (`gd`, `adam`): `raw`, `raw_energies`, `raw_precision_cholesky`, and
@@ -63,8 +63,7 @@ def sym(a: Tensor) -> Tensor:
 
 
 class CovarianceModel(ABC):
-    """One covariance type: its parameters, its EM step and its two gradient
-    parameterizations.
+    """One covariance type: its parameters, its EM step and its two gradient parameterizations.
 
     Attributes
     ----------
@@ -161,6 +160,10 @@ class CovarianceModel(ABC):
         features about `ref`, unwhitened), the whole data at once."""
         return self.moments(self.row_features(y), self.features(y, ref), r, workspace)
 
+    @abstractmethod
+    def scatter(self, differences: Tensor) -> Tensor:
+        r"""$\sum_t d_td_t^\top$ of `differences` `[n, D]` (overwritten), or its diagonal, trace."""
+
     def unwhiten(self, second: Tensor, prec_chol: Tensor | None) -> Tensor:
         """The summed second moment in data coordinates (the identity unless whitened)."""
         return second
@@ -250,6 +253,9 @@ class MatrixCovariance(CovarianceModel):
 
     def from_precision(self, precision: Tensor) -> Tensor:
         return torch.linalg.inv(precision)
+
+    def scatter(self, differences: Tensor) -> Tensor:
+        return differences.T @ differences
 
     def raw(self, prec_chol: Tensor) -> Tensor:
         r"""$W = U^\top$ with the log of its diagonal (strictly lower part unchanged)."""

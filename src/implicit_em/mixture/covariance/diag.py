@@ -36,6 +36,10 @@ class Diag(VectorCovariance):
     def operands(self, m: Tensor, prec_chol: Tensor, bias: Tensor) -> tuple[Tensor, ...]:
         return self.quadratic_operands(m, prec_chol * prec_chol, bias)
 
+    def scatter(self, differences: Tensor) -> Tensor:
+        r"""$\sum_t d_t^2$, `[D]`: the squares in place, summed by one matrix-vector product."""
+        return differences.new_ones(differences.shape[0]) @ differences.square_()
+
     def estimate(
         self, second: Tensor, n: Tensor, delta: Tensor, n_total: Tensor, reg: float
     ) -> Tensor:

@@ -143,25 +143,8 @@ class Full(MatrixCovariance):
         self, y: Tensor, ref: Tensor, r: Tensor, workspace: Workspace
     ) -> tuple[Tensor, Tensor]:
         r"""$F_j$ and $S_j = \sum_t r_{tj}(y_t - \mathrm{ref}_j)(y_t - \mathrm{ref}_j)^\top$
-        under given responsibilities (the initial M-step).
-
-        Hard responsibilities (every $r_{tj}$ 0 or 1: k-means labels, one-point starts) take
-        each component's rows and one `[D, n_j] @ [n_j, D]` product of their differences,
-        $O(ND^2)$ in all instead of the $O(NKD^2)$ of weighting every row for every
-        component; soft ones go `RESPONSIBILITY_ROWS` rows at a time through `moments`.
-        """
-        first = r.T @ y
-        if bool(((r == 0) | (r == 1)).all()):
-            k = r.shape[1]
-            labels = torch.where(r.sum(dim=1) > 0, r.argmax(dim=1), k)
-            order = torch.argsort(labels, stable=True)
-            counts = torch.bincount(labels, minlength=k + 1)[:k].tolist()
-            grouped = torch.index_select(y, 0, order[: sum(counts)])
-            second = []
-            for j, part in enumerate(grouped.split(counts)):
-                differences = part.sub_(ref[j])
-                second.append(differences.T @ differences)
-            return first, torch.stack(second)
+        under given (soft) responsibilities, `RESPONSIBILITY_ROWS` rows at a time through
+        `moments` (hard starts take `label_start`'s path)."""
         second = y.new_zeros(self.second_shape(*ref.shape))
         for start in range(0, y.shape[0], RESPONSIBILITY_ROWS):
             chunk, weights = (
@@ -170,7 +153,7 @@ class Full(MatrixCovariance):
             )
             features = self.features(chunk, ref)
             second += self.moments(self.row_features(chunk), features, weights, workspace)[1]
-        return first, second
+        return r.T @ y, second
 
     def unwhiten(self, second: Tensor, prec_chol: Tensor | None) -> Tensor:
         r"""$S_j = U_j^{-\top} G_j U_j^{-1}$ (`U` of the E-step that whitened the residuals;

@@ -43,6 +43,11 @@ class Spherical(VectorCovariance):
         first, second = super().moments(rows, features, r, workspace)
         return first, second.sum(dim=1)
 
+    def scatter(self, differences: Tensor) -> Tensor:
+        r"""$\sum_t \lVert d_t\rVert^2$, `[]`: one dot product of the rows with themselves."""
+        flat = differences.reshape(-1)
+        return flat @ flat
+
     def estimate(
         self, second: Tensor, n: Tensor, delta: Tensor, n_total: Tensor, reg: float
     ) -> Tensor:
