@@ -28,7 +28,12 @@ from implicit_em.mixture.distributed import gather_global_rows, share_random_sta
 from implicit_em.mixture.kmeans import kmeans_labels, kmeans_plusplus
 from implicit_em.mixture.label_start import hard_start, label_rows, one_point_start
 from implicit_em.mixture.parameters import Mixture
-from implicit_em.mixture.statistics import accumulate_responsibilities, m_step, zero_statistics
+from implicit_em.mixture.statistics import (
+    accumulate_responsibilities,
+    floored_masses,
+    m_step,
+    zero_statistics,
+)
 
 __all__ = [
     "INIT_PARAMS",
@@ -95,7 +100,7 @@ def responsibility_start(
     y = xs - shift
     ref = xs.new_zeros(k, dim)
     if model.centered:
-        ref = (r.T @ y) / (r.sum(dim=0) + 10 * torch.finfo(xs.dtype).eps)[:, None]
+        ref = (r.T @ y) / floored_masses(r.sum(dim=0))[:, None]
     stats = zero_statistics(model, k, dim, xs)
     accumulate_responsibilities(stats, y, ref, r, model)
     return m_step(stats, model, shift, ref, reg_covar)

@@ -41,7 +41,7 @@ from torch import Tensor
 from implicit_em.mixture.covariance import CovarianceModel
 from implicit_em.mixture.covariance.base import eye, sym
 from implicit_em.mixture.parameters import Mixture
-from implicit_em.mixture.statistics import Statistics, m_step
+from implicit_em.mixture.statistics import Statistics, floored_masses, m_step
 
 __all__ = ["hard_start", "hard_statistics", "label_rows", "one_point_start"]
 
@@ -55,18 +55,12 @@ def label_rows(labels: np.ndarray, k: int) -> list[Tensor]:
     return list(torch.as_tensor(order).split(counts.tolist()))
 
 
-def _masses(counts: Tensor) -> Tensor:
-    """$N_j + 10\\,\\varepsilon$, as scikit-learn (an empty component divides by a positive
-    number)."""
-    return counts + 10 * torch.finfo(counts.dtype).eps
-
-
 def hard_statistics(model: CovarianceModel, x: Tensor, rows: list[Tensor]) -> Statistics:
     """The statistics of the one-hot responsibilities of `rows` (each component's rows of
     `x` `[N, D]`) about each component's mean: `n` $N_j$, `first` $\\sum_{t \\in R_j} x_t$,
     `second` the type's `scatter` of $x_t - \\mu_j$ (stacked per component, or summed for a
     shared covariance), `count` $\\sum_j N_j$; read by `m_step` with shift 0 and reference
-    the means (`first` over `_masses(n)`)."""
+    the means (`first` over `floored_masses(n)`)."""
     k, d = len(rows), x.shape[1]
     counts = x.new_tensor([index.shape[0] for index in rows])
     buffer = x.new_empty(max(index.shape[0] for index in rows), d)
@@ -75,7 +69,7 @@ def hard_statistics(model: CovarianceModel, x: Tensor, rows: list[Tensor]) -> St
     for j, index in enumerate(rows):
         part = torch.index_select(x, 0, index, out=buffer[: index.shape[0]])
         torch.mv(part.T, part.new_ones(part.shape[0]), out=sums[j])
-        scatters.append(model.scatter(part.sub_(sums[j] / _masses(counts[j]))))
+        scatters.append(model.scatter(part.sub_(sums[j] / floored_masses(counts[j]))))
     second = torch.stack(scatters) if model.per_component else sum(scatters)
     return {"n": counts, "first": sums, "second": second, "count": counts.sum()}
 
@@ -84,7 +78,7 @@ def hard_start(model: CovarianceModel, x: np.ndarray, rows: list[Tensor], reg: f
     """The M-step of the one-hot responsibilities of `rows` on the sample `x` (float64)."""
     xs = torch.as_tensor(x, dtype=torch.float64)
     stats = hard_statistics(model, xs, rows)
-    means = stats["first"] / _masses(stats["n"])[:, None]
+    means = stats["first"] / floored_masses(stats["n"])[:, None]
     return m_step(stats, model, xs.new_zeros(xs.shape[1]), means, reg)
 
 
@@ -98,7 +92,7 @@ def one_point_start(
         rows = [torch.tensor([index]) for index in indices.tolist()]
         return hard_start(model, x, rows, reg)
     xs = torch.as_tensor(x, dtype=torch.float64)
-    masses = _masses(xs.new_ones(len(indices)))
+    masses = floored_masses(xs.new_ones(len(indices)))
     means = xs[torch.as_tensor(indices)] / masses[:, None]
     cov = (xs.T @ xs - (means * masses[:, None]).T @ means) / masses.sum()
     cov = sym(cov) + reg * eye(xs.shape[1], cov)

@@ -40,6 +40,7 @@ __all__ = [
     "accumulate",
     "accumulate_responsibilities",
     "empty_components",
+    "floored_masses",
     "m_step",
     "reference",
     "zero_statistics",
@@ -119,6 +120,12 @@ def empty_components(masses: Tensor) -> Tensor:
     return masses < 1e-3
 
 
+def floored_masses(n: Tensor) -> Tensor:
+    r"""$N_j + 10\,\varepsilon$ (machine epsilon of `n`'s dtype), scikit-learn's masses: an
+    empty component divides by a positive number."""
+    return n + 10 * torch.finfo(n.dtype).eps
+
+
 def m_step(
     stats: Statistics,
     model: CovarianceModel,
@@ -132,7 +139,7 @@ def m_step(
     `whitening` is the precision Cholesky factor $U$ the E-step whitened `full`
     residuals with (`None` when the features were not whitened).
     """
-    n = stats["n"] + 10 * torch.finfo(stats["n"].dtype).eps
+    n = floored_masses(stats["n"])
     means_y = stats["first"] / n[:, None]
     delta, second = means_y - ref, model.unwhiten(stats["second"], whitening)
     empty = empty_components(stats["n"])

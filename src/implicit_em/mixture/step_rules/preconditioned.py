@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 
 from implicit_em.mixture.parameters import Mixture
-from implicit_em.mixture.statistics import empty_components
+from implicit_em.mixture.statistics import empty_components, floored_masses
 from implicit_em.mixture.step_rules.base import AutogradRule
 from implicit_em.objectives import mixture_nll
 
@@ -44,7 +44,7 @@ class PreconditionedRule(AutogradRule):
         )
         total = self.sums["count"]
         masses = weights * g_weights
-        n = masses + 10 * torch.finfo(masses.dtype).eps
+        n = floored_masses(masses)
         new_weights = weights + (weights * g_weights - weights * (weights @ g_weights)) / total
         new_means = means + model.mean_step(cov, g_means, n)
         delta = new_means - means
