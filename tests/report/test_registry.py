@@ -259,6 +259,55 @@ def test_claim_rows_name_the_experiments_that_cast_no_vote(tmp_path):
     assert "E4 invalid (its criteria are not read)" in render_html(document, tmp_path)
 
 
+def test_an_item_is_exploratory_when_its_primary_experiment_is(tmp_path):
+    from implicit_em.report.page import render_html
+    from implicit_em.report.readme import full_size_column
+    from implicit_em.report.render import render_markdown, report_document
+
+    amended = {
+        **_entry("E7", "holds", ("C6", "met", "supports"), ("C8", "met", "supports", False)),
+        "exploratory": True,
+    }
+    clean = {
+        **_entry("E4", "holds", ("C8", "met", "supports"), gates=(("err", True, "C1"),)),
+        "exploratory": False,
+    }
+    amended_gate = {**_entry("E1", "holds", gates=(("err", True, "C2"),)), "exploratory": True}
+    items = ["C6", "C8", "C1", "C2"]
+    got = {c["id"]: c for c in claim_verdicts(items, [amended, clean, amended_gate])}
+    assert got["C6"]["exploratory"]  # its primary's experiment was amended after data
+    assert not got["C8"]["exploratory"]  # only a secondary criterion's experiment was
+    assert not got["C1"]["exploratory"] and not got["C2"]["exploratory"]  # algebra, not seeds
+    meta = {"size": "quick", "date": "today", "machine": "here", "version": "0", "seconds": 0.0}
+    full = {
+        "meta": {**meta, "size": "full", "publication": None},
+        "experiments": [{"id": "E7", "verdict": "holds", "exploratory": True}],
+        "claim_verdicts": [{"id": "C6", "verdict": "supported", "exploratory": True}],
+    }
+    document = report_document([], meta, full)
+    document["claim_verdicts"] = [
+        {**c, "full_verdict": "supported", "full_exploratory": c["id"] == "C6"}
+        for c in got.values()
+    ]
+    rows: dict[str, str] = {}  # the first row of each item: the short verdict table's
+    for line in render_markdown(document).splitlines():
+        if line.startswith("| "):
+            rows.setdefault(line.split("|")[1].strip(), line)
+    assert "**supported** (exploratory) | **supported** (exploratory) |" in rows["C6"]
+    assert "(exploratory)" not in rows["C8"] and "(exploratory)" not in rows["C1"]
+    assert render_html(document, tmp_path).count("</span> (exploratory)") == 1  # C6's row
+    readme = "\n".join(
+        [
+            "Size quick: no full run published; verdicts here are not checked against one.",
+            "",
+            "| item | statement | verdict | full size | for or against the paper |",
+            "|---|---|---|---|---|",
+            "| C6 | a claim | **supported** | not published | for the paper |",
+        ]
+    )
+    assert "| **supported** (exploratory) |" in full_size_column(readme, full)
+
+
 def test_items_are_coloured_by_what_their_verdict_says_of_the_paper():
     from implicit_em.report.claims import CLAIMS, FAVOURS_PAPER, direction
 

@@ -402,7 +402,9 @@ def claim_verdicts(
     it has no primary that ran and earned its vote. Every other criterion on the item is shown
     beside it (`evidence`, the primary first) and does not change it. An item that a sanity gate
     `verifies` is `verified (algebra)` when that gate passed (`violated (algebra)` when not).
-    An invalid or not-run experiment casts no vote; it is listed under `excluded`.
+    An invalid or not-run experiment casts no vote; it is listed under `excluded`. An item is
+    `exploratory` when the experiment of its primary criterion is (an amendment made after that
+    experiment's seeds were seen): its verdict stands only once rerun on fresh seeds.
     """
     out = []
     for item in items:
@@ -445,6 +447,11 @@ def claim_verdicts(
                 )
         evidence.sort(key=lambda v: not v["primary"])
         primary = next((v for v in evidence if v["primary"]), None)
+        exploratory = (
+            primary is not None
+            and algebra is None
+            and any(e["id"] == primary["experiment"] and e.get("exploratory") for e in experiments)
+        )
         if algebra is not None:
             verdict = algebra
         elif primary is None or primary["vote"] == "uncontrolled":
@@ -457,6 +464,7 @@ def claim_verdicts(
                 "verdict": verdict,
                 "primary": None if primary is None else primary["number"],
                 "primary_experiment": None if primary is None else primary["experiment"],
+                "exploratory": exploratory,
                 "experiments": ids,
                 "evidence": evidence,
                 "excluded": excluded,

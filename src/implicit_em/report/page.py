@@ -19,6 +19,7 @@ from implicit_em.report.render import (
     comparison_line,
     criterion_evidence,
     excluded_experiments,
+    exploratory_mark,
     full_mark,
     headline,
 )
@@ -188,7 +189,7 @@ def _section(root: Path, e: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
         )
     mark = full_mark(e, meta)
     mark = f" ({mark})" if mark else ""
-    exploratory = " (exploratory)" if e.get("exploratory") else ""
+    exploratory = exploratory_mark(e)
     parts.append(
         f"<p><b>Verdict: {_esc(e['verdict'])}{exploratory}{_esc(mark)}.</b> {_esc(e['reason'])}</p>"
     )
@@ -261,7 +262,8 @@ def _claim_cells(c: Mapping[str, Any], document: Mapping[str, Any]) -> list[str]
     return [
         _esc(c["id"]),
         _esc(document["claims"].get(c["id"], "")),
-        f"{_verdict(c['verdict'], colour)}<br><span class='meta'>{_esc(direction(c['id'], c['verdict']))}</span> "
+        f"{_verdict(c['verdict'], colour)}{_esc(exploratory_mark(c))}<br>"
+        f"<span class='meta'>{_esc(direction(c['id'], c['verdict']))}</span> "
         f"{_esc(full_mark(c, document['meta']))}",
         ", ".join(f"<a href='#{_esc(i)}'>{_esc(i)}</a>" for i in c["experiments"]),
         forest_svg(c["evidence"])

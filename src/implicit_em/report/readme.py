@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from implicit_em.report.render import compared_with, comparison_line, full_cell
+from implicit_em.report.render import compared_with, comparison_line, full_cell, full_entries
 
 __all__ = ["full_size_column"]
 
@@ -46,10 +46,7 @@ def full_size_column(text: str, full: Mapping[str, Any] | None) -> str:
     Raises `ValueError` when `text` has no item table with a "full size" column (an
     experiment table with one is filled too), or not exactly one comparison line.
     """
-    verdicts = {}
-    if full is not None:
-        verdicts = {c["id"]: c["verdict"] for c in full.get("claim_verdicts", [])}
-        verdicts |= {e["id"]: e["verdict"] for e in full["experiments"]}
+    published = {x["id"]: x for x in full_entries(full)}
     lines = text.split("\n")
     header: list[str] | None = None
     tables, comparisons = set(), 0
@@ -70,10 +67,9 @@ def full_size_column(text: str, full: Mapping[str, Any] | None) -> str:
             continue
         if FULL not in header or set(cells) <= {"---"}:
             continue
-        row = _row_id(cells, header)
-        lines[i] = _replace_cell(
-            line, header.index(FULL), full_cell(verdicts.get(row), full is not None)
-        )
+        entry = published.get(_row_id(cells, header), {})
+        cell = full_cell(entry.get("verdict"), full is not None, bool(entry.get("exploratory")))
+        lines[i] = _replace_cell(line, header.index(FULL), cell)
     if "item" not in tables or comparisons != 1:
         raise ValueError(
             "no claim table to fill: expected an item table with a "

@@ -25,8 +25,10 @@ __all__ = [
     "comparison_line",
     "criterion_evidence",
     "excluded_experiments",
+    "exploratory_mark",
     "format_number",
     "full_cell",
+    "full_entries",
     "full_mark",
     "headline",
     "render_markdown",
@@ -50,13 +52,17 @@ def report_document(
     meta = dict(meta)
     if meta["size"] != "full":
         meta["compared_with"] = compared_with(full)
-        full_experiments = {e["id"]: e["verdict"] for e in (full or {}).get("experiments", [])}
-        full_items = {c["id"]: c["verdict"] for c in (full or {}).get("claim_verdicts", [])}
-        for e in experiments:
-            e["full_verdict"] = full_experiments.get(e["id"])
-        for c in items:
-            c["full_verdict"] = full_items.get(c["id"])
+        published = {x["id"]: x for x in full_entries(full)}
+        for entry in [*experiments, *items]:
+            entry["full_verdict"] = published.get(entry["id"], {}).get("verdict")
+            entry["full_exploratory"] = bool(published.get(entry["id"], {}).get("exploratory"))
     return {"meta": meta, "claims": CLAIMS, "claim_verdicts": items, "experiments": experiments}
+
+
+def full_entries(full: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
+    """The published full run's experiments and items (each with its `id`, `verdict` and
+    `exploratory` flag); none without a published run."""
+    return [*(full or {}).get("experiments", []), *(full or {}).get("claim_verdicts", [])]
 
 
 def compared_with(full: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -68,12 +74,15 @@ def compared_with(full: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return {k: full["meta"].get(k) for k in keys}
 
 
-def full_cell(verdict: str | None, published: bool) -> str:
-    """A cell of the "full size" column: the published verdict, "not in the full run" for an
-    item the published run has no verdict for, or "not published"."""
+def full_cell(verdict: str | None, published: bool, exploratory: bool = False) -> str:
+    """A cell of the "full size" column: the published verdict (marked exploratory when it is),
+    "not in the full run" for an item the published run has no verdict for, or "not
+    published"."""
     if not published:
         return NOT_PUBLISHED
-    return "not in the full run" if verdict is None else f"**{verdict}**"
+    if verdict is None:
+        return "not in the full run"
+    return f"**{verdict}**" + exploratory_mark({"exploratory": exploratory})
 
 
 def criterion_evidence(c: Mapping[str, Any]) -> str:
@@ -128,6 +137,12 @@ def _publication(publication: Mapping[str, Any] | None) -> str:
     return f" Published {publication['date']} as a PARTIAL run: {'; '.join(publication['gaps'])}."
 
 
+def exploratory_mark(entry: Mapping[str, Any]) -> str:
+    """' (exploratory)' after the verdict of an experiment or item whose verdict rests on an
+    amendment made after its seeds' data were seen, else ''."""
+    return " (exploratory)" if entry.get("exploratory") else ""
+
+
 def headline(entry: Mapping[str, Any]) -> str:
     return "; ".join(f"{k} = {format_number(v)}" for k, v in entry["headline"].items())
 
@@ -155,12 +170,15 @@ def verdict_table(document: Mapping[str, Any]) -> list[str]:
     header = ["item", "statement", *verdict, "for or against the paper"]
     lines = [_row(header), _rule_row(len(header))]
     for c in document["claim_verdicts"]:
-        full = [full_cell(c.get("full_verdict"), published)] if smaller else []
+        full = (
+            [full_cell(c.get("full_verdict"), published, c.get("full_exploratory", False))]
+            if smaller
+            else []
+        )
         statement = _cell(document["claims"].get(c["id"], ""))
+        verdict_cell = f"**{c['verdict']}**{exploratory_mark(c)}"
         lines.append(
-            _row(
-                [c["id"], statement, f"**{c['verdict']}**", *full, direction(c["id"], c["verdict"])]
-            )
+            _row([c["id"], statement, verdict_cell, *full, direction(c["id"], c["verdict"])])
         )
     return lines
 
@@ -193,14 +211,17 @@ def render_markdown(document: Mapping[str, Any]) -> str:
         lines.append(_row([c["id"], primary, _cell(evidence)]))
     lines += ["", _row(experiments), _rule_row(len(experiments))]
     for e in document["experiments"]:
-        full = [full_cell(e.get("full_verdict"), published)] if smaller else []
-        exploratory = " (exploratory)" if e.get("exploratory") else ""
+        full = (
+            [full_cell(e.get("full_verdict"), published, e.get("full_exploratory", False))]
+            if smaller
+            else []
+        )
         lines.append(
             _row(
                 [
                     ", ".join(e["claims"]),
                     f"{e['id']}: {_cell(e['title'])}",
-                    f"**{e['verdict']}**{exploratory}",
+                    f"**{e['verdict']}**{exploratory_mark(e)}",
                     *full,
                     duration(e["seconds"]),
                     _cell(headline(e)),
