@@ -98,6 +98,10 @@ def test_html_has_a_section_per_experiment_and_embeds_every_figure(smoke_report)
     assert (
         'src="http' not in report.html.read_text() and 'href="http' not in report.html.read_text()
     )
+    for e in document["experiments"]:  # each names its units and the longest of them
+        units = e["units"]
+        assert units["count"] >= 1 and units["longest_seconds"] <= units["seconds"]
+        assert f"{units['count']} units of work" in text and units["longest"] in text
 
 
 def test_results_json_and_summary_agree(smoke_report):
@@ -229,8 +233,13 @@ def test_quick_verdicts_are_compared_with_the_published_full_run(smoke_report, t
 def test_units_are_kept_while_an_experiment_runs_and_resume_after_a_crash(tmp_path):
     computed, crashed = [], []
 
+    def compute(s):
+        computed.append(s)
+        time.sleep(0.3 if s == 1 else 0.0)  # seed1 is the long unit
+        return s / 10
+
     def flaky(config, out):
-        values = [unit(f"seed{s}", lambda s=s: computed.append(s) or s / 10) for s in range(3)]
+        values = [unit(f"seed{s}", lambda s=s: compute(s)) for s in range(3)]
         if not crashed:
             crashed.append(True)
             raise RuntimeError("killed after every unit")
@@ -244,6 +253,14 @@ def test_units_are_kept_while_an_experiment_runs_and_resume_after_a_crash(tmp_pa
     assert second[0].judgement.verdict == "holds"
     assert second[0].outcome.samples["x"] == [0.0, 0.1, 0.2]
     assert not list((tmp_path / "units").iterdir())  # cleared once the result is cached
+    # the units' times survive the crash: the result says what the first sitting's units took
+    timed = second[0].units
+    assert timed["count"] == 3 and timed["resumed"] == 3 and timed["longest"] == "seed1"
+    assert timed["longest_seconds"] >= 0.3 and timed["seconds"] >= timed["longest_seconds"]
+    cached = run_experiments([_experiment("X3", flaky)], "smoke", tmp_path, **QUIET)[0]
+    assert cached.cached and cached.units == timed and cached.as_dict()["units"] == timed
+    with pytest.raises(ValueError, match="not starting with _"):
+        unit("_times", lambda: 0)
 
 
 def test_a_missing_figure_or_wrong_return_is_a_crash(tmp_path):

@@ -218,11 +218,22 @@ def _section(root: Path, e: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
     machine = f"; measured on {_esc(machine)}" if machine and machine != meta["machine"] else ""
     parts.append(
         f"<p class='meta'>Size {_esc(e['size'])}{seeds}; measured time {e['seconds']:.1f} s"
-        f"{cached}{commit}{machine}; cache key {_esc(e['key'])}</p>"
+        f"{cached}{_units_line(e.get('units'))}{commit}{machine}; cache key {_esc(e['key'])}</p>"
     )
     parts.append(_configuration(e["config"]))
     parts.append("</section>")
     return "\n".join(parts)
+
+
+def _units_line(units: Mapping[str, Any] | None) -> str:
+    """The experiment's units as its provenance line shows them ('' when none was timed)."""
+    if not units:
+        return ""
+    resumed = f", {units['resumed']} read back from an earlier sitting" if units["resumed"] else ""
+    return (
+        f"; {units['count']} units of work, {units['seconds']:.1f} s together, the longest "
+        f"{_esc(units['longest'])} {units['longest_seconds']:.1f} s{resumed}"
+    )
 
 
 def _configuration(config: Mapping[str, Any]) -> str:

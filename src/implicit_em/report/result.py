@@ -41,6 +41,8 @@ class Result:
     error: str | None = None
     started: str | None = None
     control_values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    units: dict[str, Any] | None = None
+    """What its units took (`runner.unit_summary`); None when it ran no timed unit."""
 
     @property
     def meaning(self) -> str:
@@ -130,6 +132,7 @@ class Result:
             "config": self.config,
             "key": self.key,
             "seconds": self.seconds,
+            "units": self.units,
             "machine": self.provenance.machine,
             "commit": self.provenance.commit,
             "cached": self.cached,

@@ -44,7 +44,7 @@ from implicit_em.report.provenance import source_commit
 from implicit_em.report.registration import now as utc_now
 from implicit_em.report.registry import SIZES, Experiment, Figure, Outcome, Table
 from implicit_em.report.result import Provenance, Result
-from implicit_em.report.units import activate
+from implicit_em.report.units import activate, kept_units, unit_times
 from implicit_em.trace.alarms import CollapseWarning
 
 __all__ = [
@@ -158,6 +158,7 @@ def _load(
         cached=True,
         started=data.get("started"),
         control_values=data.get("controls", {}),
+        units=data.get("units"),
     )
 
 
@@ -175,8 +176,10 @@ def _store(
     here: Provenance,
     started: str,
     controls: dict[str, dict[str, list[float]]],
+    units: dict[str, Any] | None,
 ) -> None:
     data = {
+        "units": units,
         "started": started,
         "controls": controls,
         "numbers": outcome.numbers,
@@ -191,6 +194,22 @@ def _store(
     write_json(path, data)
 
 
+def unit_summary(times: dict[str, float], resumed: int) -> dict[str, Any] | None:
+    """What a finished experiment's units took (`units.unit_times`): how many were timed, their
+    seconds together (every sitting's work), the longest and its seconds, and how many were read
+    back from an earlier sitting (`resumed`). None when it timed no unit."""
+    if not times:
+        return None
+    longest = max(times, key=times.__getitem__)
+    return {
+        "count": len(times),
+        "seconds": sum(times.values()),
+        "longest": longest,
+        "longest_seconds": times[longest],
+        "resumed": resumed,
+    }
+
+
 def _run_one(
     experiment: Experiment, size: str, config: dict, key: str, out: Path, here: Provenance
 ) -> Result:
@@ -198,6 +217,7 @@ def _run_one(
     work_dir = Path(tempfile.mkdtemp(dir=out / "figures", prefix=f".{experiment.id}-"))
     units = out / "units" / f"{experiment.id}-{key}"
     started = utc_now()
+    resumed = kept_units(units)
     start = time.perf_counter()
     try:
         with activate(units), alarms_off_console():
@@ -237,7 +257,9 @@ def _run_one(
     shutil.rmtree(final_dir, ignore_errors=True)
     as_new_file(work_dir)
     os.replace(work_dir, final_dir)
-    _store(out / "cache" / f"{experiment.id}-{key}.json", outcome, seconds, here, started, controls)
+    timed = unit_summary(unit_times(units), resumed)
+    cache = out / "cache" / f"{experiment.id}-{key}.json"
+    _store(cache, outcome, seconds, here, started, controls, timed)
     shutil.rmtree(units, ignore_errors=True)
     return Result(
         experiment,
@@ -250,6 +272,7 @@ def _run_one(
         here,
         started=started,
         control_values=controls,
+        units=timed,
     )
 
 
@@ -333,7 +356,7 @@ def _announce(
         log(f"resuming: {done} finished experiment(s) read from {out / 'cache'}")
     for experiment, _, key, _ in to_run:
         units = out / "units" / f"{experiment.id}-{key}"
-        kept = sum(1 for _ in units.glob("*.json")) if units.is_dir() else 0
+        kept = kept_units(units)
         resumed = f" (resumes from {kept} kept unit(s))" if kept else ""
         source = "" if experiment.id in measured else " (budget)"
         log(
