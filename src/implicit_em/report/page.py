@@ -14,7 +14,7 @@ from implicit_em.pages import escape as _esc
 from implicit_em.pages import table as _table
 from implicit_em.report.claims import CLAIMS, DIRECTIONS, direction
 from implicit_em.report.forest import forest_svg
-from implicit_em.report.judging import controls_pass
+from implicit_em.report.item_verdicts import controls_pass
 from implicit_em.report.render import (
     comparison_line,
     criterion_evidence,

@@ -15,7 +15,7 @@ from typing import Any
 
 from implicit_em.pages import format_number
 from implicit_em.report.claims import CLAIMS, direction
-from implicit_em.report.judging import claim_verdicts
+from implicit_em.report.item_verdicts import claim_verdicts
 from implicit_em.report.runner import duration
 
 __all__ = [
