@@ -24,6 +24,7 @@ from implicit_em.report import (
     run_report,
     unit,
 )
+from implicit_em.report import units as units_module
 from implicit_em.report.build import _published, published_seconds
 from implicit_em.report.page import sample_count
 from implicit_em.report.protocol import Protocol
@@ -230,12 +231,14 @@ def test_quick_verdicts_are_compared_with_the_published_full_run(smoke_report, t
     assert _published(tmp_path / "absent.json") is None
 
 
-def test_units_are_kept_while_an_experiment_runs_and_resume_after_a_crash(tmp_path):
+def test_units_are_kept_while_an_experiment_runs_and_resume_after_a_crash(tmp_path, monkeypatch):
     computed, crashed = [], []
+    clock = [0.0]  # the units' clock: each unit advances it by what it "takes"
+    monkeypatch.setattr(units_module, "perf_counter", lambda: clock[0])
 
     def compute(s):
         computed.append(s)
-        time.sleep(0.3 if s == 1 else 0.0)  # seed1 is the long unit
+        clock[0] += 5.0 if s == 1 else 1.0  # seed1 is the long unit
         return s / 10
 
     def flaky(config, out):
@@ -256,7 +259,7 @@ def test_units_are_kept_while_an_experiment_runs_and_resume_after_a_crash(tmp_pa
     # the units' times survive the crash: the result says what the first sitting's units took
     timed = second[0].units
     assert timed["count"] == 3 and timed["resumed"] == 3 and timed["longest"] == "seed1"
-    assert timed["longest_seconds"] >= 0.3 and timed["seconds"] >= timed["longest_seconds"]
+    assert timed["longest_seconds"] == 5.0 and timed["seconds"] == 7.0
     cached = run_experiments([_experiment("X3", flaky)], "smoke", tmp_path, **QUIET)[0]
     assert cached.cached and cached.units == timed and cached.as_dict()["units"] == timed
     with pytest.raises(ValueError, match="not starting with _"):

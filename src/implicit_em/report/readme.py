@@ -46,7 +46,7 @@ def full_size_column(text: str, full: Mapping[str, Any] | None) -> str:
     Raises `ValueError` when `text` has no item table with a "full size" column (an
     experiment table with one is filled too), or not exactly one comparison line.
     """
-    published = {x["id"]: x for x in full_entries(full)}
+    published = full_entries(full)
     lines = text.split("\n")
     header: list[str] | None = None
     tables, comparisons = set(), 0

@@ -37,6 +37,8 @@ __all__ = [
 
 NO_FULL_RUN = "no full run published"
 NOT_PUBLISHED = "not published"
+EXPLORATORY = " (exploratory)"
+"""The mark after an exploratory verdict."""
 
 
 def report_document(
@@ -52,17 +54,19 @@ def report_document(
     meta = dict(meta)
     if meta["size"] != "full":
         meta["compared_with"] = compared_with(full)
-        published = {x["id"]: x for x in full_entries(full)}
+        published = full_entries(full)
         for entry in [*experiments, *items]:
-            entry["full_verdict"] = published.get(entry["id"], {}).get("verdict")
-            entry["full_exploratory"] = bool(published.get(entry["id"], {}).get("exploratory"))
+            counterpart = published.get(entry["id"], {})
+            entry["full_verdict"] = counterpart.get("verdict")
+            entry["full_exploratory"] = bool(counterpart.get("exploratory"))
     return {"meta": meta, "claims": CLAIMS, "claim_verdicts": items, "experiments": experiments}
 
 
-def full_entries(full: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
-    """The published full run's experiments and items (each with its `id`, `verdict` and
+def full_entries(full: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
+    """The published full run's experiments and items by id (each with its `verdict` and
     `exploratory` flag); none without a published run."""
-    return [*(full or {}).get("experiments", []), *(full or {}).get("claim_verdicts", [])]
+    entries = [*(full or {}).get("experiments", []), *(full or {}).get("claim_verdicts", [])]
+    return {entry["id"]: entry for entry in entries}
 
 
 def compared_with(full: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -82,7 +86,7 @@ def full_cell(verdict: str | None, published: bool, exploratory: bool = False) -
         return NOT_PUBLISHED
     if verdict is None:
         return "not in the full run"
-    return f"**{verdict}**" + exploratory_mark({"exploratory": exploratory})
+    return f"**{verdict}**" + (EXPLORATORY if exploratory else "")
 
 
 def criterion_evidence(c: Mapping[str, Any]) -> str:
@@ -138,9 +142,9 @@ def _publication(publication: Mapping[str, Any] | None) -> str:
 
 
 def exploratory_mark(entry: Mapping[str, Any]) -> str:
-    """' (exploratory)' after the verdict of an experiment or item whose verdict rests on an
+    """`EXPLORATORY` after the verdict of an experiment or item whose verdict rests on an
     amendment made after its seeds' data were seen, else ''."""
-    return " (exploratory)" if entry.get("exploratory") else ""
+    return EXPLORATORY if entry.get("exploratory") else ""
 
 
 def headline(entry: Mapping[str, Any]) -> str:

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from time import perf_counter
 from typing import Any
 
 from implicit_em.report.files import json_default, write_json
@@ -55,9 +55,9 @@ def unit(name: str, compute: Callable[[], Any]) -> Any:
             return json.loads(path.read_text(encoding="utf-8"))
         except ValueError:
             path.unlink(missing_ok=True)
-    start = time.perf_counter()
+    start = perf_counter()
     value = json.loads(json.dumps(compute(), allow_nan=True, default=json_default))
-    seconds = time.perf_counter() - start
+    seconds = perf_counter() - start
     write_json(path, value)
     write_json(_FOLDER[-1] / _TIMES, {**unit_times(_FOLDER[-1]), name: seconds})
     return value
