@@ -452,8 +452,8 @@ def test_ctrl_c_names_what_was_kept(tmp_path):
 @pytest.mark.slow
 def test_ctrl_c_on_the_command_is_one_line_with_the_command_that_resumes(tmp_path):
     out = tmp_path / "rep"
-    # As from a terminal: a shell starts background commands with SIGINT ignored, and a Python
-    # started with SIGINT ignored keeps ignoring it, so CI run in the background would not stop.
+    # SIGINT at its default, as from a terminal: a shell starts background commands with SIGINT
+    # ignored, and a Python started so keeps ignoring it (a test suite run in the background).
     process = _start(
         out,
         "E1,E3",
@@ -463,7 +463,7 @@ def test_ctrl_c_on_the_command_is_one_line_with_the_command_that_resumes(tmp_pat
     )
     deadline = time.monotonic() + 600
     while not list(out.glob("units/E3-*")) and time.monotonic() < deadline:
-        time.sleep(0.05)  # E1 is cached and E3 runs
+        time.sleep(0.05)  # E1 runs and is cached, then E3 keeps units
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130
