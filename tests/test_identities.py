@@ -22,6 +22,7 @@ EXPECTED = [
     "xu_jordan_means",
     "volume_gradient",
     "null_component",
+    "null_orders_as_energy",
     "no_competition",
     "candidate_set_gradient",
     "soft_label_gradient",
@@ -30,7 +31,7 @@ EXPECTED = [
 ]
 
 
-def test_registry_lists_the_fourteen_identities_with_sections():
+def test_registry_lists_the_fifteen_identities_with_sections():
     assert list(identities.REGISTRY) == EXPECTED
     for identity in identities.REGISTRY.values():
         assert identity.section.startswith("§") and identity.claims
@@ -68,7 +69,7 @@ def test_verify_prints_a_table_and_json():
     assert result.exit_code == 0, result.output
     for name in EXPECTED:
         assert name in result.output
-    assert "14 passed, 0 failed" in result.output
+    assert "15 passed, 0 failed" in result.output
     result = runner.invoke(app, ["verify", "--json", "--only", "lse_gradient"])
     assert result.exit_code == 0
     rows = json.loads(result.output)

@@ -375,6 +375,35 @@ def _null_component(gen: torch.Generator) -> tuple[float, bool]:
     return error, ok
 
 
+@register(
+    "null_orders_as_energy",
+    "§7.3",
+    "C14c",
+    "constant d_0: r_0 = sigmoid(E - d_0), E = -log sum_j exp(-d_j): r_0 ranks inputs as E",
+)
+def _null_orders_as_energy(gen: torch.Generator) -> tuple[float, bool]:
+    """A threshold null component adds nothing to the energy score: with the same `d_0` for
+    every input, r_0 is a strictly increasing function of the energy E, dr_0/dE = r_0 (1 - r_0)
+    > 0, so every ranking of inputs by r_0 (and any AUROC read from it) is the energy's. The
+    error is the largest of |r_0 - sigmoid(E - d_0)|, |dr_0/dE - r_0(1 - r_0)| and the share of
+    input pairs that r_0 and E order differently."""
+    d = 3 * _randn(gen, 64, 5)
+    d0 = 0.4
+    energy = (-lse(d)).requires_grad_(True)
+    r0 = null_responsibility(d, d0)
+    through_energy = torch.sigmoid(energy - d0)
+    (slope,) = _grad(through_energy.sum(), energy)
+    with torch.no_grad():
+        order_r0 = torch.sign(r0[:, None] - r0[None, :])
+        order_energy = torch.sign(energy[:, None] - energy[None, :])
+        disagree = (order_r0 != order_energy).to(DTYPE).mean()
+    error = max(
+        _max_error((r0, through_energy.detach()), (slope, r0 * (1 - r0))), float(disagree)
+    )
+    ok = _gradcheck(lambda dd: null_responsibility(dd, d0), d)
+    return error, ok
+
+
 def _off_diagonal(matrix: Tensor) -> Tensor:
     return matrix - torch.diag_embed(torch.diagonal(matrix, dim1=-2, dim2=-1))
 
