@@ -397,9 +397,7 @@ def _null_orders_as_energy(gen: torch.Generator) -> tuple[float, bool]:
         order_r0 = torch.sign(r0[:, None] - r0[None, :])
         order_energy = torch.sign(energy[:, None] - energy[None, :])
         disagree = (order_r0 != order_energy).to(DTYPE).mean()
-    error = max(
-        _max_error((r0, through_energy.detach()), (slope, r0 * (1 - r0))), float(disagree)
-    )
+    error = max(_max_error((r0, through_energy.detach()), (slope, r0 * (1 - r0))), float(disagree))
     ok = _gradcheck(lambda dd: null_responsibility(dd, d0), d)
     return error, ok
 
