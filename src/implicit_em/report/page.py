@@ -229,9 +229,10 @@ def _units_line(units: Mapping[str, Any] | None) -> str:
     """The experiment's units as its provenance line shows them ('' when none was timed)."""
     if not units:
         return ""
-    resumed = f", {units['resumed']} read back from an earlier sitting" if units["resumed"] else ""
+    read_back = units["resumed"]
+    resumed = f", {_esc(read_back)} read back from an earlier sitting" if read_back else ""
     return (
-        f"; {units['count']} units of work, {units['seconds']:.1f} s together, the longest "
+        f"; {_esc(units['count'])} units of work, {units['seconds']:.1f} s together, the longest "
         f"{_esc(units['longest'])} {units['longest_seconds']:.1f} s{resumed}"
     )
 
