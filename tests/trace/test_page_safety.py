@@ -6,6 +6,7 @@ a real headless Chromium, and none of its scripts runs."""
 from __future__ import annotations
 
 import json
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from implicit_em.cli import app
 from implicit_em.pages import escape
 from implicit_em.report import Experiment, Figure, Outcome, Table
 from implicit_em.report.build import write_report
+from implicit_em.report.page import render_html
 from implicit_em.report.protocol import Protocol
 from implicit_em.report.runner import run_experiments
 from implicit_em.trace import Thresholds, Tracer
@@ -196,3 +198,16 @@ def test_an_experiments_text_is_text_on_the_report_page(tmp_path: Path) -> None:
         "implicit-em claims report",
         [f"{t} {PAYLOAD}" for t in texts] + [PAYLOAD],
     )
+
+
+def test_a_figure_path_out_of_the_report_folder_is_refused(tmp_path: Path) -> None:
+    (secret := tmp_path / "secret.txt").write_text("not for the page")
+    out = tmp_path / "report"
+    out.mkdir()
+    results = run_experiments([_experiment("X1", _measured)], "smoke", out, log=lambda _: None)
+    document = json.loads(write_report(results, "smoke", out, published=None).json.read_text())
+    assert render_html(document, out).count("data:image/png;base64,") == 1
+    for path in ("../secret.txt", str(secret)):
+        document["experiments"][0]["figures"][0]["path"] = path
+        with pytest.raises(ValueError, match=f"figure '{re.escape(path)}' lies outside"):
+            render_html(document, out)
