@@ -186,7 +186,7 @@ def load_checkpoint(
     """Restore the state saved at `path` into `model`, `optimizer` and `data`; its progress.
 
     A fresh `Progress` when there is no checkpoint; `ValueError` when the checkpoint belongs to
-    another configuration (nothing is restored then).
+    another configuration or is refused by `load_plain` (nothing is restored then).
     """
     if not path.exists():
         return Progress()
