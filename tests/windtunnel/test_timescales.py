@@ -47,7 +47,7 @@ def test_drift_is_zero_at_the_end_and_matches_a_direct_computation(
 ) -> None:
     config = replace(TINY, split_qkv=split_qkv)
     run(config, tmp_path, progress=False, snapshot_every=4)
-    snaps = torch.load(tmp_path / SNAPSHOTS, weights_only=False)
+    snaps = torch.load(tmp_path / SNAPSHOTS, weights_only=True)
     probe = held_out(config).tokens[:8]
     drift = drift_to_final(config, snaps, probe)
     assert drift.steps == [0, 4, 8, 12]
@@ -79,7 +79,7 @@ def test_drift_needs_a_transformer_and_two_snapshots() -> None:
 def test_remaining_distance_runs_from_one_to_zero_for_every_part(tmp_path: Path) -> None:
     config = replace(TINY, split_qkv=True)
     run(config, tmp_path, progress=False, snapshot_every=4)
-    snaps = torch.load(tmp_path / SNAPSHOTS, weights_only=False)
+    snaps = torch.load(tmp_path / SNAPSHOTS, weights_only=True)
     remaining = remaining_distance(snaps)
     assert set(remaining) == {"routing", "values", "rest"}
     for series in remaining.values():
@@ -97,4 +97,4 @@ def test_remaining_distance_runs_from_one_to_zero_for_every_part(tmp_path: Path)
 def test_remaining_distance_needs_split_attention(tmp_path: Path) -> None:
     run(TINY, tmp_path, progress=False, snapshot_every=6)
     with pytest.raises(ValueError, match="split"):
-        remaining_distance(torch.load(tmp_path / SNAPSHOTS, weights_only=False))
+        remaining_distance(torch.load(tmp_path / SNAPSHOTS, weights_only=True))

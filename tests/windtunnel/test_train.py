@@ -147,8 +147,8 @@ def test_values_train_at_their_own_learning_rate(tmp_path: Path) -> None:
     a, b = (build_model(c, c.make_task()) for c in (config, fast))
     run(config, tmp_path / "one", progress=False)
     run(fast, tmp_path / "two", progress=False)
-    sa = torch.load(tmp_path / "one" / CHECKPOINT, weights_only=False)
-    sb = torch.load(tmp_path / "two" / CHECKPOINT, weights_only=False)
+    sa = torch.load(tmp_path / "one" / CHECKPOINT, weights_only=True)
+    sb = torch.load(tmp_path / "two" / CHECKPOINT, weights_only=True)
     lrs_a = [g["lr"] for g in sa["optimizer"]["param_groups"]]
     lrs_b = [g["lr"] for g in sb["optimizer"]["param_groups"]]
     parts = [g["part"] for g in sb["optimizer"]["param_groups"]]
@@ -203,8 +203,8 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path: Path) -> None:
     assert stopped == list(range(1, TINY.steps))  # a zero budget stops after every single step
     assert result["sessions"] == pieces == TINY.steps
     assert _comparable(result) == _comparable(straight)
-    a = torch.load(tmp_path / "straight" / CHECKPOINT, weights_only=False)["model"]
-    b = torch.load(tmp_path / "pieces" / CHECKPOINT, weights_only=False)["model"]
+    a = torch.load(tmp_path / "straight" / CHECKPOINT, weights_only=True)["model"]
+    b = torch.load(tmp_path / "pieces" / CHECKPOINT, weights_only=True)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -216,7 +216,7 @@ def test_checkpoint_of_another_configuration_is_refused(tmp_path: Path) -> None:
             tmp_path,
             progress=False,
         )
-    before = torch.load(tmp_path / CHECKPOINT, weights_only=False)
+    before = torch.load(tmp_path / CHECKPOINT, weights_only=True)
     assert before["config"]["lr"] == TINY.lr  # the refused run wrote nothing
 
 
@@ -269,7 +269,7 @@ def test_killed_cli_run_resumes_to_the_uninterrupted_result(tmp_path: Path, sig:
         assert proc.returncode == -signal.SIGKILL
     (directory,) = run_dirs.iterdir()
     assert not (directory / "result.json").exists()
-    stopped_at = torch.load(directory / CHECKPOINT, weights_only=False)["step"]
+    stopped_at = torch.load(directory / CHECKPOINT, weights_only=True)["step"]
     assert 0 < stopped_at < 300
     resumed = subprocess.run(_cli(run_dirs), env=env, capture_output=True, check=True)
     assert b"bits MAE" in resumed.stdout
@@ -390,9 +390,9 @@ def test_tracing_needs_the_transformer(tmp_path: Path) -> None:
 def test_snapshots_record_the_weights_at_their_steps(tmp_path: Path) -> None:
     config = replace(TINY, task="bijection", task_params={"n_symbols": 4}, steps=7)
     result = run(config, tmp_path, progress=False, snapshot_every=3)
-    snaps = torch.load(tmp_path / result["snapshots"]["file"], weights_only=False)
+    snaps = torch.load(tmp_path / result["snapshots"]["file"], weights_only=True)
     assert snaps["steps"] == [0, 3, 6, 7]
-    final = torch.load(tmp_path / CHECKPOINT, weights_only=False)["model"]
+    final = torch.load(tmp_path / CHECKPOINT, weights_only=True)["model"]
     assert all(torch.equal(snaps["states"][-1][k], final[k]) for k in final)
     assert not torch.equal(snaps["states"][0]["head.weight"], final["head.weight"])
 
@@ -415,7 +415,7 @@ def test_a_frozen_part_stops_moving_at_its_step(tmp_path: Path) -> None:
     for freeze in ("routing", "rest"):
         config = replace(base, freeze=freeze, freeze_at=4)
         result = run(config, tmp_path / freeze, progress=False, snapshot_every=4)
-        snaps = torch.load(tmp_path / freeze / result["snapshots"]["file"], weights_only=False)
+        snaps = torch.load(tmp_path / freeze / result["snapshots"]["file"], weights_only=True)
         at4, end = snaps["states"][1], snaps["states"][-1]
         assert snaps["steps"] == [0, 4, 8]
         for name in end:

@@ -75,7 +75,14 @@ def _claim_refs(ids: Sequence[str]) -> str:
 
 
 def _figure(root: Path, figure: Mapping[str, str]) -> str:
-    return embedded_figure((root / figure["path"]).read_bytes(), figure["caption"])
+    """The figure embedded; `ValueError` when its path leads out of `root` (a document names
+    its own figures only, so no other file is ever read into the page)."""
+    path = (root / figure["path"]).resolve()
+    if not path.is_relative_to(root.resolve()):
+        raise ValueError(
+            f"figure {figure['path']!r} lies outside {root}: a report embeds its own figures only"
+        )
+    return embedded_figure(path.read_bytes(), figure["caption"])
 
 
 def _controls(c: Mapping[str, Any]) -> str:
@@ -229,9 +236,10 @@ def _units_line(units: Mapping[str, Any] | None) -> str:
     """The experiment's units as its provenance line shows them ('' when none was timed)."""
     if not units:
         return ""
-    resumed = f", {units['resumed']} read back from an earlier sitting" if units["resumed"] else ""
+    read_back = units["resumed"]
+    resumed = f", {_esc(read_back)} read back from an earlier sitting" if read_back else ""
     return (
-        f"; {units['count']} units of work, {units['seconds']:.1f} s together, the longest "
+        f"; {_esc(units['count'])} units of work, {units['seconds']:.1f} s together, the longest "
         f"{_esc(units['longest'])} {units['longest_seconds']:.1f} s{resumed}"
     )
 

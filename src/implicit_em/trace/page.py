@@ -320,7 +320,7 @@ def health_page(run: RunFile, top_k: int = 5) -> str:
     span = f"steps {steps[0]}–{steps[-1]}" if steps else "no steps"
     parts.append(
         f"<p class='meta'>{escape(run.path)} · {len(history)} records · "
-        f"{len(steps)} measured steps ({span}) · {len(alarms)} alarms</p>"
+        f"{len(steps)} measured steps ({escape(span)}) · {len(alarms)} alarms</p>"
     )
     if run.error is not None:
         parts.append(

@@ -6,13 +6,21 @@ random after initialization comes from that generator, so a run resumed from a c
 reproduces the uninterrupted run exactly. Files are written to a temporary name and renamed,
 so a kill never leaves half a checkpoint. A checkpoint or result written for another
 configuration is refused with the differing keys named: checkpoints are never mixed.
+
+Every file written here holds tensors in plain containers only (dicts, lists, tuples, strings,
+numbers, booleans, None), and is read with `torch.load(..., weights_only=True)`: nothing in it
+is ever unpickled as code. A file holding anything else (a pickled object, which could run code
+when loaded) is refused with a `ValueError` naming it, before any of it is used.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
+import re
 import signal
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,6 +37,7 @@ __all__ = [
     "graceful_stop",
     "load_branch",
     "load_checkpoint",
+    "load_plain",
     "refuse_other",
     "save_atomic",
     "save_checkpoint",
@@ -55,11 +64,59 @@ class Progress:
     snapshots: dict[str, list[Any]] = field(default_factory=lambda: {"steps": [], "states": []})
 
 
+_SCALARS = (str, int, float, bool, type(None))
+"""The exact types of the plain values a saved state may hold (subclasses such as NumPy's
+`float64` or an enum would be pickled by their class, which `load_plain` refuses)."""
+
+
+def _check_plain(obj: Any, where: str) -> None:
+    """Raise `TypeError` naming the first value in `obj` that `load_plain` would refuse."""
+    if type(obj) in (dict, OrderedDict):
+        for key, value in obj.items():
+            _check_plain(key, f"{where} key {key!r}")
+            _check_plain(value, f"{where}[{key!r}]")
+    elif type(obj) in (list, tuple):
+        for i, value in enumerate(obj):
+            _check_plain(value, f"{where}[{i}]")
+    elif not (type(obj) in _SCALARS or isinstance(obj, torch.Tensor)):
+        raise TypeError(
+            f"{where} is a {type(obj).__name__}: a saved state holds tensors, dicts, lists, "
+            "tuples, strings, numbers, booleans and None only"
+        )
+
+
 def save_atomic(obj: Any, path: Path) -> None:
-    """`torch.save` to a temporary file, then rename it to `path`."""
+    """`torch.save` to a temporary file, then rename it to `path`; `TypeError` (nothing written)
+    when `obj` holds anything but tensors in plain containers, which `load_plain` would refuse."""
+    _check_plain(obj, "the state")
     tmp = path.with_name(path.name + ".tmp")
     torch.save(obj, tmp)
     os.replace(tmp, path)
+
+
+def load_plain(path: Path) -> Any:
+    """What `save_atomic` wrote at `path`, on the CPU, read with `weights_only=True`.
+
+    Raises
+    ------
+    ValueError
+        One line naming `path` when it holds anything but tensors in plain containers (such
+        as a pickled object, which could run code when loaded: it is refused unread), or when
+        it is not a readable torch file (empty, truncated).
+    """
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(err))
+        named = f" ({found.group(1)})" if found else ""
+        raise ValueError(
+            f"{path} holds more than tensors and plain data{named}; it is refused unread, as "
+            "unpickling it could run code: delete it, or use another --out directory"
+        ) from None
+    except (EOFError, RuntimeError):
+        raise ValueError(
+            f"{path} is not a readable torch file (empty or truncated): delete it to start over"
+        ) from None
 
 
 def write_json(obj: Any, path: Path) -> None:
@@ -129,11 +186,11 @@ def load_checkpoint(
     """Restore the state saved at `path` into `model`, `optimizer` and `data`; its progress.
 
     A fresh `Progress` when there is no checkpoint; `ValueError` when the checkpoint belongs to
-    another configuration (nothing is restored then).
+    another configuration or is refused by `load_plain` (nothing is restored then).
     """
     if not path.exists():
         return Progress()
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    state = load_plain(path)
     refuse_other(path, state["config"], config)
     return _restore(state, model, optimizer, data, state["elapsed"], state["sessions"])
 
@@ -152,7 +209,7 @@ def load_branch(
     the same run, so the branch continues exactly as a run of `config` from scratch would.
     Its elapsed time starts at 0: a branch counts its own training time only.
     """
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    state = load_plain(path)
     other = set(config_differences(state["config"], config)) - {"freeze", "freeze_at"}
     if other:
         raise ValueError(f"{path} is not a branch point of this run (differs in: {sorted(other)})")

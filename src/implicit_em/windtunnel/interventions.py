@@ -27,8 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from implicit_em.windtunnel.checkpoint import load_plain
 from implicit_em.windtunnel.cli import run_dir
 from implicit_em.windtunnel.config import RunConfig
 from implicit_em.windtunnel.timescales import remaining_distance, settling_step
@@ -136,7 +135,7 @@ def run_interventions(
         out[f"fraction_{part}_frozen"] = fractions
         out[f"t_{part}"] = sufficient_freeze_step(freeze_at, fractions, level)
     if snapshot_every is not None:
-        snapshots = torch.load(full_dir / SNAPSHOTS, weights_only=False)
+        snapshots = load_plain(full_dir / SNAPSHOTS)
         remaining = remaining_distance(snapshots)
         out["remaining"] = {"steps": list(snapshots["steps"]), **remaining}
         out["t90"] = {

@@ -47,6 +47,7 @@ from torch import Tensor, nn
 
 from implicit_em.attention import attention_gradients, attention_scores
 from implicit_em.core import responsibilities
+from implicit_em.windtunnel.checkpoint import load_plain
 from implicit_em.windtunnel.train import CHECKPOINT, RunConfig, build_model, held_out, loss_fn
 
 __all__ = [
@@ -223,7 +224,7 @@ def windtunnel_shares(config: RunConfig, directory: Path) -> list[dict[str, list
     if not path.exists():
         raise FileNotFoundError(f"no wind-tunnel checkpoint at {path}")
     model = build_model(config, config.make_task())
-    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=False)["model"])
+    model.load_state_dict(load_plain(path)["model"])
     batch = held_out(config)
     return model_shares(
         model, lambda: loss_fn(model(batch.tokens), batch, config.objective, config.targets)

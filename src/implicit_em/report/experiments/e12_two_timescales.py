@@ -36,6 +36,7 @@ from implicit_em.report.experiments import _windtunnel as wt
 from implicit_em.report.figures import new_figure, save
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
 from implicit_em.report.units import unit
+from implicit_em.windtunnel.checkpoint import load_plain, save_atomic
 from implicit_em.windtunnel.cli import run_dir
 from implicit_em.windtunnel.config import RunConfig, build_model
 from implicit_em.windtunnel.evaluation import held_out
@@ -78,7 +79,7 @@ def attention_timescales(run: RunConfig, directory: Path, probe_size: int) -> di
     """From a run's weight snapshots: per snapshot step, the share of attention rows (queries
     with at least two keys, every layer and head, on the first `probe_size` held-out sequences)
     whose argmax is the final one, and the mean row entropy (bits); with their settling steps."""
-    snapshots = torch.load(directory / SNAPSHOTS, weights_only=False)
+    snapshots = load_plain(directory / SNAPSHOTS)
     model = build_model(replace(run, sdpa=False), run.make_task())
     probe = held_out(run).tokens[:probe_size]
     agreement, entropy, final = [], [], None
@@ -302,13 +303,13 @@ def _planted_gap(config: dict[str, Any], settled: str, point: int) -> list[float
         base = base_run(config, seed)
         directory = run_dir(_control_root(), base, config["label"])
         full = train_run(base, directory, progress=False, states_at=config["e12"]["freeze_at"])
-        state = torch.load(state_path(directory, t), weights_only=False)
-        final = torch.load(directory / CHECKPOINT, weights_only=False)["model"]
+        state = load_plain(state_path(directory, t))
+        final = load_plain(directory / CHECKPOINT)["model"]
         erased = ".attn.query." if settled == "rest" else ".attn.value."
         for name, weight in final.items():
             state["model"][name] = torch.zeros_like(weight) if erased in name else weight.clone()
         planted = directory / f"planted-{settled}-{t}.pt"
-        torch.save(state, planted)
+        save_atomic(state, planted)
         kl = {}
         for part in ("routing", "rest"):
             branch = replace(base, freeze=part, freeze_at=t)
