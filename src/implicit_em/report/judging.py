@@ -37,6 +37,7 @@ from implicit_em.report.stats import (
 )
 
 __all__ = [
+    "OPERATORS",
     "VERDICTS",
     "Criterion",
     "Evaluation",
@@ -56,6 +57,8 @@ _OPERATORS: dict[str, Callable[[float, float], bool]] = {
     ">": operator.gt,
     "==": operator.eq,
 }
+OPERATORS = _OPERATORS
+"""The comparison each `op` of a gate or criterion names."""
 
 
 def _format(value: float | None) -> str:

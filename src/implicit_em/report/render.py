@@ -16,6 +16,8 @@ from typing import Any
 from implicit_em.pages import format_number
 from implicit_em.report.claims import CLAIMS, direction
 from implicit_em.report.item_verdicts import claim_verdicts
+from implicit_em.report.items.marks import attach_marks, marks_hash
+from implicit_em.report.items.registry import load_registry
 from implicit_em.report.runner import duration
 
 __all__ = [
@@ -47,11 +49,17 @@ def report_document(
     full: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The JSON document of a report: metadata, one verdict per theory item, one entry per
-    experiment; below full size each verdict carries the published full-size one
-    (`full_verdict`, None when there is none to compare with)."""
-    experiments = [dict(e) for e in results]
+    experiment (each criterion with its item marks); below full size each verdict carries the
+    published full-size one (`full_verdict`, None when there is none to compare with). The
+    metadata's `item_rules` are the hashes of the item registry and of the criteria's marks
+    the items were read under."""
+    experiments = attach_marks(results)
     items = claim_verdicts(list(CLAIMS), experiments)
     meta = dict(meta)
+    meta["item_rules"] = {
+        "registry": load_registry().hash,
+        "marks": marks_hash([e["id"] for e in experiments]),
+    }
     if meta["size"] != "full":
         meta["compared_with"] = compared_with(full)
         published = full_entries(full)
