@@ -302,3 +302,22 @@ def test_rejudging_a_published_report_is_stable_and_reads_every_item(tmp_path):
         e["figures"] = []
     page = render_html(once, tmp_path)
     assert "rule and parts" in page and "alternatives and links" in page
+
+
+def test_report_rejudge_rewrites_a_folder_and_refuses_one_without_results(tmp_path):
+    from typer.testing import CliRunner
+
+    from implicit_em.cli import app
+
+    document = json.loads((ROOT / "results" / "full" / "results.json").read_text("utf-8"))
+    for e in document["experiments"]:
+        e["figures"] = []
+    document["claim_verdicts"] = []
+    (tmp_path / "results.json").write_text(json.dumps(document), "utf-8")
+    done = CliRunner().invoke(app, ["report", "--rejudge", "--out", str(tmp_path)])
+    assert done.exit_code == 0, done.output
+    rejudged = json.loads((tmp_path / "results.json").read_text("utf-8"))
+    assert [c["id"] for c in rejudged["claim_verdicts"]] == list(CLAIMS)
+    assert (tmp_path / "index.html").is_file() and (tmp_path / "summary.md").is_file()
+    empty = CliRunner().invoke(app, ["report", "--rejudge", "--out", str(tmp_path / "none")])
+    assert empty.exit_code == 2 and "holds no results.json" in empty.output
