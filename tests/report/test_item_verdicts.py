@@ -154,6 +154,11 @@ def test_an_alternative_that_flips_the_verdict_makes_it_fragile():
     assert got["qualifier"] == "under other measure: refuted"
     steady = _read([_part("p", "E1:a")], experiments, alternatives=[same])
     assert steady["verdict"] == "supported" and not steady["fragile_under"]
+    trivial = [_e("E1", _c("a", "met"), _c("c", "not met", negative_control=TRIVIAL))]
+    mute = {"id": "mute measure", "kind": "criteria", "says": "c", "parts": {"p": ["E1:c"]}}
+    unmoved = _read([_part("p", "E1:a")], trivial, alternatives=[mute])
+    assert unmoved["verdict"] == "supported"  # nothing votes under it: no reading to flip to
+    assert unmoved["alternatives"][0]["verdict"] == "not tested"
 
 
 def test_first_stated_threshold_and_measure_alternatives():
@@ -260,6 +265,10 @@ def test_the_registry_names_every_item_and_only_registered_criteria_and_gates():
             refs = [r for refs in (alt.parts or {}).values() for r in refs]
             assert {r.key for r in refs} <= criteria, (item.id, alt.id)
     assert criteria <= registry.refs(), "criteria no item reads"
+    for e in IDS:  # the item a criterion names reads it
+        for c in load_protocol(e).criteria:
+            reads = {r.key for p in registry.items[c.claim].parts for r in p.criteria}
+            assert (e, c.number) in reads, (c.claim, e, c.number)
 
 
 def test_every_criterion_classifies_its_negative_control():

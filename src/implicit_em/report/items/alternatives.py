@@ -15,7 +15,9 @@ Each alternative (`registry.Alternative`) is a view of the same document, read b
   `available` only when at least one criterion has such samples.
 
 An item whose verdict under an available alternative differs from its verdict is **fragile**,
-and the alternatives that flip it are named.
+and the alternatives that flip it are named; an alternative under which nothing votes (`not
+tested`: its measures hold by construction or lack a realistic negative control) offers no other
+reading and flips nothing.
 """
 
 from __future__ import annotations
@@ -29,7 +31,10 @@ from implicit_em.report.items.readings import Index, item_reading
 from implicit_em.report.items.registry import Alternative, Item, Ref
 from implicit_em.report.judging import OPERATORS, Criterion
 
-__all__ = ["alternative_readings", "rejudged"]
+__all__ = ["NOT_TESTED", "alternative_readings", "rejudged"]
+
+NOT_TESTED = "not tested"
+"""An alternative under which nothing votes flips nothing: it offers no reading to flip to."""
 
 Experiments = Mapping[str, Mapping[str, Any]]
 
@@ -143,7 +148,7 @@ def alternative_readings(
                 "available": under is not None,
                 "verdict": None if under is None else under["verdict"],
                 "qualifier": None if under is None else under["qualifier"],
-                "flips": under is not None and under["verdict"] != verdict,
+                "flips": under is not None and under["verdict"] not in (verdict, NOT_TESTED),
             }
         )
     return out

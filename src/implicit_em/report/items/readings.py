@@ -236,7 +236,9 @@ def _qualifier(key: str, parts: Sequence[Mapping[str, Any]], decided: Sequence[s
             reasons.append("baseline failed" if baseline else "interval straddles")
         elif p["reading"] == "not tested":
             standings = [c["standing"] for c in p["criteria"] if c["vote"] == "no vote"]
-            reasons += standings or ["a part nothing measures"]
+            reasons += standings or (
+                ["not measured"] if p["gates"] else ["a part nothing measures"]
+            )
     return ", ".join(dict.fromkeys(reasons))
 
 
