@@ -330,3 +330,21 @@ def test_report_rejudge_rewrites_a_folder_and_refuses_one_without_results(tmp_pa
     assert (tmp_path / "index.html").is_file() and (tmp_path / "summary.md").is_file()
     empty = CliRunner().invoke(app, ["report", "--rejudge", "--out", str(tmp_path / "none")])
     assert empty.exit_code == 2 and "holds no results.json" in empty.output
+
+
+def test_an_item_read_from_data_the_rules_postdate_is_exploratory():
+    data = {
+        "registered": "2026-12-06 20:00:00 UTC",
+        "items": {"C4": {"parts": [_part("p", "E1:a")]}},
+    }
+    registry = registry_from_data(data)
+    before = _e("E1", _c("a", "met"), started="2026-12-03 12:00:00 UTC")
+    after = _e("E1", _c("a", "met"), started="2026-12-07 12:00:00 UTC")
+    amended = {**after, "exploratory": True}
+    mute = _e("E1", _c("a", "met", negative_control=TRIVIAL), started="2026-12-03 12:00:00 UTC")
+    read = [
+        claim_verdicts(["C4"], [e], registry)[0]["exploratory"]
+        for e in (before, after, amended, mute)
+    ]
+    assert read == [True, False, True, False]
+    assert registry.hash == registry_from_data({**data, "registered": "later"}).hash

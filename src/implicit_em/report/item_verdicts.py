@@ -15,8 +15,9 @@ For each item of the registry (`protocols/items.json`):
    the reason (`items.links`).
 
 An item is `exploratory` when a criterion that voted on it comes from an exploratory experiment
-(an amendment made after that experiment's seeds were seen): its verdict stands only once rerun
-on fresh seeds.
+(an amendment made after that experiment's seeds were seen), or from a measurement started
+before the item rules were registered (the rules were written knowing it): its verdict stands
+only once rerun on fresh seeds.
 """
 
 from __future__ import annotations
@@ -116,6 +117,7 @@ def claim_verdicts(
             ],
             "exploratory": any(
                 by_id.get(c["experiment"], {}).get("exploratory")
+                or registry.set_after(by_id.get(c["experiment"], {}).get("started"))
                 for c in evidence
                 if c["vote"] != "no vote"
             ),

@@ -18,7 +18,8 @@ of the same quantity (`criteria`: a part read from other criteria), the first-st
 data set alone (`dataset`: every criterion read from its samples `<number><suffix>`, such as
 `gd_path_gap@wine`). `not_testable` makes an item `not tested` whatever is measured, with its
 reason. `links` name pairs of items whose verdicts cannot both hold (`contradict`), with the
-reason.
+reason. `registered` is when the rules were fixed and `seen` what had been measured by then: an
+item read from measurements started before it is exploratory.
 """
 
 from __future__ import annotations
@@ -153,9 +154,19 @@ class Link:
 
 @dataclass(frozen=True)
 class Registry:
+    """The items and links, the content `hash`, and when the rules were `registered` (UTC, as
+    `registration.TIME_FORMAT`; empty: never) with what had been `seen` by then."""
+
     items: Mapping[str, Item]
     links: tuple[Link, ...]
     hash: str
+    registered: str = ""
+    seen: str = ""
+
+    def set_after(self, started: str | None) -> bool:
+        """Whether these rules were registered after a measurement `started` then (its data
+        could have been seen when the rules were written)."""
+        return bool(self.registered and started and started < self.registered)
 
     def refs(self) -> set[tuple[str, str]]:
         """Every criterion an item part reads (alternatives left out)."""
@@ -235,8 +246,11 @@ def registry_from_data(data: Mapping[str, Any], items: Sequence[str] | None = No
         if len(pair) != 2 or set(pair) - set(parsed) or not link.get("reason"):
             raise ValueError(f"items.json link {pair}: needs two known items and a reason")
         links.append(Link(pair, tuple(tuple(c) for c in link["contradict"]), link["reason"]))
-    blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
-    return Registry(parsed, tuple(links), hashlib.sha256(blob.encode()).hexdigest()[:16])
+    relevant = {k: v for k, v in data.items() if k not in ("registered", "seen")}
+    blob = json.dumps(relevant, sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(blob.encode()).hexdigest()[:16]
+    registered, seen = str(data.get("registered", "")), str(data.get("seen", ""))
+    return Registry(parsed, tuple(links), digest, registered, seen)
 
 
 @cache
