@@ -6,7 +6,8 @@
 and criteria) before it runs, and measures; the verdict (`holds`, `partly`, `fails`,
 `inconclusive`, `invalid`, `not run`) is computed by the rule from the numbers and from 95%
 intervals over seeds, and one verdict per claim and objection follows from the criteria by the
-item's registered rule (`item_verdicts`; `rejudge` reads a results.json again without running).
+item's registered rule (`item_verdicts`; `implicit_em.report.rejudge` reads a results.json
+again without running).
 Results are cached by configuration and per-seed units, so a killed or repeated report reruns
 only what changed.
 
@@ -22,7 +23,6 @@ from implicit_em.report.item_verdicts import claim_verdicts
 from implicit_em.report.judging import VERDICTS, Criterion, Gate, Judgement, Rule
 from implicit_em.report.progress import progress
 from implicit_em.report.registry import SIZES, Experiment, Figure, Outcome, Table, select
-from implicit_em.report.rejudge import rejudge
 from implicit_em.report.result import Result
 from implicit_em.report.units import unit
 
@@ -43,7 +43,6 @@ __all__ = [
     "claim_verdicts",
     "progress",
     "rebuild",
-    "rejudge",
     "run_report",
     "select",
     "unit",
