@@ -15,7 +15,7 @@ from implicit_em.pages import table as _table
 from implicit_em.report.claims import CLAIMS, DIRECTIONS, direction
 from implicit_em.report.controls import NegativeControl
 from implicit_em.report.forest import forest_svg
-from implicit_em.report.item_verdicts import controls_pass, verdict_label
+from implicit_em.report.item_verdicts import controls_pass
 from implicit_em.report.render import (
     alternative_lines,
     comparison_line,
@@ -304,10 +304,13 @@ def _claim_cells(c: Mapping[str, Any], document: Mapping[str, Any]) -> list[str]
     order."""
     evidence = [*map(criterion_evidence, c["evidence"]), *excluded_experiments(c)]
     colour = _DIRECTION_COLOURS[direction(c["id"], c["verdict"])]
+    qualifier = (
+        f"<span class='meta'>({_esc(c['qualifier'])})</span><br>" if c.get("qualifier") else ""
+    )
     return [
         _esc(c["id"]),
         _esc(document["claims"].get(c["id"], "")),
-        f"{_verdict(verdict_label(c), colour)}{_esc(exploratory_mark(c))}<br>"
+        f"{_verdict(c['verdict'], colour)}{_esc(exploratory_mark(c))}<br>{qualifier}"
         f"<span class='meta'>{_esc(direction(c['id'], c['verdict']))}</span> "
         f"{_esc(full_mark(c, document['meta']))}",
         _rule_cell(c),
