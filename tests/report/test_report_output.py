@@ -122,7 +122,8 @@ def test_results_json_and_summary_agree(smoke_report):
             assert entry["id"] in items[criterion["claim"]]["experiments"]
     assert "| item | statement | verdict | full size |" in summary  # below full size
     for item in document["claim_verdicts"]:
-        assert item["primary"] is None or item["primary_experiment"] in item["experiments"]
+        assert set(item["decided_by"]) <= {p["id"] for p in item["parts"]}
+        assert {c["experiment"] for c in item["evidence"]} <= set(item["experiments"])
     for entry in document["experiments"]:
         assert f"**{entry['verdict']}** | not published | {duration(entry['seconds'])} |" in summary
         assert entry["verdict"] in VERDICTS

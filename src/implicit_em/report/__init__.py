@@ -5,7 +5,9 @@
 `Experiment` names the claims it tests, states its hypothesis and its `Rule` (sanity gates
 and criteria) before it runs, and measures; the verdict (`holds`, `partly`, `fails`,
 `inconclusive`, `invalid`, `not run`) is computed by the rule from the numbers and from 95%
-intervals over seeds, and one verdict per claim and objection follows from the criteria.
+intervals over seeds, and one verdict per claim and objection follows from the criteria by the
+item's registered rule (`item_verdicts`; `implicit_em.report.rejudge` reads a results.json
+again without running).
 Results are cached by configuration and per-seed units, so a killed or repeated report reruns
 only what changed.
 

@@ -14,11 +14,12 @@ from pathlib import Path
 import typer
 
 from implicit_em.arguments import check_device, check_writable_folder, fail, names
-from implicit_em.report.build import run_report
+from implicit_em.report.build import PUBLISHED_FULL, run_report
 from implicit_em.report.freshness import published_document, stale_experiments
 from implicit_em.report.publish import PUBLISHED, publish
 from implicit_em.report.registration import register, unregistered
 from implicit_em.report.registry import select
+from implicit_em.report.rejudge import rejudge_folder
 from implicit_em.report.render import NO_FULL_RUN
 from implicit_em.report.runner import Interrupted
 
@@ -42,8 +43,17 @@ def report_command(
     ),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N."),
     force: bool = typer.Option(False, "--force", help="Ignore cached results and rerun."),
+    rejudge: bool = typer.Option(
+        False,
+        "--rejudge",
+        help="Run nothing: judge --out's results.json again under the current protocols and "
+        "item rules, and write its page and summary again.",
+    ),
 ) -> None:
     """Run every experiment of the claims report and write report/index.html."""
+    if rejudge:
+        _rejudge(out)
+        return
     if quick + full + smoke > 1:
         fail("choose one of --quick, --full and --smoke")
     size = "full" if full else "smoke" if smoke else "quick"
@@ -69,6 +79,17 @@ def report_command(
     if report.failed_to_run:
         typer.echo(f"error: {', '.join(report.failed_to_run)} crashed (see the report)", err=True)
         raise typer.Exit(code=1)
+
+
+def _rejudge(out: Path) -> None:
+    """`report --rejudge`: the report in `out` judged again, without running anything."""
+    if not (out / "results.json").is_file():
+        fail(f"--out: {out} holds no results.json to rejudge")
+    try:
+        path = rejudge_folder(out, PUBLISHED_FULL)
+    except (ValueError, KeyError, OSError) as err:
+        fail(f"--out: {out / 'results.json'} cannot be rejudged ({err})")
+    typer.echo(f"rejudged: {path.resolve()}")
 
 
 def _interrupted_line(

@@ -13,6 +13,17 @@ itself (same threshold, same interval method), so a control exercises the measur
 judge together, never the judge alone. A criterion whose controls do not both come out as
 planted casts no vote (`implicit_em.report.item_verdicts.controls_pass`): it has not shown that it can
 tell the effect from its absence.
+
+A negative control is of one of two kinds (`NegativeControl`, declared per criterion in its
+protocol as `negative_control`):
+
+* **realistic**: a trained model or a real mechanism that lacks exactly what the criterion
+  detects, at the same size and on the same data; it says what it `removes`;
+* **trivial**: an untrained model, a planted perturbation, constant units, a permutation null,
+  other data: kept as a sanity gate only, it says `why` it is trivial.
+
+A criterion whose negative control is trivial casts no vote on its item: telling an effect from
+nothing is not telling it from the next-best explanation.
 """
 
 from __future__ import annotations
@@ -24,7 +35,16 @@ from typing import Any
 
 from implicit_em.report.judging import Criterion
 
-__all__ = ["Control", "Controls", "control_statuses", "status_of"]
+__all__ = [
+    "NEGATIVE_KINDS",
+    "Control",
+    "Controls",
+    "NegativeControl",
+    "control_statuses",
+    "status_of",
+]
+
+NEGATIVE_KINDS = ("realistic", "trivial")
 
 Config = Mapping[str, Any]
 
@@ -57,6 +77,42 @@ class Controls:
     def line(self) -> str:
         """The one line the page shows: what each control plants."""
         return f"positive: {self.positive.says}; negative: {self.negative.says}"
+
+
+@dataclass(frozen=True)
+class NegativeControl:
+    """What a criterion's negative control is: `realistic` (then `removes` names the one
+    mechanism it lacks) or `trivial` (then `why` says what makes it so)."""
+
+    kind: str
+    removes: str = ""
+    why: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in NEGATIVE_KINDS:
+            raise ValueError(
+                f"negative_control kind must be one of {NEGATIVE_KINDS}, got {self.kind!r}"
+            )
+        if self.kind == "realistic" and not self.removes:
+            raise ValueError("a realistic negative control must say what it removes")
+        if self.kind == "trivial" and not self.why:
+            raise ValueError("a trivial negative control must say why it is trivial")
+
+    @property
+    def realistic(self) -> bool:
+        return self.kind == "realistic"
+
+    @property
+    def line(self) -> str:
+        """One line: `realistic, removes: ...` or `trivial: ...`."""
+        return f"realistic, removes: {self.removes}" if self.realistic else f"trivial: {self.why}"
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any] | None) -> NegativeControl | None:
+        """From a protocol's `negative_control` entry (None when the criterion has none)."""
+        if data is None:
+            return None
+        return cls(str(data.get("kind")), str(data.get("removes", "")), str(data.get("why", "")))
 
 
 def status_of(criterion: Criterion, values: Sequence[float]) -> str:

@@ -1,11 +1,11 @@
 r"""A small forest plot of one theory item's criteria, as inline SVG.
 
-One row per criterion, the primary first: its 95% interval as a bar, its estimate as a dot and
-its threshold as a vertical tick. Criteria read numbers in different units, so each row has its
-own scale: the span of its interval and threshold, padded by a tenth on each side. A row is
-coloured by what its criterion says of the item (`for`, `against`, `undecided`; `uncontrolled`,
-whose known-answer controls did not come out as planted, is drawn hollow), and the primary's row
-is drawn thicker. Hovering a row shows its number, interval and threshold.
+One row per criterion, part by part: its 95% interval as a bar, its estimate as a dot and its
+threshold as a vertical tick. Criteria read numbers in different units, so each row has its own
+scale: the span of its interval and threshold, padded by a tenth on each side. A row is coloured
+by what its criterion says of the item (`for`, `against`, `undecided`); one that casts no vote
+(by construction, no realistic negative control, controls not as planted) is drawn hollow grey.
+Hovering a row shows its number, interval, threshold and standing.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ VOTE_COLOURS = {
     "for": "#1a7f37",
     "against": "#cf222e",
     "undecided": "#8250df",
-    "uncontrolled": "#8c959f",
+    "no vote": "#8c959f",
 }
 
 _WIDTH, _ROW = 300, 16
@@ -47,10 +47,10 @@ def _row(row: Mapping[str, Any], y: float) -> str:
     span = _span(row)
     label = (
         f"{row['experiment']} {row['number']}"
-        + (" (primary)" if row.get("primary") else "")
         + f": {format_number(row.get('estimate'))} [{format_number(row.get('low'))}, "
         f"{format_number(row.get('high'))}], needs {row['op']} {format_number(row['threshold'])}; "
         f"{row['status']}, vote {row['vote']}"
+        + (f" ({row['standing']})" if row.get("standing", "counted") != "counted" else "")
     )
     parts = [f"<g><title>{escape(label)}</title>"]
     parts.append(
@@ -61,9 +61,9 @@ def _row(row: Mapping[str, Any], y: float) -> str:
             f'<text x="4" y="{y + 12:.1f}" font-size="10" fill="#57606a">not measured</text></g>'
         )
         return "".join(parts)
-    colour = VOTE_COLOURS.get(row["vote"], VOTE_COLOURS["undecided"])
+    colour = VOTE_COLOURS.get(row["vote"], VOTE_COLOURS["no vote"])
     mid = y + _ROW / 2
-    thick = 4 if row.get("primary") else 2
+    thick = 2
     threshold = _x(float(row["threshold"]), span)
     parts.append(
         f'<line x1="{threshold:.1f}" x2="{threshold:.1f}" y1="{y + 1:.1f}" y2="{y + _ROW - 1:.1f}" '
@@ -76,7 +76,7 @@ def _row(row: Mapping[str, Any], y: float) -> str:
             f'y2="{mid:.1f}" stroke="{colour}" stroke-width="{thick}"></line>'
         )
     if isinstance(estimate, (int, float)) and math.isfinite(estimate):
-        fill = "#fff" if row["vote"] == "uncontrolled" else colour
+        fill = colour if row["vote"] in ("for", "against", "undecided") else "#fff"
         parts.append(
             f'<circle cx="{_x(estimate, span):.1f}" cy="{mid:.1f}" r="{thick + 1}" fill="{fill}" '
             f'stroke="{colour}" stroke-width="1.5"></circle>'
@@ -86,7 +86,7 @@ def _row(row: Mapping[str, Any], y: float) -> str:
 
 
 def forest_svg(evidence: Sequence[Mapping[str, Any]]) -> str:
-    """The forest plot of an item's `evidence` (`claim_verdicts` rows, the primary first);
+    """The forest plot of an item's `evidence` (`claim_verdicts` rows, part by part);
     empty when the item has no criterion."""
     if not evidence:
         return ""

@@ -1,11 +1,23 @@
-r"""Item verdicts: one verdict per theory item (claim, objection, test), read from the votes of
-the criteria that bear on it (`implicit_em.report.judging.Criterion`, as results.json records
-them).
+r"""Item verdicts: one verdict per theory item (claim, objection, test), by the item's registered
+rule over all its evidence (`implicit_em.report.items`).
 
-A criterion votes `for` the item when it is met and supports it or is not met and refutes it,
-`against` in the two other cases, `undecided` when its interval straddles the threshold, and
-casts no vote (`uncontrolled`) when its known-answer controls did not come out as planted. The
-item's verdict is its primary criterion's vote; an item a sanity gate verifies reads that gate.
+For each item of the registry (`protocols/items.json`):
+
+1. each part of its quoted sentence is read from its criteria and gates, and the parts combine
+   by the item's rule into `supported`/`refuted`/`mixed`/`inconclusive`/`not tested` (for an
+   objection `stands`/`answered`/...), or `verified (algebra)` (`items.readings`, which states
+   the rule and which criteria cast no vote: by construction, no realistic negative control,
+   controls not as planted; a comparison whose rival fails its own task is undecided);
+2. the same rule is read under each registered alternative (another measure, the first-stated
+   threshold or measure, each data set alone); when any flips the verdict, the item reads
+   `fragile`, naming it (`items.alternatives`);
+3. linked items whose confident verdicts contradict each other both read `inconsistent`, with
+   the reason (`items.links`).
+
+An item is `exploratory` when a criterion that voted on it comes from an exploratory experiment
+(an amendment made after that experiment's seeds were seen), or from a measurement started
+before the item rules were registered (the rules were written knowing it): its verdict stands
+only once rerun on fresh seeds.
 """
 
 from __future__ import annotations
@@ -13,123 +25,107 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from implicit_em.report.items.alternatives import alternative_readings
+from implicit_em.report.items.links import apply_links
+from implicit_em.report.items.readings import (
+    ALGEBRA_WORDS,
+    CLAIM_WORDS,
+    OBJECTION_WORDS,
+    controls_pass,
+    item_reading,
+)
+from implicit_em.report.items.registry import Registry, load_registry
+
 __all__ = [
     "ALGEBRA_WORDS",
     "CLAIM_WORDS",
+    "FRAGILE",
     "OBJECTION_WORDS",
     "claim_verdicts",
     "controls_pass",
+    "verdict_label",
 ]
 
-CLAIM_WORDS = ("supported", "refuted", "mixed", "inconclusive", "not tested")
-OBJECTION_WORDS = ("stands", "answered", "mixed", "inconclusive", "not tested")
-ALGEBRA_WORDS = ("verified (algebra)", "violated (algebra)")
+FRAGILE = "fragile"
 
 
-def controls_pass(statuses: Mapping[str, Any] | None) -> bool:
-    """Whether a criterion's known-answer controls came out as planted: the positive `met`,
-    the negative `not met` (`implicit_em.report.controls`)."""
-    return (
-        statuses is not None
-        and statuses.get("positive") == "met"
-        and statuses.get("negative") == "not met"
-    )
+def verdict_label(entry: Mapping[str, Any]) -> str:
+    """An item's verdict as shown: the word, and its qualifier in parentheses when it has one
+    (`not tested (no realistic negative control)`, `fragile (under wine alone: refuted)`)."""
+    qualifier = entry.get("qualifier")
+    return f"{entry['verdict']} ({qualifier})" if qualifier else entry["verdict"]
 
 
-def _vote(c: Mapping[str, Any]) -> str:
-    """`for`, `against`, `undecided`, or `uncontrolled` (its known-answer controls did not come
-    out as planted, so it casts no vote) for a results.json criterion."""
-    if not controls_pass(c.get("controls")):
-        return "uncontrolled"
-    if c["status"] not in ("met", "not met"):
-        return "undecided"
-    return "for" if (c["status"] == "met") == (c["direction"] == "supports") else "against"
-
-
-def _word(item: str, vote: str | None) -> str:
-    words = OBJECTION_WORDS if item[0] in "Rm" else CLAIM_WORDS
-    return {"for": words[0], "against": words[1], "undecided": words[3]}.get(vote or "", words[4])
+def _unregistered(item: str) -> dict[str, Any]:
+    return {
+        "verdict": OBJECTION_WORDS[4] if item[0] in "Rm" else CLAIM_WORDS[4],
+        "qualifier": "no registered rule",
+        "reason": "the item registry has no entry for it",
+        "parts": [],
+        "decided_by": [],
+    }
 
 
 def claim_verdicts(
-    items: Sequence[str], experiments: Sequence[Mapping[str, Any]]
+    items: Sequence[str],
+    experiments: Sequence[Mapping[str, Any]],
+    registry: Registry | None = None,
 ) -> list[dict[str, Any]]:
-    """One verdict per theory item, read from its primary criterion.
+    """One verdict per theory item of `items`, read from the results.json `experiments` (`id`,
+    `verdict`, `criteria` with their item marks, `gates`, `numbers`, `samples`) by the rules
+    of `registry` (the package's `items.json` when None).
 
-    `experiments` are results.json entries (`id`, `verdict`, `criteria`, `gates`). Each criterion
-    votes `for` (met and supports, or not met and refutes), `against`, `undecided`, or
-    `uncontrolled` when its known-answer controls did not both come out as planted. The item's
-    verdict is its **primary** criterion's vote: for a claim `supported`, `refuted` or
-    `inconclusive`, for an objection `stands`, `answered` or `inconclusive`; `not tested` when
-    it has no primary that ran and earned its vote. Every other criterion on the item is shown
-    beside it (`evidence`, the primary first) and does not change it. An item that a sanity gate
-    `verifies` is `verified (algebra)` when that gate passed (`violated (algebra)` when not).
-    An invalid or not-run experiment casts no vote; it is listed under `excluded`. An item is
-    `exploratory` when the experiment of its primary criterion is (an amendment made after that
-    experiment's seeds were seen): its verdict stands only once rerun on fresh seeds.
+    Each entry has `verdict` (after robustness and links), `reading` (the verdict by the rule
+    alone), `qualifier` and `reason`, `rule` (its text), `parts` (each with its reading and its
+    criteria's standings and votes), `decided_by`, `alternatives` (the verdict under each) and
+    `fragile_under`, `links`, `evidence` (every criterion reading, for the forest plot),
+    `experiments`, `excluded` and `exploratory`.
     """
-    out = []
-    for item in items:
-        evidence, excluded, ids, algebra = [], [], [], None
-        for e in experiments:
-            bears = any(c["claim"] == item for c in e["criteria"]) or any(
-                g.get("verifies") == item for g in e.get("gates", [])
-            )
-            if e["verdict"] in ("invalid", "not run"):
-                if bears:
-                    excluded.append({"experiment": e["id"], "verdict": e["verdict"]})
-                continue
-            for g in e.get("gates", []):
-                if g.get("verifies") == item:
-                    # verified when every gate verifying the item passed; one failure violates it
-                    failed = not g["passed"] or algebra == ALGEBRA_WORDS[1]
-                    algebra = ALGEBRA_WORDS[1] if failed else ALGEBRA_WORDS[0]
-                    if e["id"] not in ids:
-                        ids.append(e["id"])
-            for c in e["criteria"]:
-                if c["claim"] != item:
-                    continue
-                if e["id"] not in ids:
-                    ids.append(e["id"])
-                evidence.append(
-                    {
-                        "experiment": e["id"],
-                        "number": c["number"],
-                        "estimate": c["estimate"],
-                        "low": c["low"],
-                        "high": c["high"],
-                        "op": c["op"],
-                        "threshold": c["threshold"],
-                        "status": c["status"],
-                        "direction": c["direction"],
-                        "primary": bool(c.get("primary")),
-                        "controls": c.get("controls"),
-                        "vote": _vote(c),
-                    }
-                )
-        evidence.sort(key=lambda v: not v["primary"])
-        primary = next((v for v in evidence if v["primary"]), None)
-        exploratory = (
-            primary is not None
-            and algebra is None
-            and any(e["id"] == primary["experiment"] and e.get("exploratory") for e in experiments)
-        )
-        if algebra is not None:
-            verdict = algebra
-        elif primary is None or primary["vote"] == "uncontrolled":
-            verdict = _word(item, None)
+    registry = registry or load_registry()
+    by_id = {e["id"]: e for e in experiments}
+    index = {(e["id"], c["number"]): c for e in experiments for c in e.get("criteria", [])}
+    results: dict[str, dict[str, Any]] = {}
+    for ident in items:
+        item = registry.items.get(ident)
+        if item is None:
+            base, alternatives, rule = _unregistered(ident), [], ""
         else:
-            verdict = _word(item, primary["vote"])
-        out.append(
-            {
-                "id": item,
-                "verdict": verdict,
-                "primary": None if primary is None else primary["number"],
-                "primary_experiment": None if primary is None else primary["experiment"],
-                "exploratory": exploratory,
-                "experiments": ids,
-                "evidence": evidence,
-                "excluded": excluded,
-            }
-        )
-    return out
+            base = item_reading(item, index, by_id)
+            alternatives = alternative_readings(item, index, by_id, base["verdict"])
+            rule = item.rule_text
+        flips = [a for a in alternatives if a["flips"]]
+        evidence = [c for p in base["parts"] for c in p["criteria"]]
+        named = [
+            *(c["experiment"] for c in evidence),
+            *(g["experiment"] for p in base["parts"] for g in p["gates"]),
+        ]
+        ids = list(dict.fromkeys(named))
+        results[ident] = {
+            "id": ident,
+            **base,
+            "reading": base["verdict"],
+            "rule": rule,
+            "alternatives": alternatives,
+            "fragile_under": [a["id"] for a in flips],
+            "links": [],
+            "evidence": evidence,
+            "experiments": ids,
+            "excluded": [
+                {"experiment": i, "verdict": by_id[i]["verdict"]}
+                for i in ids
+                if i in by_id and by_id[i]["verdict"] in ("invalid", "not run")
+            ],
+            "exploratory": any(
+                by_id.get(c["experiment"], {}).get("exploratory")
+                or registry.set_after(by_id.get(c["experiment"], {}).get("started"))
+                for c in evidence
+                if c["vote"] != "no vote"
+            ),
+        }
+        if flips:
+            results[ident]["verdict"] = FRAGILE
+            results[ident]["qualifier"] = "under " + "; ".join(
+                f"{a['id']}: {a['verdict']}" for a in flips
+            )
+    apply_links(results, registry.links)
+    return [results[i] for i in items]

@@ -15,7 +15,8 @@ otherwise. An undecided criterion is resolved both ways: when every resolution g
 verdict, that is the verdict; otherwise it is `inconclusive`.
 
 Each criterion bears on one theory item (`claim`) and says whether meeting it `supports` or
-`refutes` it; `implicit_em.report.item_verdicts` turns those votes into one verdict per item.
+`refutes` it; `implicit_em.report.item_verdicts` turns those votes, by each item's registered rule
+over the parts of its sentence, into one verdict per item.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from implicit_em.report.stats import (
 )
 
 __all__ = [
+    "OPERATORS",
     "VERDICTS",
     "Criterion",
     "Evaluation",
@@ -56,6 +58,8 @@ _OPERATORS: dict[str, Callable[[float, float], bool]] = {
     ">": operator.gt,
     "==": operator.eq,
 }
+OPERATORS = _OPERATORS
+"""The comparison each `op` of a gate or criterion names."""
 
 
 def _format(value: float | None) -> str:
@@ -153,8 +157,9 @@ class Criterion:
     how_it_could_fail : str
         One line: the outcome that would have made it not met.
     primary : bool
-        Whether this is its item's primary criterion (the item's verdict is the primary's;
-        every other criterion on the item is shown beside it).
+        Whether the protocol registered it as its item's primary criterion. It decides nothing
+        on its own: the item's verdict is its registered rule over all its criteria
+        (`implicit_em.report.item_verdicts`).
     quote : str
         The sentence of the paper (or of the referee report) it operationalizes, in English,
         with its section: `§4.1: "..."`.

@@ -13,15 +13,19 @@ from implicit_em.pages import embedded_figure, format_number, page
 from implicit_em.pages import escape as _esc
 from implicit_em.pages import table as _table
 from implicit_em.report.claims import CLAIMS, DIRECTIONS, direction
+from implicit_em.report.controls import NegativeControl
 from implicit_em.report.forest import forest_svg
 from implicit_em.report.item_verdicts import controls_pass
 from implicit_em.report.render import (
+    alternative_lines,
     comparison_line,
     criterion_evidence,
     excluded_experiments,
     exploratory_mark,
     full_mark,
     headline,
+    link_lines,
+    part_lines,
 )
 from implicit_em.report.runner import duration
 
@@ -55,9 +59,16 @@ _INTRO = (
     "could go either way) are judged on 95% intervals over independent seeds: met, not met or "
     "undecided; each earns its vote with two known-answer controls run through the same "
     "measurement code, a planted effect that must read met and its absence that must read not "
-    "met. One criterion per item is primary and gives the item's verdict (supported, refuted or "
-    "inconclusive for a claim; stands, answered or inconclusive for an objection); the others "
-    "are shown beside it. Items are coloured by what their verdict says of the paper. "
+    "met; only a realistic negative control (a trained rival lacking exactly the mechanism) "
+    "lets a criterion vote on its item, and a criterion that holds by construction, or compares "
+    "with a rival that fails its own task, decides nothing. Each item is split into the parts "
+    "of its quoted sentence; each part is read from its criteria, and the item's registered "
+    "rule combines the parts (a compound claim needs every part): supported, refuted, mixed, "
+    "inconclusive or not tested for a claim (stands, answered, ... for an objection). The "
+    "verdict is also read under the referee's reasonable alternatives (another measure, the "
+    "first-stated threshold, each data set alone): an item that flips under one is fragile. "
+    "Linked items whose verdicts contradict each other both read inconsistent. Items are "
+    "coloured by what their verdict says of the paper. "
     "An interval is over samples: one per seed, or several per seed when each seed runs on "
     "more than one data set or variant (the criteria tables say which)."
 )
@@ -90,10 +101,31 @@ def _controls(c: Mapping[str, Any]) -> str:
     if not controls:
         return "none (casts no vote)"
     verdict = "as planted" if controls_pass(controls) else "NOT as planted (casts no vote)"
+    negative = NegativeControl.from_data(c.get("negative_control"))
+    kind = (
+        "Negative control not classified (casts no vote)."
+        if negative is None
+        else f"Negative control {negative.line}"
+        + ("." if negative.realistic else " (kept as a sanity gate; casts no vote).")
+    )
     return (
         f"positive {controls.get('positive')}, negative {controls.get('negative')}: {verdict}. "
-        f"{c.get('control_line', '')}"
+        f"{c.get('control_line', '')} {kind}"
     )
+
+
+def _marks(c: Mapping[str, Any]) -> str:
+    """What else decides whether a criterion votes: by construction, its rival's gates."""
+    lines = []
+    if c.get("by_construction"):
+        lines.append(f"By construction (casts no vote): {c['by_construction']}.")
+    if c.get("baseline"):
+        gates = "; ".join(
+            f"{g['number']} {g['op']} {format_number(g['threshold'])}"
+            for g in c["baseline"]["gates"]
+        )
+        lines.append(f"Rival's own-task gate: {c['baseline']['says']} ({gates}).")
+    return " ".join(lines)
 
 
 def sample_count(count: Any, seeds: Any) -> str:
@@ -122,9 +154,10 @@ def _criteria_rows(
         "what it says",
         "the paper's words",
         "how it could have failed",
+        "item marks",
     )
     rows = []
-    for c in sorted(criteria, key=lambda c: not c.get("primary")):
+    for c in criteria:
         status = c["status"] or "not measured"
         if status == "undecided":
             more = c.get("seeds_to_decide")
@@ -135,11 +168,10 @@ def _criteria_rows(
             else f"{format_number(c['estimate'])} [{format_number(c['low'])}, "
             f"{format_number(c['high'])}] ({c['method']})"
         )
-        role = "primary for" if c.get("primary") else "secondary on"
         rows.append(
             (
                 c["number"],
-                f"{role} {c['claim']} ({c['direction']})",
+                f"{c['claim']} ({c['direction']})",
                 f"{c['op']} {format_number(c['threshold'])}",
                 measured,
                 sample_count(c["seeds"], seeds),
@@ -148,6 +180,7 @@ def _criteria_rows(
                 c["means"],
                 c.get("quote", ""),
                 c["how_it_could_fail"],
+                _marks(c),
             )
         )
     return columns, rows
@@ -267,6 +300,7 @@ _CLAIM_COLUMNS = (
     "id",
     "statement",
     "verdict",
+    "rule and parts",
     "experiments",
     "criteria: 95% intervals against thresholds",
 )
@@ -278,18 +312,38 @@ def _claim_cells(c: Mapping[str, Any], document: Mapping[str, Any]) -> list[str]
     order."""
     evidence = [*map(criterion_evidence, c["evidence"]), *excluded_experiments(c)]
     colour = _DIRECTION_COLOURS[direction(c["id"], c["verdict"])]
+    qualifier = (
+        f"<span class='meta'>({_esc(c['qualifier'])})</span><br>" if c.get("qualifier") else ""
+    )
     return [
         _esc(c["id"]),
         _esc(document["claims"].get(c["id"], "")),
-        f"{_verdict(c['verdict'], colour)}{_esc(exploratory_mark(c))}<br>"
+        f"{_verdict(c['verdict'], colour)}{_esc(exploratory_mark(c))}<br>{qualifier}"
         f"<span class='meta'>{_esc(direction(c['id'], c['verdict']))}</span> "
         f"{_esc(full_mark(c, document['meta']))}",
+        _rule_cell(c),
         ", ".join(f"<a href='#{_esc(i)}'>{_esc(i)}</a>" for i in c["experiments"]),
         forest_svg(c["evidence"])
         + "<details><summary>numbers</summary>"
         + "<br>".join(_esc(line) for line in evidence)
         + "</details>",
     ]
+
+
+def _rule_cell(c: Mapping[str, Any]) -> str:
+    """An item's rule, each part's reading (those that decided the verdict starred), its
+    verdict under each alternative and its links."""
+    parts = "<br>".join(_esc(line) for line in part_lines(c))
+    more = [*alternative_lines(c), *link_lines(c)]
+    folded = (
+        "<details><summary>alternatives and links</summary>"
+        + "<br>".join(_esc(line) for line in more)
+        + "</details>"
+        if more
+        else ""
+    )
+    rule = f"<span class='meta'>rule: {_esc(c.get('rule', ''))}; reading {_esc(c.get('reading', ''))}</span>"
+    return f"{parts}{folded}<details><summary>rule</summary>{rule}</details>"
 
 
 def _claims_table(document: Mapping[str, Any]) -> str:
@@ -354,10 +408,11 @@ def render_html(document: Mapping[str, Any], root: Path) -> str:
 <h2 id="how-to-read">How to read this report</h2>
 <p>{_esc(_INTRO)}</p>
 <h2 id="claims">Verdict per claim and objection</h2>
-<p>{direction_tally}. Each item's verdict is its primary criterion's; the plot shows every
-criterion on the item (primary first, thicker): its 95% interval over seeds (bar), estimate (dot)
-and threshold (black tick), each row on its own scale, coloured by its vote (green for the item,
-red against it, purple undecided, hollow grey when its known-answer controls did not come out as
+<p>{direction_tally}. Each item's verdict is its registered rule over the parts of its
+quoted sentence (starred: the parts that decided it); the plot shows every criterion on the item:
+its 95% interval over seeds (bar), estimate (dot) and threshold (black tick), each row on its own
+scale, coloured by its vote (green for the item, red against it, purple undecided, hollow grey
+when it casts no vote: by construction, no realistic negative control, controls not as
 planted).</p>
 {_claims_table(document)}
 <h2 id="experiments">Experiments</h2><p>{_esc(tally)}.</p>

@@ -5,13 +5,18 @@ decides a verdict, fixed before the confirmatory run:
 
 * `criteria`: number, op, threshold, theory item (`claim`), direction, interval method, whether
   it is the item's `primary` criterion, and its prose (`means`, `quote`, `how_it_could_fail`);
+  besides, the marks that say how an item reads it (`ITEM_MARKS`: `by_construction`, the kind
+  of its `negative_control`, the `baseline` a comparison needs working), which
+  `implicit_em.report.items.marks` reads;
 * `gates`: number, op, threshold, and the theory item a gate verifies by algebra (`verifies`);
 * `sizes`: the configuration at each size of `SIZES` (`smoke`, `quick`, `full`) and of the
   known-answer controls (`control`): seeds, budgets, data sets and their sizes.
 
 The experiment module keeps only measurement code. `Protocol.hash` is the SHA-256 of the
-decision-relevant content (everything but the prose), so that rewording a sentence is not an
-amendment and changing a threshold, a seed or a budget is. Which hashes were registered, when,
+decision-relevant content (everything but the prose and the item marks), so that rewording a
+sentence is not an amendment and changing a threshold, a seed or a budget is. The item marks
+decide item verdicts, not the experiment's: they are hashed with the item registry
+(`implicit_em.report.items.registry.registry_hash`). Which hashes were registered, when,
 and each amendment's reason live in `protocols/registry.json` (`implicit_em.report.registration`).
 
 Seeds: development and quick seeds are below `CONFIRMATION_SEEDS`; full-size (confirmatory)
@@ -32,6 +37,7 @@ from implicit_em.report.judging import Criterion, Gate, Rule
 
 __all__ = [
     "CONFIRMATION_SEEDS",
+    "ITEM_MARKS",
     "PROTOCOL_DIR",
     "PROTOCOL_SIZES",
     "Protocol",
@@ -48,6 +54,8 @@ CONFIRMATION_SEEDS = 1000
 """Full-size seeds are >= this; every other size's seeds are below it."""
 
 _PROSE = ("means", "quote", "how_it_could_fail")
+ITEM_MARKS = ("by_construction", "negative_control", "baseline")
+"""Criterion keys read by the item verdicts, not by the experiment's rule."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +103,10 @@ class Protocol:
         if set(sizes) != set(PROTOCOL_SIZES):
             raise ValueError(f"protocol {ident}: sizes must be exactly {PROTOCOL_SIZES}")
         try:
-            criteria = tuple(Criterion(**c) for c in data["criteria"])
+            criteria = tuple(
+                Criterion(**{k: v for k, v in c.items() if k not in ITEM_MARKS})
+                for c in data["criteria"]
+            )
             gates = tuple(Gate(**g) for g in data.get("gates", []))
         except TypeError as err:
             raise ValueError(f"protocol {ident}: {err}") from err
@@ -119,11 +130,12 @@ class Protocol:
 
 
 def content_hash(data: Mapping[str, Any]) -> str:
-    """The hash of a protocol's decision-relevant content (its prose left out)."""
+    """The hash of a protocol's decision-relevant content (its prose and item marks left out)."""
     relevant = {
         **data,
         "criteria": [
-            {k: v for k, v in c.items() if k not in _PROSE} for c in data.get("criteria", [])
+            {k: v for k, v in c.items() if k not in _PROSE + ITEM_MARKS}
+            for c in data.get("criteria", [])
         ],
         "gates": [{k: v for k, v in g.items() if k not in _PROSE} for g in data.get("gates", [])],
     }

@@ -3,7 +3,8 @@
 The README shows the summary of a quick report (`summary.md`), whose "full size" column and
 comparison line come from `render.full_cell` and `render.comparison_line`. `full_size_column`
 rewrites exactly those parts from a published full-size document (or from none), with the same
-two functions, so the README can always be brought to what `results/full` says, and a test can
+two functions (an item's cell is its verdict as labelled by `item_verdicts.verdict_label`, with
+the qualifier that says why an open verdict is open, or which alternative makes it fragile), so the README can always be brought to what `results/full` says, and a test can
 tell when it is not.
 """
 
@@ -13,6 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from implicit_em.report.item_verdicts import verdict_label
 from implicit_em.report.render import compared_with, comparison_line, full_cell, full_entries
 
 __all__ = ["full_size_column"]
@@ -68,7 +70,8 @@ def full_size_column(text: str, full: Mapping[str, Any] | None) -> str:
         if FULL not in header or set(cells) <= {"---"}:
             continue
         entry = published.get(_row_id(cells, header), {})
-        cell = full_cell(entry.get("verdict"), full is not None, bool(entry.get("exploratory")))
+        verdict = verdict_label(entry) if entry.get("verdict") else None
+        cell = full_cell(verdict, full is not None, bool(entry.get("exploratory")))
         lines[i] = _replace_cell(line, header.index(FULL), cell)
     if "item" not in tables or comparisons != 1:
         raise ValueError(

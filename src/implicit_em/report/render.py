@@ -15,12 +15,15 @@ from typing import Any
 
 from implicit_em.pages import format_number
 from implicit_em.report.claims import CLAIMS, direction
-from implicit_em.report.item_verdicts import claim_verdicts
+from implicit_em.report.item_verdicts import claim_verdicts, verdict_label
+from implicit_em.report.items.marks import attach_marks, marks_hash
+from implicit_em.report.items.registry import load_registry
 from implicit_em.report.runner import duration
 
 __all__ = [
     "NOT_PUBLISHED",
     "NO_FULL_RUN",
+    "alternative_lines",
     "compared_with",
     "comparison_line",
     "criterion_evidence",
@@ -31,6 +34,8 @@ __all__ = [
     "full_entries",
     "full_mark",
     "headline",
+    "link_lines",
+    "part_lines",
     "render_markdown",
     "report_document",
 ]
@@ -47,26 +52,41 @@ def report_document(
     full: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The JSON document of a report: metadata, one verdict per theory item, one entry per
-    experiment; below full size each verdict carries the published full-size one
-    (`full_verdict`, None when there is none to compare with)."""
-    experiments = [dict(e) for e in results]
+    experiment (each criterion with its item marks); below full size each verdict carries the
+    published full-size one (`full_verdict`, None when there is none to compare with). The
+    metadata's `item_rules` are the hashes of the item registry and of the criteria's marks
+    the items were read under."""
+    experiments = attach_marks(results)
     items = claim_verdicts(list(CLAIMS), experiments)
     meta = dict(meta)
+    meta["item_rules"] = {
+        "registry": load_registry().hash,
+        "marks": marks_hash([e["id"] for e in experiments]),
+    }
     if meta["size"] != "full":
         meta["compared_with"] = compared_with(full)
         published = full_entries(full)
         for entry in [*experiments, *items]:
             counterpart = published.get(entry["id"], {})
-            entry["full_verdict"] = counterpart.get("verdict")
+            entry["full_verdict"] = (
+                verdict_label(counterpart) if counterpart.get("verdict") else None
+            )
             entry["full_exploratory"] = bool(counterpart.get("exploratory"))
     return {"meta": meta, "claims": CLAIMS, "claim_verdicts": items, "experiments": experiments}
 
 
 def full_entries(full: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
     """The published full run's experiments and items by id (each with its `verdict` and
-    `exploratory` flag); none without a published run."""
-    entries = [*(full or {}).get("experiments", []), *(full or {}).get("claim_verdicts", [])]
-    return {entry["id"]: entry for entry in entries}
+    `exploratory` flag); none without a published run.
+
+    The items are read again from the published criteria under the current item rules (an item
+    verdict is never taken on trust from a publication, as an experiment's verdict is never
+    cached); a document whose experiments keep no criteria shows its stored item verdicts."""
+    experiments = list((full or {}).get("experiments", []))
+    items = (full or {}).get("claim_verdicts", [])
+    if any(e.get("criteria") for e in experiments):
+        items = claim_verdicts(list(CLAIMS), attach_marks(experiments))
+    return {entry["id"]: entry for entry in [*experiments, *items]}
 
 
 def compared_with(full: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -90,14 +110,48 @@ def full_cell(verdict: str | None, published: bool, exploratory: bool = False) -
 
 
 def criterion_evidence(c: Mapping[str, Any]) -> str:
-    """One criterion's reading as a claim row shows it: primary or not, number, interval,
-    status, and its vote (`uncontrolled`: its known-answer controls did not come out)."""
-    role = "primary" if c.get("primary") else "secondary"
+    """One criterion's reading as an item row shows it: number, interval, status, direction (the
+    item's reading of it), and its vote, or why it casts none (`items.readings`)."""
+    standing = c.get("standing", "counted")
+    vote = f"vote {c['vote']}" if standing == "counted" else f"{c['vote']}: {standing}"
     return (
-        f"{role}: {c['experiment']} {c['number']} = {format_number(c['estimate'])} "
+        f"{c['experiment']} {c['number']} = {format_number(c['estimate'])} "
         f"[{format_number(c['low'])}, {format_number(c['high'])}] (needs {c['op']} "
-        f"{format_number(c['threshold'])}; {c['status']}, {c['direction']}; vote {c['vote']})"
+        f"{format_number(c['threshold'])}; {c['status']}, {c['direction']}; {vote})"
     )
+
+
+def part_lines(c: Mapping[str, Any]) -> list[str]:
+    """Each part of an item as its row shows it: the quoted words, the reading, and whether it
+    decided the verdict."""
+    return [
+        f"{'*' if p['id'] in c.get('decided_by', []) else ''}{p['id']} "
+        f'("{p["quote"]}"): {p["reading"]}' + (f": {p['reason']}" if p["reason"] else "")
+        for p in c.get("parts", [])
+    ]
+
+
+def alternative_lines(c: Mapping[str, Any]) -> list[str]:
+    """The item's verdict under each registered alternative, flips marked."""
+    return [
+        f"{a['id']}: "
+        + (
+            f"{a['verdict']}{' (FLIPS the verdict)' if a['flips'] else ''}"
+            if a["available"]
+            else "not available in this report"
+        )
+        + f" ({a['says']})"
+        for a in c.get("alternatives", [])
+    ]
+
+
+def link_lines(c: Mapping[str, Any]) -> list[str]:
+    """The item's links to other items, contradicting or not."""
+    return [
+        f"{'CONTRADICTS' if link['contradicts'] else 'consistent with'} {link['with']}: "
+        f"{link['reason']}"
+        for link in c.get("links", [])
+    ]
 
 
 def excluded_experiments(c: Mapping[str, Any]) -> list[str]:
@@ -115,7 +169,7 @@ def full_mark(entry: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
     full = entry.get("full_verdict")
     if full is None:
         return "not in the full run"
-    return "" if full == entry["verdict"] else f"full run: {full}"
+    return "" if full == verdict_label(entry) else f"full run: {full}"
 
 
 def comparison_line(meta: Mapping[str, Any]) -> str:
@@ -180,7 +234,7 @@ def verdict_table(document: Mapping[str, Any]) -> list[str]:
             else []
         )
         statement = _cell(document["claims"].get(c["id"], ""))
-        verdict_cell = f"**{c['verdict']}**{exploratory_mark(c)}"
+        verdict_cell = f"**{verdict_label(c)}**{exploratory_mark(c)}"
         lines.append(
             _row([c["id"], statement, verdict_cell, *full, direction(c["id"], c["verdict"])])
         )
@@ -188,14 +242,20 @@ def verdict_table(document: Mapping[str, Any]) -> list[str]:
 
 
 def render_markdown(document: Mapping[str, Any]) -> str:
-    """The summary in Markdown: the short verdict table (`verdict_table`), each item's primary
-    criterion and the numbers behind it, then one row per experiment with its measured time;
+    """The summary in Markdown: the short verdict table (`verdict_table`), each item's parts
+    with their readings, its verdict under each alternative, its links, and the numbers behind
+    it, then one row per experiment with its measured time;
     below full size each verdict has the published full one beside it."""
     meta = document["meta"]
     smaller = meta["size"] != "full"
     published = meta.get("compared_with") is not None
     verdict = ["verdict", "full size"] if smaller else ["verdict"]
-    numbers = ["item", "primary criterion", "numbers (95% intervals over seeds; primary first)"]
+    numbers = [
+        "item",
+        "rule: parts (* decided the verdict)",
+        "alternatives and links",
+        "numbers (95% intervals over seeds)",
+    ]
     experiments = ["claims", "experiment", *verdict, "time", "key numbers"]
     lines = [
         f"Claims report ({meta['size']}), {meta['date']}, {meta['machine']}",
@@ -211,8 +271,9 @@ def render_markdown(document: Mapping[str, Any]) -> str:
         evidence = "; ".join(
             [*(criterion_evidence(x) for x in c["evidence"]), *excluded_experiments(c)]
         )
-        primary = f"{c['primary_experiment']} {c['primary']}" if c.get("primary") else "none"
-        lines.append(_row([c["id"], primary, _cell(evidence)]))
+        parts = "; ".join(part_lines(c))
+        others = "; ".join([*alternative_lines(c), *link_lines(c)]) or "none"
+        lines.append(_row([c["id"], _cell(parts), _cell(others), _cell(evidence)]))
     lines += ["", _row(experiments), _rule_row(len(experiments))]
     for e in document["experiments"]:
         full = (

@@ -1,0 +1,273 @@
+r"""Reading an item: each criterion's standing and vote, each part's reading, the item's verdict.
+
+**A criterion** (a results.json criterion, with its item marks) votes `for` the item when it is
+met and supports the item or is not met and refutes it (the direction is the registered one, or
+the item's own where the registry reads it the other way), `against` in the two other cases, and
+`undecided` when its interval straddles the threshold. It casts **no vote** when its standing is
+not `counted`, in this order:
+
+1. `excluded`: its experiment is `invalid` or `not run`;
+2. `by construction`: it holds or is fixed by algebra or by how the experiment is built;
+3. `baseline failed`: it compares with a rival that fails its own task (the criterion's
+   `baseline` gates); it votes `undecided` (`inconclusive: baseline failed`), since the
+   comparison cannot decide;
+4. `controls not as planted`: its known-answer controls did not come out as planted;
+5. `negative control not classified` or `no realistic negative control`: its negative control
+   is not a trained rival lacking exactly the mechanism (`controls.NegativeControl`);
+6. `not measured`: no interval.
+
+**A part** reads `violated` when a gate it names failed; else, from its criteria's votes, `for`
+or `against` when all agree, `mixed` when some are for and some against, `undecided` when one is
+undecided and none disagree; with no vote, `algebra` when its gates passed or its criteria hold
+by construction and it states why that verifies it, else `not tested` with the reason.
+
+**An item** under the rule `all` (a compound claim needs every part), from its parts' readings:
+
+* `violated (algebra)` when a part is violated;
+* `not tested` when no part votes (`verified (algebra)` when every part is algebra);
+* `refuted` (objection: `answered`) when some part is against and none is for or mixed: a
+  conjunction already failed, and no part holds;
+* `mixed` when some parts are for and some against, or a part is mixed;
+* `inconclusive` when a part is undecided or not tested (and none against);
+* `supported` (objection: `stands`) when every part is for or verified by algebra.
+
+`decided_by` names the parts whose readings gave the verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from implicit_em.report.controls import NegativeControl
+from implicit_em.report.items.marks import baseline_failures
+from implicit_em.report.items.registry import Item, Part, Ref
+
+__all__ = [
+    "ALGEBRA_WORDS",
+    "CLAIM_WORDS",
+    "OBJECTION_WORDS",
+    "controls_pass",
+    "criterion_reading",
+    "item_reading",
+    "part_reading",
+]
+
+CLAIM_WORDS = ("supported", "refuted", "mixed", "inconclusive", "not tested")
+OBJECTION_WORDS = ("stands", "answered", "mixed", "inconclusive", "not tested")
+ALGEBRA_WORDS = ("verified (algebra)", "violated (algebra)")
+VOTES = ("for", "against", "undecided")
+
+Index = Mapping[tuple[str, str], Mapping[str, Any]]
+"""A document's criteria by (experiment id, number)."""
+
+
+def controls_pass(statuses: Mapping[str, Any] | None) -> bool:
+    """Whether a criterion's known-answer controls came out as planted: the positive `met`,
+    the negative `not met` (`implicit_em.report.controls`)."""
+    return (
+        statuses is not None
+        and statuses.get("positive") == "met"
+        and statuses.get("negative") == "not met"
+    )
+
+
+def _standing(c: Mapping[str, Any], experiment: Mapping[str, Any]) -> tuple[str, str]:
+    """(standing, why) of a criterion that could vote; `counted` when it votes."""
+    if experiment.get("verdict") in ("invalid", "not run"):
+        return "excluded", f"{experiment['id']} is {experiment['verdict']}"
+    if c.get("alternative"):
+        return "counted", c["alternative"]
+    if c.get("by_construction"):
+        return "by construction", c["by_construction"]
+    failed = baseline_failures(c, experiment.get("numbers", {}))
+    if failed:
+        return "baseline failed", f"{c['baseline']['says']}: " + "; ".join(failed)
+    if not controls_pass(c.get("controls")):
+        return "controls not as planted", str(c.get("controls"))
+    negative = NegativeControl.from_data(c.get("negative_control"))
+    if negative is None:
+        return "negative control not classified", "its protocol does not say what it removes"
+    if not negative.realistic:
+        return "no realistic negative control", negative.why
+    if c.get("status") is None:
+        return "not measured", "no interval"
+    return "counted", ""
+
+
+def criterion_reading(
+    ref: Ref, index: Index, experiments: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """What one referenced criterion says of its item: the numbers, `standing`, `why`, `vote`
+    (`for`, `against`, `undecided`, or `no vote`)."""
+    c = index.get(ref.key)
+    experiment = experiments.get(ref.experiment, {"id": ref.experiment, "verdict": "not run"})
+    if c is None:
+        c = {"number": ref.number, "status": None, "direction": ref.direction or "supports"}
+        standing, why = "not measured", f"{ref.text} is not in this report"
+    else:
+        standing, why = _standing(c, experiment)
+    direction = ref.direction or c["direction"]
+    vote = "no vote"
+    if standing == "baseline failed":
+        vote = "undecided"
+    elif standing == "counted":
+        status = c.get("status")
+        vote = (
+            "undecided"
+            if status not in ("met", "not met")
+            else "for"
+            if (status == "met") == (direction == "supports")
+            else "against"
+        )
+    keys = ("estimate", "low", "high", "op", "threshold", "status", "method", "controls")
+    return {
+        "experiment": ref.experiment,
+        "number": ref.number,
+        **{k: c.get(k) for k in keys},
+        "direction": direction,
+        "read_as": ref.why,
+        "primary": bool(c.get("primary")),
+        "negative_control": c.get("negative_control"),
+        "standing": standing,
+        "why": why,
+        "vote": vote,
+    }
+
+
+def _gate(ref: Ref, experiments: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    experiment = experiments.get(ref.experiment)
+    found = next(
+        (g for g in (experiment or {}).get("gates", []) if g.get("name") == ref.number), None
+    )
+    passed = None if found is None else bool(found["passed"])
+    if experiment is not None and experiment.get("verdict") == "not run":
+        passed = None
+    detail = found["detail"] if found else f"{ref.text} not in this report"
+    return {"experiment": ref.experiment, "name": ref.number, "passed": passed, "detail": detail}
+
+
+def part_reading(
+    part: Part, index: Index, experiments: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """One part's reading (`for`, `against`, `mixed`, `undecided`, `algebra`, `violated`,
+    `not tested`), its `reason`, and the readings of its criteria and gates."""
+    criteria = [criterion_reading(r, index, experiments) for r in part.criteria]
+    gates = [_gate(r, experiments) for r in part.gates]
+    votes = [c["vote"] for c in criteria if c["vote"] in VOTES]
+    construction = bool(criteria) and all(c["standing"] == "by construction" for c in criteria)
+    if any(g["passed"] is False for g in gates):
+        reading, reason = "violated", "a gate failed: " + "; ".join(g["detail"] for g in gates)
+    elif votes:
+        reading = (
+            "mixed"
+            if "for" in votes and "against" in votes
+            else "undecided"
+            if "undecided" in votes
+            else votes[0]
+        )
+        baseline = [c["why"] for c in criteria if c["standing"] == "baseline failed"]
+        reason = "baseline failed: " + "; ".join(baseline) if baseline else ""
+    elif gates and all(g["passed"] for g in gates):
+        reading, reason = "algebra", "; ".join(g["detail"] for g in gates)
+    elif construction and part.algebra:
+        reading, reason = "algebra", part.algebra
+    elif part.untested or not criteria:
+        reading, reason = "not tested", part.untested or "nothing measures it"
+    else:
+        standings = dict.fromkeys(c["standing"] for c in criteria)
+        reading, reason = "not tested", "; ".join(standings)
+    return {
+        "id": part.id,
+        "quote": part.quote,
+        "reading": reading,
+        "reason": reason,
+        "criteria": criteria,
+        "gates": gates,
+    }
+
+
+def _combine(parts: Sequence[Mapping[str, Any]]) -> tuple[str, list[str]]:
+    """The rule `all`: (the item's reading key, the parts that decided it)."""
+    by: dict[str, list[str]] = {}
+    for p in parts:
+        by.setdefault(p["reading"], []).append(p["id"])
+    get = by.get
+    if get("violated"):
+        return "violated", by["violated"]
+    if not any(get(k) for k in ("for", "against", "mixed", "undecided")):
+        return (
+            ("algebra", by["algebra"])
+            if set(by) == {"algebra"}
+            else ("not tested", by.get("not tested", []))
+        )
+    if get("against") and not (get("for") or get("mixed")):
+        return "against", by["against"]
+    if (get("against") and get("for")) or get("mixed"):
+        return "mixed", [p["id"] for p in parts if p["reading"] in ("for", "against", "mixed")]
+    if get("undecided") or get("not tested"):
+        return "undecided", [*by.get("undecided", []), *by.get("not tested", [])]
+    return "for", by["for"]
+
+
+def _word(item: str, key: str) -> str:
+    words = OBJECTION_WORDS if item[0] in "Rm" else CLAIM_WORDS
+    return {
+        "for": words[0],
+        "against": words[1],
+        "mixed": words[2],
+        "undecided": words[3],
+        "not tested": words[4],
+        "algebra": ALGEBRA_WORDS[0],
+        "violated": ALGEBRA_WORDS[1],
+    }[key]
+
+
+def _qualifier(key: str, parts: Sequence[Mapping[str, Any]], decided: Sequence[str]) -> str:
+    """The short reason shown after an open verdict: why the deciding parts did not vote."""
+    if key not in ("not tested", "undecided"):
+        return ""
+    reasons = []
+    for p in parts:
+        if p["id"] not in decided:
+            continue
+        if p["reading"] == "undecided":
+            baseline = any(c["standing"] == "baseline failed" for c in p["criteria"])
+            reasons.append("baseline failed" if baseline else "interval straddles")
+        elif p["reading"] == "not tested":
+            standings = [c["standing"] for c in p["criteria"] if c["vote"] == "no vote"]
+            reasons += standings or (
+                ["not measured"] if p["gates"] else ["a part nothing measures"]
+            )
+    return ", ".join(dict.fromkeys(reasons))
+
+
+def item_reading(
+    item: Item, index: Index, experiments: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The item's verdict under its rule: `verdict`, `qualifier` (why an open verdict is
+    open), `reason` (one line), `parts` (each part's reading) and `decided_by`."""
+    parts = [part_reading(p, index, experiments) for p in item.parts]
+    if item.not_testable:
+        short = item.not_testable.split(":", 1)[0]
+        return {
+            "verdict": _word(item.id, "not tested"),
+            "qualifier": short,
+            "reason": item.not_testable,
+            "parts": parts,
+            "decided_by": [],
+        }
+    key, decided = _combine(parts)
+    qualifier = _qualifier(key, parts, decided)
+    lines = [
+        f"{p['id']}: {p['reading']}" + (f" ({p['reason']})" if p["reason"] else "")
+        for p in parts
+        if p["id"] in decided
+    ]
+    return {
+        "verdict": _word(item.id, key),
+        "qualifier": qualifier,
+        "reason": "; ".join(lines),
+        "parts": parts,
+        "decided_by": decided,
+    }
