@@ -3,15 +3,17 @@ r"""Protocols: each experiment's rule, seeds, budgets and data, as data with a c
 A protocol is the JSON file `protocols/<ID>.json` beside this module. It holds everything that
 decides a verdict, fixed before the confirmatory run:
 
-* `criteria`: number, op, threshold, theory item (`claim`), direction, interval method, whether
-  it is the item's `primary` criterion, and its prose (`means`, `quote`, `how_it_could_fail`);
+* `criteria`: number, op, threshold, theory item (`claim`), direction, interval `method`, how
+  per-data-set readings `combine`, whether it is the item's `primary` criterion, and what is
+  only shown: its prose (`means`, `quote`, `how_it_could_fail`) and the gap between its modes
+  (`modes_gap`);
 * `gates`: number, op, threshold, and the theory item a gate verifies by algebra (`verifies`);
 * `sizes`: the configuration at each size of `SIZES` (`smoke`, `quick`, `full`) and of the
   known-answer controls (`control`): seeds, budgets, data sets and their sizes.
 
 The experiment module keeps only measurement code. `Protocol.hash` is the SHA-256 of the
-decision-relevant content (everything but the prose), so that rewording a sentence is not an
-amendment and changing a threshold, a seed or a budget is. Which hashes were registered, when,
+decision-relevant content (everything but what is only shown), so that rewording a sentence
+is not an amendment and changing a threshold, a seed or a budget is. Which hashes were registered, when,
 and each amendment's reason live in `protocols/registry.json` (`implicit_em.report.registration`).
 
 Seeds: development and quick seeds are below `CONFIRMATION_SEEDS`; full-size (confirmatory)
@@ -47,7 +49,8 @@ PROTOCOL_SIZES = ("smoke", "quick", "full", "control")
 CONFIRMATION_SEEDS = 1000
 """Full-size seeds are >= this; every other size's seeds are below it."""
 
-_PROSE = ("means", "quote", "how_it_could_fail")
+_PROSE = ("means", "quote", "how_it_could_fail", "modes_gap")
+"""What a verdict does not read: left out of `Protocol.hash`."""
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ fails on that data set), `undecided` otherwise; `degenerate` when every reading 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +33,7 @@ __all__ = [
     "decisive",
     "declared_modes",
     "format_number",
+    "per_data_set",
 ]
 
 COMBINE_RULES = ("", "all")
@@ -124,3 +125,17 @@ def declared_modes(readings: Sequence[Reading], gap: float | None) -> list[dict[
     return [
         {"data_set": label, "modes": [vars(m) for m in ms]} for label, ms in found if len(ms) > 1
     ]
+
+
+def per_data_set(
+    samples: Mapping[str, Sequence[float]], data_sets: Sequence[str]
+) -> dict[str, list[float]]:
+    """Per-unit `samples` split by data set: `data_sets[i]` names the data set of every list's
+    i-th value, and each list becomes one list per data set, keyed `<quantity>@<data set>`."""
+    out: dict[str, list[float]] = {}
+    for quantity, values in samples.items():
+        if len(values) != len(data_sets):
+            raise ValueError(f"{quantity}: {len(values)} values for {len(data_sets)} data sets")
+        for value, name in zip(values, data_sets, strict=True):
+            out.setdefault(f"{quantity}@{name}", []).append(float(value))
+    return out
