@@ -4,7 +4,8 @@ One row per criterion, the primary first: its 95% interval as a bar, its estimat
 its threshold as a vertical tick. Criteria read numbers in different units, so each row has its
 own scale: the span of its interval and threshold, padded by a tenth on each side. A row is
 coloured by what its criterion says of the item (`for`, `against`, `undecided`; `uncontrolled`,
-whose known-answer controls did not come out as planted, is drawn hollow), and the primary's row
+whose known-answer controls did not come out as planted, and `degenerate`, a zero-width interval
+read as a gate, cast no vote and are drawn hollow in grey), and the primary's row
 is drawn thicker. Hovering a row shows its number, interval and threshold.
 """
 
@@ -23,6 +24,7 @@ VOTE_COLOURS = {
     "against": "#cf222e",
     "undecided": "#8250df",
     "uncontrolled": "#8c959f",
+    "degenerate": "#8c959f",
 }
 
 _WIDTH, _ROW = 300, 16
@@ -76,7 +78,7 @@ def _row(row: Mapping[str, Any], y: float) -> str:
             f'y2="{mid:.1f}" stroke="{colour}" stroke-width="{thick}"></line>'
         )
     if isinstance(estimate, (int, float)) and math.isfinite(estimate):
-        fill = "#fff" if row["vote"] == "uncontrolled" else colour
+        fill = "#fff" if row["vote"] in ("uncontrolled", "degenerate") else colour
         parts.append(
             f'<circle cx="{_x(estimate, span):.1f}" cy="{mid:.1f}" r="{thick + 1}" fill="{fill}" '
             f'stroke="{colour}" stroke-width="1.5"></circle>'

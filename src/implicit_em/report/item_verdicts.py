@@ -4,7 +4,8 @@ them).
 
 A criterion votes `for` the item when it is met and supports it or is not met and refutes it,
 `against` in the two other cases, `undecided` when its interval straddles the threshold, and
-casts no vote (`uncontrolled`) when its known-answer controls did not come out as planted. The
+casts no vote when its known-answer controls did not come out as planted (`uncontrolled`) or
+when its interval has zero width (`degenerate`: a gate, `implicit_em.report.readings`). The
 item's verdict is its primary criterion's vote; an item a sanity gate verifies reads that gate.
 """
 
@@ -37,10 +38,12 @@ def controls_pass(statuses: Mapping[str, Any] | None) -> bool:
 
 
 def _vote(c: Mapping[str, Any]) -> str:
-    """`for`, `against`, `undecided`, or `uncontrolled` (its known-answer controls did not come
-    out as planted, so it casts no vote) for a results.json criterion."""
+    """`for`, `against`, `undecided`, or no vote: `uncontrolled` (its known-answer controls did
+    not come out as planted) or `degenerate` (a gate) for a results.json criterion."""
     if not controls_pass(c.get("controls")):
         return "uncontrolled"
+    if c["status"] == "degenerate":
+        return "degenerate"
     if c["status"] not in ("met", "not met"):
         return "undecided"
     return "for" if (c["status"] == "met") == (c["direction"] == "supports") else "against"
@@ -116,7 +119,7 @@ def claim_verdicts(
         )
         if algebra is not None:
             verdict = algebra
-        elif primary is None or primary["vote"] == "uncontrolled":
+        elif primary is None or primary["vote"] in ("uncontrolled", "degenerate"):
             verdict = _word(item, None)
         else:
             verdict = _word(item, primary["vote"])

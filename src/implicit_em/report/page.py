@@ -15,6 +15,7 @@ from implicit_em.pages import table as _table
 from implicit_em.report.claims import CLAIMS, DIRECTIONS, direction
 from implicit_em.report.forest import forest_svg
 from implicit_em.report.item_verdicts import controls_pass
+from implicit_em.report.readings import measured_text
 from implicit_em.report.render import (
     comparison_line,
     criterion_evidence,
@@ -108,7 +109,7 @@ def _criteria_rows(
         "number",
         "bears on",
         "needs",
-        "estimate [95% interval]",
+        "estimate [95% interval] (method)",
         "samples",
         "status",
         "known-answer controls",
@@ -119,15 +120,12 @@ def _criteria_rows(
     rows = []
     for c in sorted(criteria, key=lambda c: not c.get("primary")):
         status = c["status"] or "not measured"
+        if status == "degenerate":
+            status += ": a gate, not a measurement (casts no vote)"
         if status == "undecided":
             more = c.get("seeds_to_decide")
             status += f" (about {more} seeds would decide)" if more else " (more seeds needed)"
-        measured = (
-            "not measured"
-            if c["estimate"] is None
-            else f"{format_number(c['estimate'])} [{format_number(c['low'])}, "
-            f"{format_number(c['high'])}] ({c['method']})"
-        )
+        measured = measured_text(c)
         role = "primary for" if c.get("primary") else "secondary on"
         rows.append(
             (

@@ -33,6 +33,7 @@ __all__ = [
     "decisive",
     "declared_modes",
     "format_number",
+    "measured_text",
     "per_data_set",
 ]
 
@@ -139,3 +140,36 @@ def per_data_set(
         for value, name in zip(values, data_sets, strict=True):
             out.setdefault(f"{quantity}@{name}", []).append(float(value))
     return out
+
+
+def _reading_text(r: Mapping[str, Any], modes_found: Sequence[Mapping[str, Any]]) -> str:
+    where = f"{r['data_set']}: " if r.get("data_set") else ""
+    if r["status"] == DEGENERATE:
+        gate = "passes" if r.get("gate_passed") else "FAILS"
+        return f"{where}degenerate (all seeds equal {format_number(r['estimate'])}): a gate, {gate}"
+    interval = (
+        f"{format_number(r['estimate'])} [{format_number(r['low'])}, "
+        f"{format_number(r['high'])}] ({METHOD_NAMES.get(r['method'], r['method'])}, "
+        f"n = {r['seeds']})"
+    )
+    if not modes_found:
+        return where + interval
+    shown = ", ".join(
+        f"{m['count']} seed{'s' if m['count'] > 1 else ''} at {format_number(m['mean'])} "
+        f"({format_number(m['low'])} to {format_number(m['high'])})"
+        for m in modes_found
+    )
+    return f"{where}modes: {shown}; judged on {interval}"
+
+
+def measured_text(c: Mapping[str, Any]) -> str:
+    """What a criterion of `results.json` measured, as the page shows it: each data set's
+    interval with its method named, a degenerate reading as a gate, declared modes before the
+    interval they are judged on; "not measured" without samples."""
+    if c.get("estimate") is None:
+        return "not measured"
+    readings = c.get("readings") or [
+        {**c, "data_set": "", "status": c.get("status"), "method": c["method"]}
+    ]
+    modes_by = {m["data_set"]: m["modes"] for m in c.get("modes") or []}
+    return "; ".join(_reading_text(r, modes_by.get(r.get("data_set", ""), [])) for r in readings)
