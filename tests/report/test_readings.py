@@ -3,8 +3,11 @@ read as gates (degenerate) that cast no vote; declared modes on the page."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from implicit_em.report import select
 from implicit_em.report.item_verdicts import claim_verdicts
 from implicit_em.report.judging import Criterion, Rule
 from implicit_em.report.readings import combined_status, measured_text, per_data_set
@@ -114,3 +117,11 @@ def test_bad_declarations_are_refused():
         Criterion("x", "<", 1.0, "", claim="C1", direction="supports", modes_gap=0.0)
     with pytest.raises(ValueError, match="method"):
         Criterion("x", "<", 1.0, "", claim="C1", direction="supports", method="wilcoxon")
+
+
+def test_the_guide_names_every_method_a_protocol_uses():
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "report.md").read_text("utf-8")
+    section = guide.split("## Statistics", 1)[1].split("\n## ", 1)[0]
+    used = {c.method for e in select(None) for c in e.rule.criteria}
+    for method in used:
+        assert f"| `{method}` (" in section, method
