@@ -14,8 +14,8 @@ A `Rule` holds two kinds of check, both fixed before the experiment runs:
   `degenerate`, a gate that casts no vote (`implicit_em.report.readings`).
 
 The experiment's verdict is `holds` when every criterion is met, `fails` when none is, `partly`
-otherwise; degenerate criteria are left out, and a degenerate one that fails as a gate makes it
-`invalid`. An undecided criterion is resolved both ways: when every resolution gives the same
+otherwise; a degenerate criterion counts as met when it passes as a gate, not met when it fails
+(it still casts no vote on its item). An undecided criterion is resolved both ways: when every resolution gives the same
 verdict, that is the verdict; otherwise it is `inconclusive`.
 
 Each criterion bears on one theory item (`claim`) and says whether meeting it `supports` or
@@ -386,7 +386,7 @@ class Rule:
                 out.append(Evaluation(c, None, None))
                 continue
             readings = tuple(c.reading(label, values) for label, values in lists.items())
-            status = combined_status([r.status for r in readings], c.combine)
+            status = combined_status(readings, c.combine)
             out.append(
                 Evaluation(
                     c, decisive(readings, status, c.op in (">=", ">")).interval, status, readings
@@ -414,28 +414,19 @@ class Rule:
         missing = [e.criterion.number for e in evaluations if e.status is None]
         if missing:
             return Judgement("not run", f"not measured: {', '.join(missing)}")
-        failed = [f"{e.criterion.number} {r.show()}" for e in evaluations for r in e.failed_gates]
-        if failed:
-            return Judgement(
-                "invalid", "degenerate criterion failed as a gate: " + "; ".join(failed)
-            )
-        constants = [e for e in evaluations if e.status == DEGENERATE]
-        evaluations = [e for e in evaluations if e.status != DEGENERATE]
-        if not evaluations:
-            shown = "; ".join(dict.fromkeys(e.show() for e in constants))
-            return Judgement("holds", f"every criterion degenerate and passed as a gate: {shown}")
+        # A degenerate criterion counts as its gate: met when its constant passes.
+        statuses = [
+            e.status if e.status != DEGENERATE else "not met" if e.failed_gates else "met"
+            for e in evaluations
+        ]
         undecided = [e for e in evaluations if e.status == "undecided"]
         outcomes = {
-            _combine([e.status if e.status != "undecided" else next(it) for e in evaluations])
+            _combine([s if s != "undecided" else next(it) for s in statuses])
             for choice in itertools.product(("met", "not met"), repeat=len(undecided))
             for it in [iter(choice)]
         }
         # A number read for two claims (for one, against another) is shown once.
-        shown = "; ".join(
-            dict.fromkeys(
-                [f"{e.show()}: {e.status}" for e in evaluations] + [e.show() for e in constants]
-            )
-        )
+        shown = "; ".join(dict.fromkeys(f"{e.show()}: {e.status}" for e in evaluations))
         if len(outcomes) == 1:
             return Judgement(outcomes.pop(), shown)
         needs = ", ".join(

@@ -8,12 +8,14 @@ different data sets are never pooled into one interval). Each list gives one `Re
   wholly on the wrong side, or across it (also with too few seeds or a NaN);
 * `degenerate`: the interval has zero width (every seed gave the same value). A constant is not
   a spread over seeds: the reading is a **gate**, passed when the constant is on the right side
-  of the threshold, and casts no vote. A failed one makes the experiment `invalid`, as a failed
-  sanity gate does.
+  of the threshold, and casts no vote on its item. The experiment's verdict counts a criterion
+  whose every reading is degenerate as met when all pass, not met when one fails.
 
 `combine = "all"` (the statement holds on every data set) reads the non-degenerate readings as
 a conjunction: `met` when every one is met, `not met` when any one is not met (the statement
-fails on that data set), `undecided` otherwise; `degenerate` when every reading is.
+fails on that data set), `undecided` otherwise; `degenerate` when every reading is. A degenerate
+reading beside measured ones enters the conjunction as its gate: left out when it passes, `not
+met` when it fails (every seed of that data set is on the wrong side).
 """
 
 from __future__ import annotations
@@ -97,13 +99,15 @@ class Reading:
         }
 
 
-def combined_status(statuses: Sequence[str], rule: str) -> str:
-    """The status of a criterion from its readings' `statuses` under `rule` (see the module)."""
+def combined_status(readings: Sequence[Reading], rule: str) -> str:
+    """The status of a criterion from its `readings` under `rule` (see the module)."""
     if rule not in COMBINE_RULES:
         raise ValueError(f"combine must be one of {COMBINE_RULES}, got {rule!r}")
-    voting = [s for s in statuses if s != DEGENERATE]
+    voting = [r.status for r in readings if r.status != DEGENERATE]
     if not voting:
         return DEGENERATE
+    if any(r.status == DEGENERATE and not r.passed for r in readings):
+        return "not met"
     if "not met" in voting:
         return "not met"
     return "met" if all(s == "met" for s in voting) else "undecided"
