@@ -29,6 +29,14 @@ def _samples(criterion: Criterion, meet: bool) -> list[float]:
     return [centre + margin * 0.01 * ((i % 7) - 3) for i in range(SEEDS)]
 
 
+def _keyed(criterion: Criterion, values: list[float]) -> dict[str, list[float]]:
+    """`values` under the criterion's sample key: one list per data set (two) when it combines
+    data sets, else one list."""
+    if criterion.combine:
+        return {f"{criterion.number}@{name}": values for name in ("first", "second")}
+    return {criterion.number: values}
+
+
 def _passing(gate: Gate) -> float:
     t = gate.threshold
     return {"<=": t, ">=": t, "==": t, "<": t - 1.0, ">": t + 1.0}[gate.op]
@@ -44,8 +52,8 @@ def _failing(gate: Gate) -> float:
 def test_rule_can_hold_and_fail(experiment):
     rule = experiment.rule
     numbers = {g.number: _passing(g) for g in rule.gates}
-    holds = {c.number: _samples(c, True) for c in rule.criteria}
-    fails = {c.number: _samples(c, False) for c in rule.criteria}
+    holds = {k: v for c in rule.criteria for k, v in _keyed(c, _samples(c, True)).items()}
+    fails = {k: v for c in rule.criteria for k, v in _keyed(c, _samples(c, False)).items()}
     assert rule.judge(numbers, holds).verdict == "holds", rule.judge(numbers, holds).reason
     if not rule.criteria:
         return  # gates alone: nothing could fail but a gate (test_every_gate_is_evaluated)
@@ -61,7 +69,7 @@ def test_rule_can_hold_and_fail(experiment):
 def test_every_gate_is_evaluated(experiment):
     rule = experiment.rule
     numbers = {g.number: _passing(g) for g in rule.gates}
-    holds = {c.number: _samples(c, True) for c in rule.criteria}
+    holds = {k: v for c in rule.criteria for k, v in _keyed(c, _samples(c, True)).items()}
     results = rule.gate_results(numbers)
     assert [r.gate for r in results] == list(rule.gates)
     assert all(r.passed for r in results)

@@ -27,7 +27,7 @@ def test_holds_partly_fails_on_intervals():
     assert RULE.judge(OK, not_met).verdict == "fails"
     partly = RULE.judge(OK, {**met, "agree": not_met["agree"]})
     assert partly.verdict == "partly"
-    assert "agree" in partly.reason and "wilson" in partly.reason
+    assert "agree" in partly.reason and "Wilson" in partly.reason
 
 
 def test_undecided_resolved_both_ways():

@@ -8,7 +8,9 @@ seconds, with the date and machine line of the run).
 
 A report below full size is compared with the latest published full-size report,
 `results/full/results.json` (when it exists): each verdict that differs is marked. Until one
-is published the page says "no full run published".
+is published the page says "no full run published". A replication (`--seeds`, see
+`report.replication`) is compared at every size: at full size with the published full run, at
+quick size with `results/quick/results.json` when one is published there, else the full run.
 """
 
 from __future__ import annotations
@@ -26,11 +28,13 @@ from implicit_em.report.files import write_atomic
 from implicit_em.report.page import render_html
 from implicit_em.report.registry import select
 from implicit_em.report.render import render_markdown, report_document
+from implicit_em.report.replication import Replication, seed_lists
 from implicit_em.report.result import Result
 from implicit_em.report.runner import run_experiments
 
 __all__ = [
     "PUBLISHED_FULL",
+    "PUBLISHED_QUICK",
     "QUICK_TIMES",
     "Report",
     "published_seconds",
@@ -43,6 +47,9 @@ __all__ = [
 
 PUBLISHED_FULL = Path("results/full/results.json")
 """Where the published full-size report lives, relative to the folder the report runs from."""
+
+PUBLISHED_QUICK = Path("results/quick/results.json")
+"""Where a published quick-size report would live: what a quick replication compares with."""
 
 QUICK_TIMES = Path("results/quick/times.json")
 """The measured seconds of each experiment at quick size, relative to the same folder."""
@@ -72,21 +79,32 @@ def run_report(
     log: Callable[[str], None] = print,
     published: Path | str | None = PUBLISHED_FULL,
     quick_times: Path | str | None = QUICK_TIMES,
+    replication: Replication | None = None,
 ) -> Report:
     """Run (or load from the cache) the experiments `ids` (all when None) and write the report.
 
     `published` is the full-size `results.json` the verdicts are compared with (below full
     size; None or a missing file: "no full run published"); at full size, the times it
-    measured are what the run announces; at quick size, those of `quick_times`.
+    measured are what the run announces; at quick size, those of `quick_times`. A
+    `replication` runs every experiment on the seeds it names and marks the report as one.
     """
     out = Path(out)
     # Below full size `write_report` reads the publication for the comparison, once.
     timed = {"full": published, "quick": quick_times}.get(size)
     measured = published_seconds(_published(timed), size)
     results = run_experiments(
-        select(ids), size, out, device=device, log=log, force=force, measured=measured
+        select(ids),
+        size,
+        out,
+        device=device,
+        log=log,
+        force=force,
+        measured=measured,
+        replication=replication,
     )
-    return write_report(results, size, out, device, published)
+    if replication and size == "quick" and PUBLISHED_QUICK.is_file():
+        published = PUBLISHED_QUICK
+    return write_report(results, size, out, device, published, replication)
 
 
 def published_seconds(document: dict | None, size: str) -> dict[str, float]:
@@ -107,9 +125,10 @@ def write_report(
     out: Path,
     device: str = "cpu",
     published: Path | str | None = PUBLISHED_FULL,
+    replication: Replication | None = None,
 ) -> Report:
     """Write the three files of a report of `results` (measured at `size` on `device`) into
-    `out`, where their figures are."""
+    `out`, where their figures are; a `replication` is marked, with its seeds."""
     meta = {
         "size": size,
         "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -118,7 +137,10 @@ def write_report(
         "device": device,
         "seconds": sum(r.seconds for r in results),
     }
-    full = _published(published) if size != "full" else None
+    if replication is not None:
+        measured = [s for r in results for s in seed_lists(r.config)]
+        meta["replication"] = replication.as_dict(measured)
+    full = _published(published) if size != "full" or replication else None
     document = report_document([r.as_dict() for r in results], meta, full)
     return _write(document, out, list(results))
 

@@ -21,6 +21,7 @@ from implicit_em.report.registration import register, unregistered
 from implicit_em.report.registry import select
 from implicit_em.report.rejudge import rejudge_folder
 from implicit_em.report.render import NO_FULL_RUN
+from implicit_em.report.replication import replication
 from implicit_em.report.runner import Interrupted
 
 _IDS = ", ".join(e.id for e in select())
@@ -49,6 +50,19 @@ def report_command(
         help="Run nothing: judge --out's results.json again under the current protocols and "
         "item rules, and write its page and summary again.",
     ),
+    seeds: str = typer.Option(
+        None,
+        "--seeds",
+        metavar="SEEDS",
+        help="Replicate on these seeds instead of each experiment's own, e.g. 2000-2009 or "
+        "2000,2003: the page marks the run as a replication and compares it with the published one.",
+    ),
+    seed_offset: int = typer.Option(
+        None,
+        "--seed-offset",
+        metavar="N",
+        help="Replicate with every experiment's seeds shifted by N (its seed count kept).",
+    ),
 ) -> None:
     """Run every experiment of the claims report and write report/index.html."""
     if rejudge:
@@ -63,13 +77,19 @@ def report_command(
         select(ids)
     except ValueError as err:
         fail(f"--only: {err}")
+    try:
+        picked = replication(seeds, seed_offset)
+    except ValueError as err:
+        fail(str(err))
     check_writable_folder(out, "--out")
     try:
-        report = run_report(ids, size=size, out=out, device=device, force=force, log=typer.echo)
+        report = run_report(
+            ids, size=size, out=out, device=device, force=force, log=typer.echo, replication=picked
+        )
     except ValueError as err:
         fail(str(err))
     except Interrupted as stop:
-        typer.echo(_interrupted_line(stop, size, out, ids, device), err=True)
+        typer.echo(_interrupted_line(stop, size, out, ids, device, seeds, seed_offset), err=True)
         raise typer.Exit(code=130) from None
     tally: dict[str, int] = {}
     for result in report.results:
@@ -93,15 +113,23 @@ def _rejudge(out: Path) -> None:
 
 
 def _interrupted_line(
-    stop: Interrupted, size: str, out: Path, ids: list[str] | None, device: str
+    stop: Interrupted,
+    size: str,
+    out: Path,
+    ids: list[str] | None,
+    device: str,
+    seeds: str | None = None,
+    seed_offset: int | None = None,
 ) -> str:
-    """What a Ctrl-C kept, and the command that resumes (the same size, output, selection and
-    device)."""
+    """What a Ctrl-C kept, and the command that resumes (the same size, output, selection,
+    device and seeds)."""
     kept = f"{len(stop.kept)} finished experiment(s) kept in {out / 'cache'}"
     units = f", and {stop.running}'s finished units in {out / 'units'}" if stop.running else ""
     command = ["implicit-em report", f"--{size}", f"--out {out}"]
     command += [f"--only {','.join(ids)}"] if ids else []
     command += [f"--device {device}"] if device != "cpu" else []
+    command += [f"--seeds {seeds}"] if seeds is not None else []
+    command += [f"--seed-offset {seed_offset}"] if seed_offset is not None else []
     return f"interrupted: {kept}{units}; resume with: {' '.join(command)}"
 
 

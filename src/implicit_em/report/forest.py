@@ -4,7 +4,8 @@ One row per criterion, part by part: its 95% interval as a bar, its estimate as 
 threshold as a vertical tick. Criteria read numbers in different units, so each row has its own
 scale: the span of its interval and threshold, padded by a tenth on each side. A row is coloured
 by what its criterion says of the item (`for`, `against`, `undecided`); one that casts no vote
-(by construction, no realistic negative control, controls not as planted) is drawn hollow grey.
+(by construction, degenerate, no realistic negative control, controls not as planted) is drawn
+hollow grey.
 Hovering a row shows its number, interval, threshold and standing.
 """
 

@@ -16,6 +16,7 @@ from implicit_em.report.claims import CLAIMS, DIRECTIONS, direction
 from implicit_em.report.controls import NegativeControl
 from implicit_em.report.forest import forest_svg
 from implicit_em.report.item_verdicts import controls_pass
+from implicit_em.report.readings import measured_text
 from implicit_em.report.render import (
     alternative_lines,
     comparison_line,
@@ -147,7 +148,7 @@ def _criteria_rows(
         "number",
         "bears on",
         "needs",
-        "estimate [95% interval]",
+        "estimate [95% interval] (method)",
         "samples",
         "status",
         "known-answer controls",
@@ -159,15 +160,12 @@ def _criteria_rows(
     rows = []
     for c in criteria:
         status = c["status"] or "not measured"
+        if status == "degenerate":
+            status += ": a gate, not a measurement (casts no vote)"
         if status == "undecided":
             more = c.get("seeds_to_decide")
             status += f" (about {more} seeds would decide)" if more else " (more seeds needed)"
-        measured = (
-            "not measured"
-            if c["estimate"] is None
-            else f"{format_number(c['estimate'])} [{format_number(c['low'])}, "
-            f"{format_number(c['high'])}] ({c['method']})"
-        )
+        measured = measured_text(c)
         rows.append(
             (
                 c["number"],

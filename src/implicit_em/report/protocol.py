@@ -3,8 +3,10 @@ r"""Protocols: each experiment's rule, seeds, budgets and data, as data with a c
 A protocol is the JSON file `protocols/<ID>.json` beside this module. It holds everything that
 decides a verdict, fixed before the confirmatory run:
 
-* `criteria`: number, op, threshold, theory item (`claim`), direction, interval method, whether
-  it is the item's `primary` criterion, and its prose (`means`, `quote`, `how_it_could_fail`);
+* `criteria`: number, op, threshold, theory item (`claim`), direction, interval `method`, how
+  per-data-set readings `combine`, whether it is the item's `primary` criterion, and what is
+  only shown: its prose (`means`, `quote`, `how_it_could_fail`) and the gap between its modes
+  (`modes_gap`);
   besides, the marks that say how an item reads it (`ITEM_MARKS`: `by_construction`, the kind
   of its `negative_control`, the `baseline` a comparison needs working), which
   `implicit_em.report.items.marks` reads;
@@ -13,7 +15,7 @@ decides a verdict, fixed before the confirmatory run:
   known-answer controls (`control`): seeds, budgets, data sets and their sizes.
 
 The experiment module keeps only measurement code. `Protocol.hash` is the SHA-256 of the
-decision-relevant content (everything but the prose and the item marks), so that rewording a
+decision-relevant content (everything but what is only shown and the item marks), so that rewording a
 sentence is not an amendment and changing a threshold, a seed or a budget is. The item marks
 decide item verdicts, not the experiment's: they are hashed with the item registry
 (`implicit_em.report.items.registry.registry_hash`). Which hashes were registered, when,
@@ -53,7 +55,8 @@ PROTOCOL_SIZES = ("smoke", "quick", "full", "control")
 CONFIRMATION_SEEDS = 1000
 """Full-size seeds are >= this; every other size's seeds are below it."""
 
-_PROSE = ("means", "quote", "how_it_could_fail")
+_PROSE = ("means", "quote", "how_it_could_fail", "modes_gap")
+"""What a verdict does not read: left out of `Protocol.hash`."""
 ITEM_MARKS = ("by_construction", "negative_control", "baseline")
 """Criterion keys read by the item verdicts, not by the experiment's rule."""
 

@@ -18,6 +18,7 @@ from implicit_em.report.claims import CLAIMS, direction
 from implicit_em.report.item_verdicts import claim_verdicts, verdict_label
 from implicit_em.report.items.marks import attach_marks, marks_hash
 from implicit_em.report.items.registry import load_registry
+from implicit_em.report.replication import seed_text
 from implicit_em.report.runner import duration
 
 __all__ = [
@@ -63,7 +64,7 @@ def report_document(
         "registry": load_registry().hash,
         "marks": marks_hash([e["id"] for e in experiments]),
     }
-    if meta["size"] != "full":
+    if meta["size"] != "full" or meta.get("replication"):
         meta["compared_with"] = compared_with(full)
         published = full_entries(full)
         for entry in [*experiments, *items]:
@@ -164,26 +165,47 @@ def excluded_experiments(c: Mapping[str, Any]) -> list[str]:
 
 def full_mark(entry: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
     """How this verdict compares with the published full run ('' at full size or when equal)."""
-    if meta["size"] == "full" or meta.get("compared_with") is None:
-        return ""  # at full size nothing to compare; without a full run the header says so
+    if (meta["size"] == "full" and not meta.get("replication")) or meta.get(
+        "compared_with"
+    ) is None:
+        return ""  # a full run has nothing to compare with; without one the header says so
     full = entry.get("full_verdict")
+    run = "full run" if meta["compared_with"].get("size") in (None, "full") else "published run"
     if full is None:
-        return "not in the full run"
-    return "" if full == verdict_label(entry) else f"full run: {full}"
+        return f"not in the {run}"
+    return "" if full == verdict_label(entry) else f"{run}: {full}"
 
 
 def comparison_line(meta: Mapping[str, Any]) -> str:
     """The line under a report's title: a full-size run and its publication, or what a smaller
-    report is compared with (the published full run's date and machine)."""
-    if meta["size"] == "full":
+    report or a replication is compared with (the published run's date and machine); a
+    replication says so first, with its seeds and whether they are fresh."""
+    replication = meta.get("replication")
+    if meta["size"] == "full" and not replication:
         return "This is a full-size run." + _publication(meta.get("publication"))
+    first = replication_line(replication) + " " if replication else ""
     compared = meta.get("compared_with")
     if compared is None:
-        return f"Size {meta['size']}: {NO_FULL_RUN}; verdicts here are not checked against one."
+        return (
+            f"{first}Size {meta['size']}: {NO_FULL_RUN}; verdicts here are not checked against one."
+        )
+    run = "full" if compared.get("size") in (None, "full") else compared["size"]
     return (
-        f"Size {meta['size']}, compared with the published full run of {compared['date']} "
+        f"{first}Size {meta['size']}, compared with the published {run} run of {compared['date']} "
         f"on {compared.get('machine') or 'an unrecorded machine'} (implicit-em "
         f"{compared['version']})." + _publication(compared.get("publication"))
+    )
+
+
+def replication_line(replication: Mapping[str, Any]) -> str:
+    """What a replication says of itself: its seeds, and whether they are fresh."""
+    line = f"REPLICATION on {replication['label']}"
+    if replication["fresh"]:
+        return line + " (fresh seeds: none used in development or in a published run)."
+    used = seed_text(replication["not_fresh"])
+    return (
+        f"{line}: NOT fresh, seeds {used} were used in development, in a quick or confirmatory "
+        "run, or by an amendment."
     )
 
 

@@ -43,6 +43,7 @@ from implicit_em.report.progress import on_terminal, progress
 from implicit_em.report.provenance import source_commit
 from implicit_em.report.registration import now as utc_now
 from implicit_em.report.registry import SIZES, Experiment, Figure, Outcome, Table
+from implicit_em.report.replication import Replication
 from implicit_em.report.result import Provenance, Result
 from implicit_em.report.units import activate, kept_units, unit_times
 from implicit_em.trace.alarms import CollapseWarning
@@ -284,8 +285,11 @@ def run_experiments(
     log: Callable[[str], None] = print,
     force: bool = False,
     measured: Mapping[str, float] | None = None,
+    replication: Replication | None = None,
 ) -> list[Result]:
     """Run (or load from the cache) each experiment at `size`; crashes become `not run`.
+
+    A `replication` replaces the seeds of every configuration (`report.replication`).
 
     Before anything runs, `log` announces the expected time of each experiment to run and
     their total: the seconds `measured` for it at this size (by experiment id), else its
@@ -300,6 +304,7 @@ def run_experiments(
     planned = []
     for experiment in experiments:
         config = {**experiment.configs[size], "device": device}
+        config = replication.apply(config) if replication else config
         key = cache_key(experiment, size, config)
         cached = (
             None

@@ -1,15 +1,25 @@
 r"""Intervals over independent seeds: the statistics every criterion of the report is judged on.
 
 * `mean_interval`: the mean of per-seed values with a two-sided interval, Student t
-  ($\bar x \pm t_{1-\alpha/2,\,n-1}\, s/\sqrt n$) or bootstrap percentile (the
+  ($\bar x \pm t_{1-\alpha/2,\,n-1}\, s/\sqrt n$), bootstrap percentile (the
   $\alpha/2$ and $1-\alpha/2$ quantiles of the means of `resamples` resamples drawn
-  with replacement, from a fixed seed);
+  with replacement, from a fixed seed) or bootstrap BCa (the percentile interval corrected for
+  the bootstrap distribution's bias $z_0$ and for its skew by the jackknife acceleration $a$:
+  the quantiles $\Phi(z_0 + (z_0 + z_q)/(1 - a(z_0 + z_q)))$ for $q = \alpha/2, 1-\alpha/2$);
+* `median_interval`: the median with its exact, distribution-free sign-test interval
+  $[x_{(r)}, x_{(n+1-r)}]$, $r$ the largest rank with $2\,P(B \le r-1) \le \alpha$ for
+  $B \sim \mathrm{Binomial}(n, 1/2)$; below 6 values no rank reaches 95% and it is
+  $(-\infty, \infty)$;
 * `share_interval`: a share of successes with its Wilson score interval or its exact
   Clopper–Pearson interval (beta quantiles);
 * `seeds_to_decide`: roughly how many seeds would shrink an interval enough to clear a threshold,
-  assuming its half-width falls as $1/\sqrt n$.
+  assuming its half-width falls as $1/\sqrt n$ (for the sign test: that the share of values on
+  the threshold's wrong side stays);
+* `modes`: per-seed values split into modes at every gap wider than a declared width, each
+  mode with its count, mean and range.
 
-With fewer than two values a mean has no interval: it is $(-\infty, \infty)$.
+With fewer than two values a mean has no interval: it is $(-\infty, \infty)$. An interval of
+zero width (every value equal) is `degenerate`: it reads a constant, not a spread over seeds.
 """
 
 from __future__ import annotations
@@ -21,10 +31,29 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as _scipy
 
-__all__ = ["Interval", "mean_interval", "seeds_to_decide", "share_interval"]
+__all__ = [
+    "Interval",
+    "Mode",
+    "mean_interval",
+    "median_interval",
+    "modes",
+    "seeds_to_decide",
+    "share_interval",
+    "sign_test_rank",
+]
 
-MEAN_METHODS = ("t", "bootstrap")
+MEAN_METHODS = ("t", "bootstrap", "bca")
+MEDIAN_METHODS = ("sign-test",)
 SHARE_METHODS = ("wilson", "clopper-pearson")
+METHOD_NAMES = {
+    "t": "Student t",
+    "bootstrap": "bootstrap percentile",
+    "bca": "bootstrap BCa",
+    "sign-test": "exact sign test (median)",
+    "wilson": "Wilson score",
+    "clopper-pearson": "exact Clopper–Pearson",
+}
+"""Each interval method as the page names it."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +70,12 @@ class Interval:
     def finite(self) -> bool:
         return all(math.isfinite(v) for v in (self.estimate, self.low, self.high))
 
+    @property
+    def degenerate(self) -> bool:
+        """A finite interval of zero width: it reads a constant (every seed alike), not a
+        spread over seeds."""
+        return self.finite and self.low == self.high
+
 
 def _check_level(level: float) -> None:
     if not 0.0 < level < 1.0:
@@ -55,7 +90,8 @@ def mean_interval(
     resamples: int = 10_000,
     seed: int = 0,
 ) -> Interval:
-    """The mean of `values` with its `level` interval by `method` ("t" or "bootstrap").
+    """The mean of `values` with its `level` interval by `method` ("t", "bootstrap" or "bca";
+    the bootstrap ones draw `resamples` from the fixed `seed`, so they are deterministic).
 
     A non-finite value makes the estimate and both ends NaN; fewer than two values give
     the interval $(-\\infty, \\infty)$.
@@ -78,8 +114,56 @@ def mean_interval(
         return Interval(estimate, estimate - half, estimate + half, method, n)
     rng = np.random.default_rng(seed)
     means = x[rng.integers(0, n, size=(resamples, n))].mean(axis=1)
-    low, high = np.quantile(means, [alpha / 2, 1.0 - alpha / 2])
+    quantiles = np.array([alpha / 2, 1.0 - alpha / 2])
+    if method == "bca":
+        quantiles = _bca_quantiles(x, means, quantiles)
+    low, high = np.quantile(means, quantiles)
     return Interval(estimate, float(min(low, estimate)), float(max(high, estimate)), method, n)
+
+
+def _bca_quantiles(x: np.ndarray, means: np.ndarray, quantiles: np.ndarray) -> np.ndarray:
+    r"""The BCa-adjusted quantile levels: bias $z_0 = \Phi^{-1}(P^*(\bar x^* < \bar x))$,
+    acceleration $a = \sum d^3 / (6 (\sum d^2)^{3/2})$ with $d$ the jackknife means' deviations
+    from their mean (the plain percentile levels when the values are all equal)."""
+    share_below = float(np.mean(means < x.mean())) + 0.5 * float(np.mean(means == x.mean()))
+    z0 = float(_scipy.norm.ppf(min(max(share_below, 1e-12), 1.0 - 1e-12)))
+    jackknife = (x.sum() - x) / (x.size - 1)
+    d = jackknife.mean() - jackknife
+    spread = float(np.sum(d**2))
+    if spread == 0.0:
+        return quantiles
+    a = float(np.sum(d**3)) / (6.0 * spread**1.5)
+    z = _scipy.norm.ppf(quantiles)
+    return _scipy.norm.cdf(z0 + (z0 + z) / (1.0 - a * (z0 + z)))
+
+
+def sign_test_rank(n: int, level: float = 0.95) -> int:
+    r"""The largest rank r with $2 P(B \le r-1) \le 1 - level$, $B \sim$ Binomial(n, 1/2):
+    $[x_{(r)}, x_{(n+1-r)}]$ covers the median with probability at least `level`. 0 when no
+    rank does (too few values)."""
+    _check_level(level)
+    alpha = 1.0 - level
+    r = 0
+    while r + 1 <= (n + 1) // 2 and 2.0 * float(_scipy.binom.cdf(r, n, 0.5)) <= alpha:
+        r += 1
+    return r
+
+
+def median_interval(values: Sequence[float], level: float = 0.95) -> Interval:
+    """The median of `values` with its exact sign-test `level` interval (order statistics; no
+    assumption on the distribution but independence). Infinite when `values` are too few for
+    any rank to reach `level` (fewer than 6 at 95%); NaN with a non-finite value."""
+    x = np.sort(np.asarray(values, dtype=float).ravel())
+    n = int(x.size)
+    if n == 0:
+        raise ValueError("values must hold at least one number")
+    if not np.all(np.isfinite(x)):
+        return Interval(math.nan, math.nan, math.nan, "sign-test", n)
+    median = float(np.median(x))
+    r = sign_test_rank(n, level)
+    if r == 0:
+        return Interval(median, -math.inf, math.inf, "sign-test", n)
+    return Interval(median, float(x[r - 1]), float(x[n - r]), "sign-test", n)
 
 
 def share_interval(successes: int, n: int, method: str = "wilson", level: float = 0.95) -> Interval:
@@ -105,14 +189,20 @@ def share_interval(successes: int, n: int, method: str = "wilson", level: float 
     return Interval(p, low, high, method, n)
 
 
-def seeds_to_decide(interval: Interval, threshold: float) -> int | None:
+def seeds_to_decide(
+    interval: Interval, threshold: float, values: Sequence[float] = ()
+) -> int | None:
     r"""Roughly how many seeds would put the whole interval on one side of `threshold`.
 
     The half-width on the threshold's side, $h$, is assumed to fall as
     $1/\sqrt n$ while the estimate stays put, so $n' = \lceil n\,(h/|\hat\theta -
     \tau|)^2 \rceil$. None when that cannot be said: the estimate sits on the threshold, or the
-    interval is not finite (fewer than two seeds, or a NaN).
+    interval is not finite (fewer than two seeds, or a NaN). For the sign test, read from its
+    `values`: the fewest seeds whose exact interval clears `threshold` if the share $q$ of
+    values on the median's far side of it stays, i.e. $q\,n' <$ `sign_test_rank(n')`.
     """
+    if interval.method == "sign-test":
+        return _sign_test_seeds(interval, threshold, values)
     if not interval.finite or interval.n < 1:
         return None
     gap = abs(interval.estimate - threshold)
@@ -126,3 +216,41 @@ def seeds_to_decide(interval: Interval, threshold: float) -> int | None:
     if half <= gap:
         return interval.n
     return math.ceil(interval.n * (half / gap) ** 2 - 1e-9)
+
+
+def _sign_test_seeds(interval: Interval, threshold: float, values: Sequence[float]) -> int | None:
+    x = np.asarray(values, dtype=float)
+    if x.size == 0 or not np.all(np.isfinite(x)) or interval.estimate == threshold:
+        return None
+    far = x <= threshold if interval.estimate > threshold else x >= threshold
+    share = float(np.mean(far))
+    if share >= 0.5:
+        return None
+    return next((n for n in range(max(x.size, 1), 10_001) if share * n < sign_test_rank(n)), None)
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One mode of per-seed values: how many seeds fall in it, their mean and range."""
+
+    count: int
+    mean: float
+    low: float
+    high: float
+
+
+def modes(values: Sequence[float], gap: float) -> list[Mode]:
+    """`values` split into modes wherever two neighbours in sorted order lie more than `gap`
+    apart (`gap` is declared with the quantity, from what separates its outcomes); one mode
+    when no gap is that wide. Non-finite values are left out."""
+    if gap <= 0:
+        raise ValueError(f"gap must be positive, got {gap!r}")
+    x = np.sort(np.asarray(values, dtype=float).ravel())
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return []
+    cuts = np.flatnonzero(np.diff(x) > gap) + 1
+    return [
+        Mode(int(part.size), float(part.mean()), float(part[0]), float(part[-1]))
+        for part in np.split(x, cuts)
+    ]

@@ -37,6 +37,7 @@ from implicit_em.report.experiments import _mixtures as mx
 from implicit_em.report.experiments._component_steps import ComponentStepRule
 from implicit_em.report.figures import new_figure, save
 from implicit_em.report.progress import progress
+from implicit_em.report.readings import per_data_set
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
 from implicit_em.report.stats import mean_interval
 from implicit_em.report.units import unit
@@ -238,12 +239,15 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
     ]
     return Outcome(
         numbers=numbers,
-        samples={
-            "gd_best_median_residual": gd,
-            "component_best_median_residual": component,
-            "gd_path_gap": gap,
-            "component_gap_closed": closed,
-        },
+        samples=per_data_set(
+            {
+                "gd_best_median_residual": gd,
+                "component_best_median_residual": component,
+                "gd_path_gap": gap,
+                "component_gap_closed": closed,
+            },
+            [d.name for _, d in mx.starts(config["seeds"], config["n_synthetic"])],
+        ),
         tables=[
             Table(
                 "Per data set, start and fitter (natural parameters, full covariances)",

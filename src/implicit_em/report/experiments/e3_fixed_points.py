@@ -30,6 +30,7 @@ from implicit_em.report.experiments import _mixtures as mx
 from implicit_em.report.experiments._competition import blobs
 from implicit_em.report.figures import new_figure, save
 from implicit_em.report.progress import progress
+from implicit_em.report.readings import per_data_set
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
 from implicit_em.report.units import unit
 
@@ -226,7 +227,10 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
     return Outcome(
         numbers=numbers,
         samples={
-            "gd_same_fixed_point_share": [float(v) for v in same],
+            **per_data_set(
+                {"gd_same_fixed_point_share": [float(v) for v in same]},
+                [d.name for _, d in mx.starts(config["seeds"], config["n_synthetic"])],
+            ),
             "lse_gd_same_share": [r["same"] for r in lse_runs],
         },
         tables=[

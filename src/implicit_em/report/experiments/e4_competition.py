@@ -51,6 +51,7 @@ from implicit_em.report.experiments._heavy_tailed import (
 )
 from implicit_em.report.figures import new_figure, save
 from implicit_em.report.progress import progress
+from implicit_em.report.readings import per_data_set
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
 from implicit_em.report.units import unit
 
@@ -306,7 +307,7 @@ def run(config: Config, out: Path) -> Outcome:
     figure = _plot(first, data_sets, [shown[0], middle, *shown[1:]], config, out)
     return Outcome(
         numbers=numbers,
-        samples=samples,
+        samples=per_data_set(samples, [d for d, _ in jobs]),
         tables=[table],
         figures=[
             Figure(

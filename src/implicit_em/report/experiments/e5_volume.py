@@ -33,6 +33,7 @@ from implicit_em.report.experiments import _mixtures as mx
 from implicit_em.report.experiments._neural import quiet_alarms
 from implicit_em.report.figures import new_figure, save
 from implicit_em.report.progress import progress
+from implicit_em.report.readings import per_data_set
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
 from implicit_em.report.units import unit
 from implicit_em.trace import Tracer
@@ -292,12 +293,15 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
     ]
     return Outcome(
         numbers=numbers,
-        samples={
-            "no_volume_alarm_share": unit_samples["no"],
-            "volume_alarm_share": unit_samples["volume"],
-            "volume_reaches_em_share": unit_samples["reaches"],
-            "surrogate_diverged_share": unit_samples["diverged"],
-        },
+        samples=per_data_set(
+            {
+                "no_volume_alarm_share": unit_samples["no"],
+                "volume_alarm_share": unit_samples["volume"],
+                "volume_reaches_em_share": unit_samples["reaches"],
+                "surrogate_diverged_share": unit_samples["diverged"],
+            },
+            [d.name for _, d in mx.starts(config["seeds"], config["n_synthetic"])],
+        ),
         tables=[
             Table(
                 "End of training, per data set and seed",

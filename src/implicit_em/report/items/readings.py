@@ -8,6 +8,8 @@ not `counted`, in this order:
 
 1. `excluded`: its experiment is `invalid` or `not run`;
 2. `by construction`: it holds or is fixed by algebra or by how the experiment is built;
+   `degenerate`: its interval has zero width (every seed gave the same value), a gate and not a
+   measurement (`implicit_em.report.readings`);
 3. `baseline failed`: it compares with a rival that fails its own task (the criterion's
    `baseline` gates); it votes `undecided` (`inconclusive: baseline failed`), since the
    comparison cannot decide;
@@ -80,6 +82,8 @@ def _standing(c: Mapping[str, Any], experiment: Mapping[str, Any]) -> tuple[str,
         return "counted", c["alternative"]
     if c.get("by_construction"):
         return "by construction", c["by_construction"]
+    if c.get("status") == "degenerate":
+        return "degenerate", "a zero-width interval (every seed gave the same value): a gate"
     failed = baseline_failures(c, experiment.get("numbers", {}))
     if failed:
         return "baseline failed", f"{c['baseline']['says']}: " + "; ".join(failed)
