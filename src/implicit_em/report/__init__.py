@@ -19,8 +19,8 @@ from __future__ import annotations
 from implicit_em.report.build import Report, rebuild, run_report
 from implicit_em.report.claims import CLAIMS
 from implicit_em.report.item_verdicts import claim_verdicts
-from implicit_em.report.plan import Unit
 from implicit_em.report.judging import VERDICTS, Criterion, Gate, Judgement, Rule
+from implicit_em.report.plan import Unit
 from implicit_em.report.progress import progress
 from implicit_em.report.registry import SIZES, Experiment, Figure, Outcome, Table, select
 from implicit_em.report.result import Result

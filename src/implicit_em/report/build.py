@@ -22,6 +22,7 @@ from typing import Any
 
 import implicit_em
 from implicit_em.machine import summary as machine_summary
+from implicit_em.report.executors import Executor
 from implicit_em.report.files import write_atomic
 from implicit_em.report.page import render_html
 from implicit_em.report.registry import select
@@ -72,8 +73,10 @@ def run_report(
     log: Callable[[str], None] = print,
     published: Path | str | None = PUBLISHED_FULL,
     quick_times: Path | str | None = QUICK_TIMES,
+    executor: Executor | None = None,
 ) -> Report:
-    """Run (or load from the cache) the experiments `ids` (all when None) and write the report.
+    """Run (or load from the cache) the experiments `ids` (all when None) and write the report;
+    `executor` computes their units (None: in this process, `executors.LocalExecutor`).
 
     `published` is the full-size `results.json` the verdicts are compared with (below full
     size; None or a missing file: "no full run published"); at full size, the times it
@@ -84,7 +87,14 @@ def run_report(
     timed = {"full": published, "quick": quick_times}.get(size)
     measured = published_seconds(_published(timed), size)
     results = run_experiments(
-        select(ids), size, out, device=device, log=log, force=force, measured=measured
+        select(ids),
+        size,
+        out,
+        device=device,
+        log=log,
+        force=force,
+        measured=measured,
+        executor=executor,
     )
     return write_report(results, size, out, device, published)
 

@@ -15,6 +15,7 @@ import typer
 
 from implicit_em.arguments import check_device, check_writable_folder, fail, names
 from implicit_em.report.build import run_report
+from implicit_em.report.executors import EXECUTORS, make_executor
 from implicit_em.report.freshness import published_document, stale_experiments
 from implicit_em.report.publish import PUBLISHED, publish
 from implicit_em.report.registration import register, unregistered
@@ -42,6 +43,18 @@ def report_command(
     ),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N."),
     force: bool = typer.Option(False, "--force", help="Ignore cached results and rerun."),
+    executor: str = typer.Option(
+        "local",
+        "--executor",
+        help="Where units run: local (this process) or ray (a Ray cluster; the extra 'ray').",
+    ),
+    address: str = typer.Option(
+        None,
+        "--address",
+        metavar="ADDRESS",
+        help="With --executor ray: join this cluster (auto or HOST:PORT); without it a local "
+        "Ray instance starts with one worker per core.",
+    ),
 ) -> None:
     """Run every experiment of the claims report and write report/index.html."""
     if quick + full + smoke > 1:
@@ -54,8 +67,16 @@ def report_command(
     except ValueError as err:
         fail(f"--only: {err}")
     check_writable_folder(out, "--out")
+    if executor not in EXECUTORS:
+        fail(f"--executor: expected one of {', '.join(EXECUTORS)}, got {executor!r}")
     try:
-        report = run_report(ids, size=size, out=out, device=device, force=force, log=typer.echo)
+        runner = make_executor(executor, address)
+    except ValueError as err:
+        fail(str(err))
+    try:
+        report = run_report(
+            ids, size=size, out=out, device=device, force=force, log=typer.echo, executor=runner
+        )
     except ValueError as err:
         fail(str(err))
     except Interrupted as stop:

@@ -8,25 +8,36 @@ or on a Ray worker (`implicit_em.report.executors`). A unit function is pure giv
 arguments (the seed among them): the same arguments give the same numbers in another process.
 Its value comes back as JSON (the round trip is taken here, so a fresh value and a cached one
 are the same), with its wall seconds, the host and device it ran on, and the warnings it
-raised (which the driver writes to a log file, not the console).
+raised (which the driver writes to a log file, not the console); the tracer's alarms raised
+inside a unit stay records (`alarms_off_console`).
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import logging
 import platform
 import re
 import traceback
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
 
 from implicit_em.report.files import json_default
 
-__all__ = ["Done", "Unit", "check_name", "compute", "function_path", "resolve"]
+__all__ = [
+    "Done",
+    "Unit",
+    "alarms_off_console",
+    "check_name",
+    "compute",
+    "function_path",
+    "resolve",
+]
 
 _NAME = re.compile(r"[A-Za-z0-9.=+-][A-Za-z0-9_.=+-]*")
 
@@ -130,6 +141,23 @@ def _device(args: Mapping[str, Any]) -> str:
     return str(device or "cpu")
 
 
+@contextmanager
+def alarms_off_console() -> Iterator[None]:
+    """Keep the tracer's alarms off the console: no `CollapseWarning`, no log line from the
+    `implicit_em.trace` logger. The alarms are still raised and recorded (`Tracer.alarms`)."""
+    from implicit_em.trace.alarms import CollapseWarning
+
+    trace_log = logging.getLogger("implicit_em.trace")
+    disabled = trace_log.disabled
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CollapseWarning)
+        trace_log.disabled = True
+        try:
+            yield
+        finally:
+            trace_log.disabled = disabled
+
+
 def compute(unit: Unit) -> Done:
     """Compute `unit` in this process; an exception becomes a `Done` with its traceback (a
     killed process is the executor's to retry, not this function's)."""
@@ -137,7 +165,8 @@ def compute(unit: Unit) -> Done:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default")
         try:
-            value, error = as_json(resolve(str(unit.fn))(**unit.args)), None
+            with alarms_off_console():
+                value, error = as_json(resolve(str(unit.fn))(**unit.args)), None
         except Exception:
             value, error = None, traceback.format_exc()
     said = tuple(f"{w.category.__name__}: {w.message} ({w.filename}:{w.lineno})" for w in caught)

@@ -25,15 +25,13 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-import logging
 import os
 import shutil
 import tempfile
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +41,13 @@ from implicit_em.report.executors import Executor, LocalExecutor
 from implicit_em.report.files import as_new_file, json_default, write_atomic, write_json
 from implicit_em.report.judging import Judgement
 from implicit_em.report.lock import hold
+from implicit_em.report.plan import alarms_off_console
 from implicit_em.report.progress import duration, progress
 from implicit_em.report.provenance import source_commit
 from implicit_em.report.registration import now as utc_now
 from implicit_em.report.registry import SIZES, Experiment, Figure, Outcome, Table
 from implicit_em.report.result import Provenance, Result
 from implicit_em.report.units import unit_places, unit_times
-from implicit_em.trace.alarms import CollapseWarning
 
 __all__ = [
     "Interrupted",
@@ -63,21 +61,6 @@ __all__ = [
 ]
 
 CACHE_VERSION = 3
-
-
-@contextmanager
-def alarms_off_console() -> Iterator[None]:
-    """Keep the tracer's alarms off the console: no `CollapseWarning`, no log line from the
-    `implicit_em.trace` logger. The alarms are still raised and recorded (`Tracer.alarms`)."""
-    trace_log = logging.getLogger("implicit_em.trace")
-    disabled = trace_log.disabled
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", CollapseWarning)
-        trace_log.disabled = True
-        try:
-            yield
-        finally:
-            trace_log.disabled = disabled
 
 
 def _source(experiment: Experiment) -> str:

@@ -22,6 +22,7 @@ methods for that kind of label, the best of them chosen on a validation split.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -35,9 +36,8 @@ from implicit_em.data import load_dataset
 from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments import _partial_clamps as pc
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.progress import progress
+from implicit_em.report.plan import Unit
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
-from implicit_em.report.units import unit
 
 ARMS = ("semi", "partial", "noisy_sym", "noisy_asym", "crowd")
 
@@ -302,21 +302,23 @@ def arm_unit(arm: str, seed: int, data: dict[str, Tensor], config: dict[str, Any
     }
 
 
-def measure(config: dict[str, Any]) -> dict[str, dict[int, dict]]:
-    """Every arm and seed of `config` (each a resumable unit): results by arm, then seed."""
-    data = features(config)
-    out: dict[str, dict[int, dict]] = {arm: {} for arm in ARMS}
-    jobs = [(arm, seed) for seed in config["seeds"] for arm in ARMS]
-    for arm, seed in progress(jobs, desc="E16"):
-        out[arm][seed] = unit(
-            f"{arm}-seed{seed}", lambda a=arm, s=seed: arm_unit(a, s, data, config)
-        )
-    return out
+def _arm_unit(config: dict[str, Any], arm: str, seed: int) -> dict:
+    """`arm_unit` of one arm and seed on the configuration's features."""
+    return arm_unit(arm, seed, features(config), config)
 
 
-def run(config: dict[str, Any], out: Path) -> Outcome:
-    results = measure(config)
+def plan(config: dict[str, Any]) -> list[Unit]:
+    """One unit per seed and arm."""
+    return [
+        Unit(f"{arm}-seed{seed}", _arm_unit, {"config": config, "arm": arm, "seed": seed})
+        for seed in config["seeds"]
+        for arm in ARMS
+    ]
+
+
+def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> Outcome:
     seeds = config["seeds"]
+    results = {arm: {s: results[f"{arm}-seed{s}"] for s in seeds} for arm in ARMS}
     samples: dict[str, list[float]] = {
         "em_agreement": [float(np.mean([results[a][s]["agreement"] for a in ARMS])) for s in seeds]
     }
@@ -454,7 +456,8 @@ EXPERIMENT = Experiment(
         "M-step closed form (semi) or Adam steps to the posterior, transition and confusions "
         "from expected counts. The best rival is chosen on the validation rows."
     ),
-    run=run,
+    plan=plan,
+    aggregate=aggregate,
     headline=("em_agreement", "gain_semi", "gain_partial", "gain_noisy_asym", "gain_crowd"),
     meaning={
         "holds": (

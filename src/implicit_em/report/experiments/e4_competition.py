@@ -28,7 +28,7 @@ no normalization (no competition) and bounded tails (robustness).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,9 +50,8 @@ from implicit_em.report.experiments._heavy_tailed import (
     student_t_nll,
 )
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.progress import progress
+from implicit_em.report.plan import Unit
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
-from implicit_em.report.units import unit
 
 Config = dict[str, Any]
 
@@ -231,8 +230,17 @@ def measure_pulls(
     }
 
 
-def _unit(config: Config, data: Clusters, seed: int) -> dict[str, Any]:
+DATA_SETS = ("blobs", "wine")
+
+
+def _data(config: Config, name: str, seed: int) -> Clusters:
+    """The data set `name` of one seed: four blobs (a fresh draw per seed) or wine."""
+    return four_blobs(config["n_blobs"], seed) if name == "blobs" else wine_2d()
+
+
+def _unit(config: Config, data_name: str, seed: int) -> dict[str, Any]:
     """Every objective's gain from one cluster and outlier pull on one data set and seed."""
+    data = _data(config, data_name, seed)
     groups = tuple(variants(config))
     contaminated = with_outliers(data, config["outlier_share"], config["outlier_radius"], seed)
     return {
@@ -241,21 +249,24 @@ def _unit(config: Config, data: Clusters, seed: int) -> dict[str, Any]:
     }
 
 
-def run(config: Config, out: Path) -> Outcome:
-    data_sets: dict[str, Callable[[int], Clusters]] = {
-        "blobs": lambda seed: four_blobs(config["n_blobs"], seed),
-        "wine": lambda seed: wine_2d(),
-    }
+def plan(config: Config) -> list[Unit]:
+    """One unit per data set and seed: every objective's gain and pull."""
+    return [
+        Unit(f"{d}-seed{s}", _unit, {"config": dict(config), "data_name": d, "seed": s})
+        for d in DATA_SETS
+        for s in config["seeds"]
+    ]
+
+
+def aggregate(config: Config, results: Mapping[str, Any], out: Path) -> Outcome:
+    data_sets = DATA_SETS
     every = [v for group in variants(config).values() for v in group]
     samples: dict[str, list[float]] = {number: [] for number in GROUP_OF}
     rows: dict[tuple[str, str], list[tuple[float, ...]]] = {}
     first: dict[str, dict[str, Any]] = {}
     jobs = [(d, s) for d in data_sets for s in config["seeds"]]
-    for data_name, seed in progress(jobs, desc="E4"):
-        measured = unit(
-            f"{data_name}-seed{seed}",
-            lambda d=data_name, s=seed: _unit(config, data_sets[d](s), s),
-        )
+    for data_name, seed in jobs:
+        measured = results[f"{data_name}-seed{seed}"]
         pulls = {name: m["pull"] for name, m in measured["pull"].items()}
         for number, (kind, _, _) in GROUP_OF.items():
             samples[number].append(
@@ -322,14 +333,14 @@ def run(config: Config, out: Path) -> Outcome:
 
 def _plot(
     first: dict[str, dict[str, Any]],
-    data_sets: dict[str, Callable[[int], Clusters]],
+    data_sets: tuple[str, ...],
     shown: list[Variant],
     config: Config,
     out: Path,
 ) -> str:
     fig, axes = new_figure(ncols=len(shown), nrows=len(data_sets), width=3.0, height=3.0)
-    for row, (data_name, make) in enumerate(data_sets.items()):
-        data = make(config["seeds"][0])
+    for row, data_name in enumerate(data_sets):
+        data = _data(config, data_name, config["seeds"][0])
         for col, v in enumerate(shown):
             ax = axes[row, col]
             ax.scatter(data.x[:, 0], data.x[:, 1], s=3, color="#bbbbbb")
@@ -462,7 +473,8 @@ EXPERIMENT = Experiment(
         "and with 5% outliers on a ring at 5Δ from the data's centre, the mean distance between "
         "the two sets of prototypes matched one to one."
     ),
-    run=run,
+    plan=plan,
+    aggregate=aggregate,
     headline=(
         "lse_gain_one_cluster",
         "correntropy_gain_one_cluster",

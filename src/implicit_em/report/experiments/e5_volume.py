@@ -17,6 +17,7 @@ without a vote: no planted start gives them a known answer.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -32,9 +33,8 @@ from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments import _mixtures as mx
 from implicit_em.report.experiments._neural import quiet_alarms
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.progress import progress
+from implicit_em.report.plan import Unit
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
-from implicit_em.report.units import unit
 from implicit_em.trace import Tracer
 
 CONFIGURATIONS = ("no volume", "log-det volume", "surrogate")
@@ -193,7 +193,20 @@ def _start(config: dict[str, Any], seed: int, data: mx.Dataset) -> dict[str, Any
     return measured
 
 
-def run(config: dict[str, Any], out: Path) -> Outcome:
+def _start_unit(config: dict[str, Any], seed: int, data: str) -> dict[str, Any]:
+    """`_start` of one seed on the data set named `data`."""
+    return _start(config, seed, mx.dataset(data, config["n_synthetic"], seed))
+
+
+def plan(config: dict[str, Any]) -> list[Unit]:
+    """One unit per seed and data set: every configuration from that start."""
+    return [
+        Unit(f"{name}-seed{seed}", _start_unit, {"config": config, "seed": seed, "data": name})
+        for seed, name in mx.start_names(config["seeds"])
+    ]
+
+
+def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> Outcome:
     rows, curves_first = [], {}
     per: dict[str, dict[str, list[float]]] = {
         name: {"alarms": [], "gap": [], "share": [], "log_det_drop": [], "diverged": []}
@@ -206,8 +219,8 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
         "takeover": [],
         "diverged": [],
     }
-    for seed, data in progress(mx.starts(config["seeds"], config["n_synthetic"]), desc="E5"):
-        measured = unit(f"{data.name}-seed{seed}", lambda s=seed, d=data: _start(config, s, d))
+    for seed, data_name in mx.start_names(config["seeds"]):
+        measured = results[f"{data_name}-seed{seed}"]
         reference = measured["reference"]
         healthy = measured["log-det volume"]
         unit_samples["no"].append(alarmed(measured["no volume"]))
@@ -220,11 +233,11 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
             per[name]["alarms"].append(len(alarms))
             per[name]["diverged"].append(diverged is not None)
             if seed == config["seeds"][0]:
-                curves_first[(data.name, name)] = curves
+                curves_first[(data_name, name)] = curves
             if diverged is not None:
                 rows.append(
                     (
-                        data.name,
+                        data_name,
                         seed,
                         name,
                         "",
@@ -242,7 +255,7 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
             per[name]["log_det_drop"].append(curves["log_det"][0] - curves["log_det"][-1])
             rows.append(
                 (
-                    data.name,
+                    data_name,
                     seed,
                     name,
                     curves["log_det"][-1],
@@ -415,7 +428,8 @@ EXPERIMENT = Experiment(
         "surrogate adds −Σ_j log Var(d_j) + ‖Corr(d) − I‖²_F. EM's optimum: GaussianMixture "
         "from the same means. The Tracer (default thresholds) runs on every configuration."
     ),
-    run=run,
+    plan=plan,
+    aggregate=aggregate,
     headline=(
         "no_volume_log_det_drop",
         "no_volume_alarm_share",

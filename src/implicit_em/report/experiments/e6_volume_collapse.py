@@ -25,6 +25,7 @@ construction).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,11 @@ import numpy as np
 import torch
 
 from implicit_em.report.controls import Control, Controls
-from implicit_em.report.experiments._collapse_baselines import COMPARATORS, comparator_probes
+from implicit_em.report.experiments._collapse_baselines import (
+    COMPARATORS,
+    comparator_probes,
+    comparator_units,
+)
 from implicit_em.report.experiments._encoders import (
     DEAD_VARIANCE,
     VARIANTS,
@@ -41,15 +46,15 @@ from implicit_em.report.experiments._encoders import (
 )
 from implicit_em.report.experiments._neural import (
     Images,
+    images_of,
     load_images,
     mean_std,
     plus_minus,
 )
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.progress import progress
+from implicit_em.report.plan import Unit
 from implicit_em.report.protocol import load_protocol
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
-from implicit_em.report.units import unit
 
 STYLES = {
     "lse": ("#cf222e", "-", "o"),
@@ -113,18 +118,25 @@ def scale_ratios(runs: list[dict[str, Any]]) -> list[float]:
     return ratios
 
 
-def run(config: dict[str, Any], out: Path) -> Outcome:
-    images = load_images(config)
+def _encoder_unit(config: dict[str, Any], variant: str, seed: int) -> dict[str, Any]:
+    """`train_encoder` of one variant and seed on the configuration's images."""
+    return train_encoder(images_of(config), variant, seed, config)
+
+
+def plan(config: dict[str, Any]) -> list[Unit]:
+    """One unit per variant and seed (an encoder trained), and the comparators' probes."""
+    gpu = config.get("device", "cpu") != "cpu"
+    return [
+        Unit(f"{v}-seed{s}", _encoder_unit, {"config": config, "variant": v, "seed": s}, gpu=gpu)
+        for v in VARIANTS
+        for s in config["seeds"]
+    ] + comparator_units(config)
+
+
+def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> Outcome:
+    images = images_of(config)
     seeds = config["seeds"]
-    runs: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
-    jobs = [(v, s) for v in VARIANTS for s in seeds]
-    for variant, seed in progress(jobs, desc="E6 encoders"):
-        runs[variant].append(
-            unit(
-                f"{variant}-seed{seed}",
-                lambda v=variant, s=seed: train_encoder(images, v, s, config),
-            )
-        )
+    runs = {v: [results[f"{v}-seed{s}"] for s in seeds] for v in VARIANTS}
 
     numbers: dict[str, Any] = {
         "data": images.name,
@@ -170,7 +182,7 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
     for v, reference in SUBSTITUTES.items():
         samples[f"probe_gap_{v}"] = probe_gaps(runs[v], runs[reference])
         numbers[f"probe_gap_{v}"] = float(np.mean(samples[f"probe_gap_{v}"]))
-    comparators = comparator_probes(images, config)
+    comparators = comparator_probes(config, results)
     for name, values in comparators.items():
         numbers[f"probe_{name}"] = float(np.mean(values))
         rows.append((COMPARATORS[name], "", "", "", "", plus_minus(values, 3), "—"))
@@ -433,7 +445,8 @@ EXPERIMENT = Experiment(
         "with a prototype head z_c = −‖d − μ_c‖² trained by cross-entropy. The Tracer (default "
         "thresholds) runs on every training."
     ),
-    run=run,
+    plan=plan,
+    aggregate=aggregate,
     headline=("dead_fraction_lse", "dead_fraction_lse_log_det", "probe_gap_batchnorm"),
     meaning={
         "holds": (

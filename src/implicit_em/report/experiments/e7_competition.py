@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,7 @@ from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments._cells import interval_cell
 from implicit_em.report.experiments._neural import (
     Images,
-    load_images,
+    images_of,
     mean_std,
     plus_minus,
     spearman_rows,
@@ -54,9 +54,8 @@ from implicit_em.report.experiments._prototypes import (
     correction_concentration,
 )
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.progress import progress
+from implicit_em.report.plan import Unit
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
-from implicit_em.report.units import unit
 
 COLORS = ("#0969da", "#bf8700", "#cf222e", "#1a7f37")
 
@@ -65,29 +64,46 @@ def _key(smoothing: float) -> str:
     return f"ls{round(smoothing * 100):02d}"
 
 
-def run(config: dict[str, Any], out: Path) -> Outcome:
-    images = load_images(config)
-    seeds, levels = config["seeds"], config["smoothing"]
-    runs: dict[float, list[dict[str, Any]]] = {s: [] for s in levels}
-    for level, seed in progress(
-        [(s, seed) for s in levels for seed in seeds], desc="E7 classifiers"
-    ):
-        runs[level].append(
-            unit(
-                f"smoothing{level:g}-seed{seed}",
-                lambda lv=level, sd=seed: train_classifier(images, lv, sd, config),
-            )
+def _classifier_unit(config: dict[str, Any], level: float, seed: int) -> dict[str, Any]:
+    """`train_classifier` at one smoothing level and seed on the configuration's images."""
+    return train_classifier(images_of(config), level, seed, config)
+
+
+def _comparator_unit(config: dict[str, Any], name: str, seed: int) -> dict[str, Any]:
+    """`train_comparator` of one unnormalized head and seed on the configuration's images."""
+    return train_comparator(images_of(config), name, seed, config)
+
+
+def plan(config: dict[str, Any]) -> list[Unit]:
+    """One unit per smoothing level and seed, one per comparator head and seed."""
+    gpu = config.get("device", "cpu") != "cpu"
+    seeds = config["seeds"]
+    return [
+        Unit(
+            f"smoothing{level:g}-seed{seed}",
+            _classifier_unit,
+            {"config": config, "level": level, "seed": seed},
+            gpu=gpu,
         )
-    comparators = {
-        name: [
-            unit(
-                f"{name}-seed{seed}",
-                lambda n=name, sd=seed: train_comparator(images, n, sd, config),
-            )
-            for seed in seeds
-        ]
+        for level in config["smoothing"]
+        for seed in seeds
+    ] + [
+        Unit(
+            f"{name}-seed{seed}",
+            _comparator_unit,
+            {"config": config, "name": name, "seed": seed},
+            gpu=gpu,
+        )
         for name in COMPARATORS
-    }
+        for seed in seeds
+    ]
+
+
+def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> Outcome:
+    images = images_of(config)
+    seeds, levels = config["seeds"], config["smoothing"]
+    runs = {lv: [results[f"smoothing{lv:g}-seed{sd}"] for sd in seeds] for lv in levels}
+    comparators = {n: [results[f"{n}-seed{sd}"] for sd in seeds] for n in COMPARATORS}
     numbers: dict[str, Any] = {
         "data": images.name,
         "seeds": len(seeds),
@@ -549,7 +565,8 @@ EXPERIMENT = Experiment(
         "gap is decided only when it learned in at least comparator_min_learned_share of the "
         "seeds (both in the protocol)."
     ),
-    run=run,
+    plan=plan,
+    aggregate=aggregate,
     headline=(
         "wrong_concentration",
         "wrong_order_kept",

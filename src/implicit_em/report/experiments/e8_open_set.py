@@ -27,7 +27,7 @@ differs from the energy of *some* model only through what training with the null
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
@@ -38,7 +38,13 @@ import torch
 
 from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments._cells import interval_cell
-from implicit_em.report.experiments._neural import Images, load_images, mean_std, plus_minus
+from implicit_em.report.experiments._neural import (
+    Images,
+    images_of,
+    load_images,
+    mean_std,
+    plus_minus,
+)
 from implicit_em.report.experiments._open_set import (
     CONFIDENT,
     MODELS,
@@ -57,9 +63,8 @@ from implicit_em.report.experiments._open_set_splits import (
     random_split,
 )
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.progress import progress
+from implicit_em.report.plan import Unit
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
-from implicit_em.report.units import unit
 
 BASELINE_MODELS = ("softmax", "sigmoid", "distance")
 """The heads without a null component whose detectors form the baseline pool."""
@@ -104,14 +109,30 @@ def measure_model(
     return result
 
 
-def measure_seed(
-    split: OpenSetSplit, seed: int, config: dict[str, Any], keep: bool = False
-) -> dict[str, dict[str, Any]]:
-    """`measure_model` of every model in `config["models"]` on one seed's split."""
-    return {
-        kind: unit(f"{kind}-seed{seed}", lambda k=kind: measure_model(k, split, seed, config, keep))
+def _split(config: dict[str, Any], seed: int) -> OpenSetSplit:
+    """One seed's split of the configuration's images, with the digits as the far set."""
+    images = images_of(config)
+    return random_split(images, digits_as_images(images.mean), seed, config)
+
+
+def _model_unit(config: dict[str, Any], kind: str, seed: int, keep: bool) -> dict[str, Any]:
+    """`measure_model` of one model on one seed's split."""
+    return measure_model(kind, _split(config, seed), seed, config, keep)
+
+
+def plan(config: dict[str, Any]) -> list[Unit]:
+    """One unit per model and seed (the first seed's keep their scores, for the figure)."""
+    first, gpu = config["seeds"][0], config.get("device", "cpu") != "cpu"
+    return [
+        Unit(
+            f"{kind}-seed{seed}",
+            _model_unit,
+            {"config": config, "kind": kind, "seed": seed, "keep": seed == first},
+            gpu=gpu,
+        )
+        for seed in config["seeds"]
         for kind in config["models"]
-    }
+    ]
 
 
 def closed_world_share_softmax(seed: dict[str, dict[str, Any]]) -> float:
@@ -136,16 +157,11 @@ def gain_over_chosen(
     return seed[candidate][where]["null"]["auroc"] - seed[kind][where][name]["auroc"], chosen
 
 
-def run(config: dict[str, Any], out: Path) -> Outcome:
-    images = load_images(config)
-    x_far = digits_as_images(images.mean)
+def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> Outcome:
+    images = images_of(config)
     seeds = config["seeds"]
-    measured = []
-    splits = []
-    for seed in progress(seeds, desc="E8 open set"):
-        split = random_split(images, x_far, seed, config)
-        splits.append(split)
-        measured.append(measure_seed(split, seed, config, keep=seed == seeds[0]))
+    splits = [_split(config, seed) for seed in seeds]
+    measured = [{k: results[f"{k}-seed{seed}"] for k in config["models"]} for seed in seeds]
 
     numbers: dict[str, Any] = {
         "data": images.name,
@@ -446,7 +462,8 @@ EXPERIMENT = Experiment(
         "baseline is chosen per seed on the validation split. Unknown = positive; metrics "
         "from scikit-learn (roc_auc_score, average_precision_score, roc_curve)."
     ),
-    run=run,
+    plan=plan,
+    aggregate=aggregate,
     headline=("closed_world_share_softmax", "null_auroc", "null_gain_over_best_near"),
     meaning={
         "holds": (

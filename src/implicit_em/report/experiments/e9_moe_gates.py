@@ -22,7 +22,7 @@ is $\mathrm{KL}(h \,\Vert\, g)$ averaged over inputs.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +51,8 @@ from implicit_em.report.experiments._neural import (
     quiet_alarms,
 )
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.progress import progress
+from implicit_em.report.plan import Unit
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
-from implicit_em.report.units import unit
 
 OBJECTIVES = {"mixture": "competitive mixture loss", "blend": "blended output, squared error"}
 COLORS = ("#0969da", "#cf222e", "#1a7f37", "#bf8700", "#8250df", "#57606a")
@@ -168,17 +167,25 @@ def owner_purity_gap_gate_free(mixture: dict[str, Any], gate_free: dict[str, Any
     return gate_free["owner_purity"] - mixture["owner_purity"]
 
 
-def run(config: dict[str, Any], out: Path) -> Outcome:
+def plan(config: dict[str, Any]) -> list[Unit]:
+    """One unit per objective and seed (a mixture of experts trained), one per baseline and
+    seed."""
     seeds = config["seeds"]
-    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in OBJECTIVES}
-    for objective, seed in progress([(k, s) for k in OBJECTIVES for s in seeds], desc="E9 experts"):
-        runs[objective].append(
-            unit(f"{objective}-seed{seed}", lambda o=objective, s=seed: train(o, s, config))
-        )
-    fitted = {
-        kind: [unit(f"{kind}-seed{s}", lambda k=kind, s=s: baseline(k, s, config)) for s in seeds]
-        for kind in BASELINES
-    }
+    return [
+        Unit(f"{o}-seed{s}", train, {"objective": o, "seed": s, "config": config})
+        for o in OBJECTIVES
+        for s in seeds
+    ] + [
+        Unit(f"{k}-seed{s}", baseline, {"kind": k, "seed": s, "config": config})
+        for k in BASELINES
+        for s in seeds
+    ]
+
+
+def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> Outcome:
+    seeds = config["seeds"]
+    runs = {o: [results[f"{o}-seed{s}"] for s in seeds] for o in OBJECTIVES}
+    fitted = {k: [results[f"{k}-seed{s}"] for s in seeds] for k in BASELINES}
     numbers: dict[str, Any] = {
         "segments": len(config["slopes"]),
         "experts": config["experts"],
@@ -433,7 +440,8 @@ EXPERIMENT = Experiment(
         "test points whose gate argmax is the expert matched to their segment (best "
         "one-to-one matching)."
     ),
-    run=run,
+    plan=plan,
+    aggregate=aggregate,
     headline=("owner_purity_gap_gate_free", "purity_mixture", "kl_mixture"),
     meaning={
         "holds": (
