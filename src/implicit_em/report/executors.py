@@ -17,6 +17,7 @@ filesystem: a unit's arguments travel to the worker and its JSON value travels b
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
@@ -56,9 +57,6 @@ class LocalExecutor:
 
     name = "local"
 
-    def __init__(self) -> None:
-        self._running = 0
-
     @property
     def workers(self) -> int:
         return 1
@@ -67,15 +65,10 @@ class LocalExecutor:
         for index, unit in enumerate(units):
             if skip(index):
                 continue
-            self._running = 1
-            try:
-                done = compute(unit)
-            finally:
-                self._running = 0
-            yield index, done
+            yield index, compute(unit)
 
     def busy(self) -> int:
-        return self._running
+        return 1
 
     def close(self) -> None:
         return None
@@ -106,6 +99,7 @@ class RayExecutor:
                 "address": address,
                 "log_to_driver": False,
                 "include_dashboard": False,
+                "logging_level": logging.ERROR,
                 "runtime_env": {"env_vars": env} if env else None,
             }
             if address is None:

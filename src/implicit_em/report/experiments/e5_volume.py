@@ -32,7 +32,9 @@ from implicit_em.mixture import GaussianMixture
 from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments import _mixtures as mx
 from implicit_em.report.experiments._neural import quiet_alarms
-from implicit_em.report.figures import new_figure, save
+from implicit_em.report.experiments._volume_figure import (
+    volume_figure,
+)
 from implicit_em.report.plan import Unit
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
 from implicit_em.trace import Tracer
@@ -287,7 +289,7 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
         "volume_diverged_share": float(np.mean(per["log-det volume"]["diverged"])),
         "seeds": len(config["seeds"]),
     }
-    figure = _plot(curves_first, config, out)
+    figure = volume_figure(curves_first, config, out)
     notes = [
         f"Without the volume term the mean log|det W| falls by at least {numbers['no_volume_log_det_drop']:.1f} "
         f"and the fitted model's Gaussian log-likelihood ends at least {-numbers['no_volume_best_gap_to_em']:.2f} "
@@ -336,30 +338,6 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
         ],
         notes=notes,
     )
-
-
-def _plot(curves: dict, config: dict, out: Path) -> str:
-    names = sorted({name for name, _ in curves})
-    fig, axes = new_figure(ncols=3, nrows=len(names), width=3.8, height=3.0)
-    colours = {"no volume": "#d62728", "log-det volume": "#1f77b4", "surrogate": "#2ca02c"}
-    for row, data_name in enumerate(names):
-        for name in CONFIGURATIONS:
-            c = curves.get((data_name, name))
-            if c is None or not c["log_det"]:
-                continue
-            steps = np.arange(len(c["log_det"])) * config["record_every"]
-            axes[row, 0].plot(steps, c["log_det"], color=colours[name], label=name)
-            axes[row, 1].plot(
-                steps, np.maximum(c["gaussian_log_likelihood"], -20), color=colours[name]
-            )
-            axes[row, 2].plot(steps, c["max_share"], color=colours[name])
-        axes[row, 0].set_title(f"{data_name}: mean log|det W|", fontsize=9)
-        axes[row, 1].set_title(f"{data_name}: Gaussian mean log-lik (clipped at −20)", fontsize=9)
-        axes[row, 2].set_title(f"{data_name}: largest mass share", fontsize=9)
-        for ax in axes[row]:
-            ax.set_xlabel("step")
-    axes[0, 0].legend(fontsize=7)
-    return save(fig, out, "volume.png")
 
 
 # -- known-answer controls ---------------------------------------------------------------------
