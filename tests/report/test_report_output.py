@@ -391,6 +391,8 @@ def test_a_killed_report_resumes_without_rerunning_what_finished(tmp_path):
         ),
         (("--device", "tpu"), "--device tpu: expected cpu, cuda or cuda:N"),
         (("--quick", "--full"), "choose one of --quick, --full and --smoke"),
+        (("--executor", "dask"), "--executor: expected one of local, ray, got 'dask'"),
+        (("--address", "auto"), "--address: only the ray executor joins a cluster"),
     ],
 )
 def test_bad_input_is_one_line_and_a_non_zero_exit(args, message, tmp_path):
