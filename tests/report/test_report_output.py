@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 import time
+import warnings
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -250,6 +251,12 @@ def _interrupting(seed: int) -> float:
     return seed / 10
 
 
+def _warning(seed: int) -> float:
+    for _ in range(3):
+        warnings.warn("divide by zero encountered in log", RuntimeWarning, stacklevel=1)
+    return seed / 10
+
+
 def _tenths(config) -> list[Unit]:
     return [Unit(f"seed{s}", _tenth, {"seed": s}) for s in range(3)]
 
@@ -293,14 +300,20 @@ def test_a_failing_unit_says_why_on_its_own_line_and_the_others_still_run(tmp_pa
     def missing(config):
         return [Unit("seed0", _tenth, {"seed": 0}), Unit("seed1", _tenth, {"no_such": 1})]
 
+    def warning(config):
+        return [Unit("seed0", _warning, {"seed": 0})]
+
     lines: list[str] = []
     results = run_experiments(
-        [_experiment("X1", fine, missing), _experiment("X2", fine)],
+        [_experiment("X1", fine, missing), _experiment("X2", fine, warning)],
         "smoke",
         tmp_path,
         log=lines.append,
     )
     assert [r.judgement.verdict for r in results] == ["not run", "holds"]
+    assert not any("divide by zero" in line for line in lines)  # warnings go to the log file
+    (logged,) = (tmp_path / "warnings.log").read_text().splitlines()  # once, not three times
+    assert logged.startswith("X2 seed0: RuntimeWarning: divide by zero encountered in log")
     assert "unexpected keyword argument 'no_such'" in results[0].judgement.reason
     assert any(
         line.startswith("X1   unit seed1 failed: TypeError:") and "no_such" in line

@@ -30,7 +30,7 @@ __all__ = ["WARNINGS", "Interrupted", "Job", "announce", "drive", "plan_job"]
 WARNINGS = "warnings.log"
 """The file in the output folder that the warnings raised by units go to."""
 
-LogWarnings = Callable[[str, str, Sequence[Any]], None]
+LogWarnings = Callable[[str, str, Sequence[str]], None]
 
 
 class Interrupted(Exception):
@@ -102,8 +102,8 @@ def drive(
     head = [0]
     warned = out / WARNINGS
 
-    def log_warnings(ident: str, name: str, caught: Sequence[Any]) -> None:
-        lines = [w if isinstance(w, str) else f"{w.category.__name__}: {w.message}" for w in caught]
+    def log_warnings(ident: str, name: str, caught: Sequence[str]) -> None:
+        lines = list(caught)
         if lines:
             with warned.open("a", encoding="utf-8") as file:
                 file.writelines(f"{ident} {name}: {line}\n" for line in lines)

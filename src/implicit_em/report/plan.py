@@ -21,7 +21,8 @@ import platform
 import re
 import traceback
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from time import perf_counter
@@ -37,6 +38,7 @@ __all__ = [
     "compute",
     "function_path",
     "resolve",
+    "warning_lines",
 ]
 
 _NAME = re.compile(r"[A-Za-z0-9.=+-][A-Za-z0-9_.=+-]*")
@@ -141,6 +143,15 @@ def _device(args: Mapping[str, Any]) -> str:
     return str(device or "cpu")
 
 
+def warning_lines(caught: Iterable[warnings.WarningMessage]) -> tuple[str, ...]:
+    """Each distinct warning once, on one line, with how often it was raised."""
+    counts = Counter(
+        " ".join(f"{w.category.__name__}: {w.message} ({w.filename}:{w.lineno})".split())
+        for w in caught
+    )
+    return tuple(line if n == 1 else f"{line} ({n} times)" for line, n in counts.items())
+
+
 @contextmanager
 def alarms_off_console() -> Iterator[None]:
     """Keep the tracer's alarms off the console: no `CollapseWarning`, no log line from the
@@ -169,7 +180,7 @@ def compute(unit: Unit) -> Done:
                 value, error = as_json(resolve(str(unit.fn))(**unit.args)), None
         except Exception:
             value, error = None, traceback.format_exc()
-    said = tuple(f"{w.category.__name__}: {w.message} ({w.filename}:{w.lineno})" for w in caught)
+    said = warning_lines(caught)
     return Done(
         unit.name,
         value,

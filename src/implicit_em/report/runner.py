@@ -41,7 +41,7 @@ from implicit_em.report.executors import Executor, LocalExecutor
 from implicit_em.report.files import as_new_file, json_default, write_atomic, write_json
 from implicit_em.report.judging import Judgement
 from implicit_em.report.lock import hold
-from implicit_em.report.plan import alarms_off_console
+from implicit_em.report.plan import alarms_off_console, warning_lines
 from implicit_em.report.progress import duration, progress
 from implicit_em.report.provenance import source_commit
 from implicit_em.report.registration import now as utc_now
@@ -230,7 +230,7 @@ def _finish(job: Job, size: str, out: Path, here: Provenance, log_warnings: LogW
             warnings.simplefilter("default")
             outcome = experiment.aggregate(config, job.values, work_dir)
             controls = run_controls(experiment, config.get("device", "cpu"))
-        log_warnings(experiment.id, "aggregate", caught)
+        log_warnings(experiment.id, "aggregate", warning_lines(caught))
         if not isinstance(outcome, Outcome):
             raise TypeError(
                 f"{experiment.id}.aggregate returned {type(outcome).__name__}, not an Outcome"
