@@ -82,6 +82,8 @@ def report_command(
     except Interrupted as stop:
         typer.echo(_interrupted_line(stop, size, out, ids, device), err=True)
         raise typer.Exit(code=130) from None
+    finally:
+        runner.close()
     tally: dict[str, int] = {}
     for result in report.results:
         tally[result.judgement.verdict] = tally.get(result.judgement.verdict, 0) + 1

@@ -156,7 +156,6 @@ def drive(
         ]
         current = jobs[head[0]].experiment.id if head[0] < len(jobs) else None
         raise Interrupted(kept, None if current in kept else current) from None
-    executor.close()
     bar.close()
     return [job.result for job in jobs if job.result is not None]
 

@@ -7,8 +7,8 @@ filesystem: a unit's arguments travel to the worker and its JSON value travels b
 
 * `LocalExecutor` computes the units one after the other, in order, in this process: the
   report as it always ran, with no dependency beyond the package.
-* `RayExecutor` submits every unit as a Ray task asking for its `threads` CPUs (and one GPU for
-  a GPU unit when the cluster has one); the worker sets torch's thread count to the unit's
+* `RayExecutor` submits every unit as a Ray task asking for its `threads` CPUs (at most a
+  node's) and one GPU for a GPU unit when the cluster has one; the worker sets torch's thread count to the unit's
   `threads`. A worker that dies mid-unit is retried on another (`max_retries`); an exception
   raised by the unit is not (it would raise again) and comes back as the unit's error. With
   an `address` it joins a running cluster (`auto`, or `HOST:PORT`); without one it starts a
@@ -49,7 +49,8 @@ class Executor(Protocol):
         """How many units are running now."""
 
     def close(self) -> None:
-        """Let go of what it started."""
+        """Cancel the units in flight and let go of what it started (its creator calls it once
+        the report is written; a Ctrl-C calls it at once)."""
 
 
 class LocalExecutor:
@@ -112,13 +113,21 @@ class RayExecutor:
     def workers(self) -> int:
         return max(1, int(self._ray.cluster_resources().get("CPU", 1)))
 
-    def _gpus(self) -> bool:
-        return self._ray.cluster_resources().get("GPU", 0) >= 1
+    def _largest_node(self) -> tuple[float, float]:
+        """The most CPUs and GPUs any one live node has (a task asking for more would wait
+        forever)."""
+        nodes = [n["Resources"] for n in self._ray.nodes() if n.get("Alive")]
+        return max((n.get("CPU", 0) for n in nodes), default=1), max(
+            (n.get("GPU", 0) for n in nodes), default=0
+        )
 
     def run(self, units: Sequence[Unit], skip: Callable[[int], bool]) -> Iterator[tuple[int, Done]]:
-        gpus = self._gpus()
+        cpus, gpus = self._largest_node()
         for index, unit in enumerate(units):
-            task = self._task.options(num_cpus=unit.threads, num_gpus=1 if unit.gpu and gpus else 0)
+            task = self._task.options(
+                num_cpus=max(1, min(unit.threads, cpus)),
+                num_gpus=1 if unit.gpu and gpus >= 1 else 0,
+            )
             self._refs[task.remote(unit.as_dict())] = index
         while self._refs:
             ready, _ = self._ray.wait(list(self._refs), num_returns=1)
