@@ -15,7 +15,7 @@ import typer
 
 from implicit_em.arguments import check_device, check_writable_folder, fail, names
 from implicit_em.report.build import run_report
-from implicit_em.report.executors import EXECUTORS, make_executor
+from implicit_em.report.executors import check_executor, make_executor
 from implicit_em.report.freshness import published_document, stale_experiments
 from implicit_em.report.publish import PUBLISHED, publish
 from implicit_em.report.registration import register, unregistered
@@ -66,13 +66,12 @@ def report_command(
         select(ids)
     except ValueError as err:
         fail(f"--only: {err}")
-    check_writable_folder(out, "--out")
-    if executor not in EXECUTORS:
-        fail(f"--executor: expected one of {', '.join(EXECUTORS)}, got {executor!r}")
     try:
-        runner = make_executor(executor, address)
+        check_executor(executor, address)
     except ValueError as err:
         fail(str(err))
+    check_writable_folder(out, "--out")
+    runner = make_executor(executor, address)
     try:
         report = run_report(
             ids, size=size, out=out, device=device, force=force, log=typer.echo, executor=runner

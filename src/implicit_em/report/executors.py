@@ -22,9 +22,17 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
+from implicit_em.arguments import missing_modules
 from implicit_em.report.plan import Done, Unit, compute
 
-__all__ = ["EXECUTORS", "Executor", "LocalExecutor", "RayExecutor", "make_executor"]
+__all__ = [
+    "EXECUTORS",
+    "Executor",
+    "LocalExecutor",
+    "RayExecutor",
+    "check_executor",
+    "make_executor",
+]
 
 EXECUTORS = ("local", "ray")
 
@@ -152,19 +160,22 @@ class RayExecutor:
             self._ray.shutdown()
 
 
+def check_executor(name: str, address: str | None = None) -> None:
+    """`ValueError` naming the option when `name` is no executor, when `--address` comes
+    without Ray, or when the Ray extra is not installed."""
+    if name not in EXECUTORS:
+        raise ValueError(f"--executor: expected one of {', '.join(EXECUTORS)}, got {name!r}")
+    if name == "local" and address:
+        raise ValueError("--address: only the ray executor joins a cluster")
+    if name == "ray" and missing_modules(["ray"]):
+        raise ValueError(
+            "implicit-em report --executor ray needs ray, which is not installed: "
+            "pip install 'implicit-em[ray]'"
+        )
+
+
 def make_executor(name: str, address: str | None = None) -> Executor:
-    """The executor `name` (`local` or `ray`); `ValueError` naming what is missing when the
-    Ray extra is not installed."""
-    if name == "local":
-        if address:
-            raise ValueError("--address: only the ray executor joins a cluster")
-        return LocalExecutor()
-    if name == "ray":
-        try:
-            import ray  # noqa: F401
-        except ImportError:
-            raise ValueError(
-                "--executor ray: Ray is not installed (pip install 'implicit-em[ray]')"
-            ) from None
-        return RayExecutor(address)
-    raise ValueError(f"--executor: expected one of {', '.join(EXECUTORS)}, got {name!r}")
+    """The executor `name` (`local` or `ray`, joining the cluster at `address` if given),
+    after `check_executor`."""
+    check_executor(name, address)
+    return LocalExecutor() if name == "local" else RayExecutor(address)
