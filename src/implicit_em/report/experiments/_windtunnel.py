@@ -104,11 +104,9 @@ def train_all(
     workers: Executor | None,
     **run_options: Any,
 ) -> None:
-    """Train every configuration of an experiment in one batch, longest first.
-
-    The workers stay busy across seeds (a seed's unit alone may hold fewer runs than there are
-    workers); the units then read the finished runs from their directories. A killed batch loses
-    at most the steps since each running configuration's last checkpoint.
+    """Train `configs` in one batch, longest first, in the workers; a later `train` of the
+    same configurations reads the finished runs from their directories. A killed batch loses at
+    most the steps since each running configuration's last checkpoint.
     """
     _run(config, out, sorted(configs, key=lambda c: -c.steps), workers, **run_options)
 
