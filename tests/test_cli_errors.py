@@ -253,6 +253,7 @@ CASES = {
         ("two sizes", lambda f: ["--smoke", "--quick"], "--quick"),
         ("device that is no device", lambda f: ["--smoke", "--device", "gpu"], "--device"),
         ("absent CUDA device", lambda f: ["--smoke", "--device", "cuda:99"], "--device"),
+        ("unknown executor", lambda f: ["--smoke", "--executor", "dask"], "--executor"),
     ],
 }
 
@@ -338,12 +339,20 @@ def _without(modules: list[str], args: list[str], cwd: Path) -> subprocess.Compl
     ("modules", "args", "extra"),
     [
         (["matplotlib"], ["report", "--smoke", "--only", "E1"], "report"),
+        (["ray"], ["report", "--smoke", "--only", "E1", "--executor", "ray"], "ray"),
         (["matplotlib"], ["windtunnel", "--quick"], "plot"),
         (["tensorboard"], ["trace-demo"], "trace"),
         (["matplotlib"], ["trace-demo"], "trace"),
         (["matplotlib"], ["trace", "report", "run.jsonl"], "trace"),
     ],
-    ids=["report", "windtunnel", "trace-demo without tensorboard", "trace-demo", "trace report"],
+    ids=[
+        "report",
+        "report on ray",
+        "windtunnel",
+        "trace-demo without tensorboard",
+        "trace-demo",
+        "trace report",
+    ],
 )
 def test_a_missing_optional_extra_is_one_line_naming_the_install(tmp_path, modules, args, extra):
     done = _without(modules, args, tmp_path)

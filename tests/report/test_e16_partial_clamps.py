@@ -7,8 +7,8 @@ import math
 
 import torch
 
+from implicit_em.report.experiments import _imperfect_labels as il
 from implicit_em.report.experiments import _partial_clamps as pc
-from implicit_em.report.experiments import e16_partial_clamps as e16
 
 CONFIG = {
     "label_fraction": 0.05,
@@ -22,19 +22,19 @@ CONFIG = {
 
 def test_each_arm_builds_the_supervision_it_names():
     y = torch.arange(10).repeat(40)
-    semi, naive = e16.supervise("semi", y, 10, CONFIG, 0)
+    semi, naive = il.supervise("semi", y, 10, CONFIG, 0)
     labelled = naive >= 0
     assert semi.joint and int(labelled.sum()) == 10 * 2  # 5% of 40 rows per class
     assert bool(semi.labels[~labelled].all()) and bool((semi.labels[labelled].sum(1) == 1).all())
-    partial, naive = e16.supervise("partial", y, 10, CONFIG, 0)
+    partial, naive = il.supervise("partial", y, 10, CONFIG, 0)
     assert bool((partial.labels.sum(1) == 3).all())
     assert bool(partial.labels[torch.arange(400), y].all())  # the true class is a candidate
     assert bool(partial.labels[torch.arange(400), naive].all())
-    noisy, _ = e16.supervise("noisy_asym", y, 10, CONFIG, 0)
+    noisy, _ = il.supervise("noisy_asym", y, 10, CONFIG, 0)
     flipped = noisy.labels != y
     assert bool((noisy.labels[flipped] == (y[flipped] + 1) % 10).all())
     assert abs(float(flipped.float().mean()) - 0.4) < 0.08
-    crowd, majority = e16.supervise("crowd", y, 10, CONFIG, 0)
+    crowd, majority = il.supervise("crowd", y, 10, CONFIG, 0)
     assert crowd.labels.shape == (400, 5)
     wrong = crowd.labels != y[:, None]
     assert bool((crowd.labels[wrong] == ((y[:, None] + 1) % 10).expand(400, 5)[wrong]).all())
@@ -43,10 +43,10 @@ def test_each_arm_builds_the_supervision_it_names():
 
 def test_the_known_transitions_are_stochastic_and_right():
     for arm in ("noisy_sym", "noisy_asym"):
-        t = e16._transition(arm, 4, 0.4)
+        t = il._transition(arm, 4, 0.4)
         torch.testing.assert_close(t.sum(1), torch.ones(4))
         torch.testing.assert_close(t.diagonal(), torch.full((4,), 0.6))
-    assert math.isclose(float(e16._transition("noisy_asym", 4, 0.4)[0, 1]), 0.4, rel_tol=1e-6)
+    assert math.isclose(float(il._transition("noisy_asym", 4, 0.4)[0, 1]), 0.4, rel_tol=1e-6)
 
 
 def test_proden_reweights_candidates_by_the_model_s_confidence():
@@ -87,7 +87,7 @@ def test_gd_and_em_agree_on_a_separable_clamp_with_a_known_transition():
     flip = torch.rand(180, generator=g) < 0.3
     noisy = torch.where(flip, (y + 1) % 3, y)
     supervision = pc.Supervision("noisy", noisy, known=transition)
-    start = e16.class_means(z, noisy, 3)
+    start = il.class_means(z, noisy, 3)
     gd, _ = pc.fit_gd(z, supervision, start, 300, 0.05, 0.8)
     em, _ = pc.fit_em(z, supervision, start, 20, 20, 0.05, 0.8)
     assert pc.agreement(gd, em, z) > 0.97

@@ -12,7 +12,7 @@ from implicit_em.core import responsibilities
 from implicit_em.objectives import cross_entropy
 from implicit_em.report import select
 from implicit_em.report.experiments import _prototypes
-from implicit_em.report.experiments import e7_competition as e7
+from implicit_em.report.experiments import _smoothing_controls as sc
 from implicit_em.report.experiments._neural import expected_calibration_error, spearman_rows
 
 (E7,) = select(["E7"])
@@ -89,14 +89,14 @@ def test_wrong_order_kept_is_the_smoothed_agreement_minus_the_unsmoothed_one():
     order = [[0, 1, 2], [2, 1, 0]]
     clamp = [{"wrong_order": order}, {"wrong_order": order}]
     reversed_rows = [{"wrong_order": [r[::-1] for r in order]}] * 2
-    assert e7.wrong_order_kept(clamp, clamp) == pytest.approx([0.0, 0.0])
-    assert e7.wrong_order_kept(reversed_rows, clamp) == pytest.approx([-2.0, -2.0])
+    assert sc.wrong_order_kept(clamp, clamp) == pytest.approx([0.0, 0.0])
+    assert sc.wrong_order_kept(reversed_rows, clamp) == pytest.approx([-2.0, -2.0])
 
 
 def test_uniform_share_loss_pushes_every_wrong_class_alike():
     d = torch.rand(5, 4, dtype=torch.float64, requires_grad=True)
     y = torch.tensor([0, 1, 2, 3, 0])
-    (grad,) = torch.autograd.grad(e7.uniform_share_loss(d, y) * 5, d)
+    (grad,) = torch.autograd.grad(sc.uniform_share_loss(d, y) * 5, d)
     wrong = torch.ones(5, 4, dtype=torch.bool).scatter(1, y[:, None], False)
     shares = grad[wrong].view(5, 3)
     torch.testing.assert_close(shares, shares[:, :1].expand(5, 3))
@@ -104,10 +104,10 @@ def test_uniform_share_loss_pushes_every_wrong_class_alike():
 
 
 def test_planted_sphere_encoder_is_the_identity():
-    model, images = e7.planted_sphere(0, 50)
+    model, images = sc.planted_sphere(0, 50)
     with torch.no_grad():
         torch.testing.assert_close(model.encoder(images.x_test), images.x_test)
-    assert torch.allclose(images.x_test.norm(dim=1), torch.full((50,), e7.SPHERE_RADIUS))
+    assert torch.allclose(images.x_test.norm(dim=1), torch.full((50,), sc.SPHERE_RADIUS))
 
 
 def test_smoke_run(tmp_path):
@@ -131,6 +131,6 @@ def test_smoke_run(tmp_path):
 
 def test_coupling_gaps_read_only_the_seeds_where_the_comparator_learned():
     nan = float("nan")
-    assert e7.learned_gaps([0.9, 0.8, 0.7], [0.1, nan, 0.2], 0.5) == pytest.approx([0.8, 0.5])
-    assert all(math.isnan(g) for g in e7.learned_gaps([0.9, 0.8, 0.7], [0.1, nan, nan], 0.5))
-    assert e7.learned_gaps([0.9, 0.8], [nan, 0.3], 0.5) == pytest.approx([0.5])
+    assert sc.learned_gaps([0.9, 0.8, 0.7], [0.1, nan, 0.2], 0.5) == pytest.approx([0.8, 0.5])
+    assert all(math.isnan(g) for g in sc.learned_gaps([0.9, 0.8, 0.7], [0.1, nan, nan], 0.5))
+    assert sc.learned_gaps([0.9, 0.8], [nan, 0.3], 0.5) == pytest.approx([0.5])

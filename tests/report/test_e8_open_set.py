@@ -49,7 +49,7 @@ def direct_fpr95(score, positive):
 
 
 def check_against_direct(score, unknown):
-    got = e8.open_set_metrics(score, unknown)
+    got = e8_scores.open_set_metrics(score, unknown)
     assert got["auroc"] == pytest.approx(direct_auroc(score, unknown))
     assert got["aupr_out"] == pytest.approx(direct_average_precision(score, unknown))
     assert got["aupr_in"] == pytest.approx(direct_average_precision(-score, ~unknown))
@@ -64,7 +64,7 @@ def test_open_set_metrics_on_a_hand_made_example():
     score = np.array(unknown_scores + known_scores)
     unknown = np.array([True] * 20 + [False] * 10)
     check_against_direct(score, unknown)
-    got = e8.open_set_metrics(score, unknown)
+    got = e8_scores.open_set_metrics(score, unknown)
     # 19 of 20 unknowns are flagged at 0.45, which also flags the known 0.96 and 0.5: FPR 2/10.
     assert got["fpr95"] == pytest.approx(0.2)
     # Pairs: each unknown beats every known below it; 0.5 ties once.
@@ -86,11 +86,11 @@ def test_open_set_metrics_match_the_direct_computation(scores, labels):
 
 def test_open_set_metrics_reject_bad_input():
     with pytest.raises(ValueError, match="both known and unknown"):
-        e8.open_set_metrics(np.array([0.1, 0.2]), np.array([True, True]))
+        e8_scores.open_set_metrics(np.array([0.1, 0.2]), np.array([True, True]))
     with pytest.raises(ValueError, match="non-finite"):
-        e8.open_set_metrics(np.array([0.1, np.nan]), np.array([True, False]))
+        e8_scores.open_set_metrics(np.array([0.1, np.nan]), np.array([True, False]))
     with pytest.raises(ValueError, match="same length"):
-        e8.open_set_metrics(np.array([0.1, 0.2, 0.3]), np.array([True, False]))
+        e8_scores.open_set_metrics(np.array([0.1, 0.2, 0.3]), np.array([True, False]))
 
 
 CONFIG = {"null_target": 0.05, "oe_weight": 0.5, "knn_bank": 100, "knn_k": 3, "vim_dim": 2}
@@ -106,8 +106,8 @@ def test_null_responsibility_ranks_as_the_energy_with_a_constant_d0():
     assert check["rank_violations"] == 0 and check["d0"] == pytest.approx(1.5)
     scores = scorer.scores(x)
     unknown = np.arange(300) % 3 == 0
-    same = e8.open_set_metrics(scores["null"], unknown)
-    energy = e8.open_set_metrics(scores["energy"], unknown)
+    same = e8_scores.open_set_metrics(scores["null"], unknown)
+    energy = e8_scores.open_set_metrics(scores["energy"], unknown)
     assert same == pytest.approx(energy, abs=1e-12)
     assert "vim" not in scores  # ViM needs a linear head
 

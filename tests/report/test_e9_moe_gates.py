@@ -8,7 +8,8 @@ import torch
 from implicit_em.core import responsibilities
 from implicit_em.objectives import mixture_nll
 from implicit_em.report import select
-from implicit_em.report.experiments import e9_moe_gates as e9
+from implicit_em.report.experiments import _expert_training as training
+from implicit_em.report.experiments import _experts as experts
 from implicit_em.report.experiments._experts import start_model
 
 (E9,) = select(["E9"])
@@ -16,7 +17,7 @@ from implicit_em.report.experiments._experts import start_model
 
 def test_piecewise_task():
     config = {"slopes": [1.0, -1.0], "intercepts": [0.0, 2.0], "noise": 0.0}
-    x, y, segment = e9.piecewise_task(100, config, torch.Generator().manual_seed(0))
+    x, y, segment = experts.piecewise_task(100, config, torch.Generator().manual_seed(0))
     assert x.shape == (100, 1) and y.shape == (100, 1)
     assert torch.equal(segment, (x[:, 0] >= 0).long())
     expected = torch.where(segment == 0, x[:, 0], -x[:, 0] + 2.0)
@@ -30,7 +31,7 @@ def test_mixture_gradients_are_responsibilities():
     y = torch.randn(b, 1, dtype=torch.float64)
     o = torch.randn(b, k, dtype=torch.float64)
     logits = torch.randn(b, k, dtype=torch.float64, requires_grad=True)
-    d = e9.expert_distances(y, o).requires_grad_(True)
+    d = experts.expert_distances(y, o).requires_grad_(True)
     log_g = torch.log_softmax(logits, -1)
     mixture_nll(d, log_prior=log_g).backward()
     h = responsibilities(d.detach(), log_prior=log_g.detach())
@@ -43,17 +44,17 @@ def test_gate_kl_matches_torch():
     h = torch.softmax(torch.randn(6, 4, dtype=torch.float64), -1)
     log_g = torch.log_softmax(torch.randn(6, 4, dtype=torch.float64), -1)
     expected = torch.nn.functional.kl_div(log_g, h, reduction="none").sum(-1)
-    assert torch.allclose(e9.gate_kl(h, log_g), expected)
+    assert torch.allclose(experts.gate_kl(h, log_g), expected)
     one_hot = torch.tensor([[1.0, 0.0]], dtype=torch.float64)
-    assert float(e9.gate_kl(one_hot, one_hot.clamp_min(1e-300).log())) == 0.0
+    assert float(experts.gate_kl(one_hot, one_hot.clamp_min(1e-300).log())) == 0.0
 
 
 def test_matched_purity():
     segment = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])
-    assert e9.matched_purity(torch.tensor([2, 2, 0, 0, 3, 3, 1, 1]), segment, 4, 4) == 1.0
+    assert experts.matched_purity(torch.tensor([2, 2, 0, 0, 3, 3, 1, 1]), segment, 4, 4) == 1.0
     # One expert covers two segments: only one of them can be matched to it.
-    assert e9.matched_purity(torch.tensor([2, 2, 2, 2, 3, 3, 1, 1]), segment, 4, 4) == 0.75
-    assert e9.matched_purity(torch.tensor([0, 1, 0, 1, 2, 2, 3, 3]), segment, 4, 4) == 0.75
+    assert experts.matched_purity(torch.tensor([2, 2, 2, 2, 3, 3, 1, 1]), segment, 4, 4) == 0.75
+    assert experts.matched_purity(torch.tensor([0, 1, 0, 1, 2, 2, 3, 3]), segment, 4, 4) == 0.75
 
 
 def test_planted_starts():
@@ -79,15 +80,15 @@ def test_planted_starts():
 def test_gate_gradient_is_its_distance_from_the_responsibilities():
     torch.manual_seed(0)
     config = {"slopes": [1.0, -1.0], "intercepts": [0.0, 2.0], "noise": 0.1}
-    x, y, _ = e9.piecewise_task(64, config, torch.Generator().manual_seed(0))
+    x, y, _ = experts.piecewise_task(64, config, torch.Generator().manual_seed(0))
     model = start_model({**config, "experts": 2, "gate_hidden": 4})
-    assert e9.gate_gradient_residual(model, x, y) < 1e-6
+    assert training.gate_gradient_residual(model, x, y) < 1e-6
 
 
 def test_smoke_run(tmp_path):
     outcome = E9.run({**E9.configs["smoke"], "device": "cpu"}, tmp_path)
     n = outcome.numbers
-    for objective in e9.OBJECTIVES:
+    for objective in training.OBJECTIVES:
         assert 0.25 <= n[f"purity_{objective}"] <= 1 and n[f"kl_{objective}"] >= 0
     # The tracer's per-expert mass is the mean of h read here from the same gradient.
     assert n["trace_agreement"] < 1e-5 and n["trace_residual"] < 1e-5

@@ -33,7 +33,11 @@ _MODULE = """
 from implicit_em.report import Outcome
 
 
-def run(config, out):
+def plan(config):
+    return []
+
+
+def aggregate(config, results, out):
     if config.get("crash"):
         raise RuntimeError("boom")
     return Outcome({{"x": 0.5}}, {{"x": [0.5, 0.4, 0.6]}})  # {name}
@@ -57,7 +61,7 @@ def _protocol(id_: str, full: dict | None = None) -> Protocol:
 
 
 def _experiment(folder: Path, id_: str, full: dict | None = None) -> Experiment:
-    """An experiment whose `run` lives in its own module file `folder/<id>_run.py`."""
+    """An experiment whose `plan` and `aggregate` live in its own module file `folder/<id>_run.py`."""
     path = folder / f"{id_.lower()}_run.py"
     path.write_text(_MODULE.format(name=id_), encoding="utf-8")
     spec = importlib.util.spec_from_file_location(f"_publish_test_{id_}_{folder.name}", path)
@@ -70,7 +74,8 @@ def _experiment(folder: Path, id_: str, full: dict | None = None) -> Experiment:
         claims=("C1",),
         hypothesis="h",
         setup="s",
-        run=module.run,
+        plan=module.plan,
+        aggregate=module.aggregate,
         protocol=_protocol(id_, full),
         controls={
             "x": Controls(

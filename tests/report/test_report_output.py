@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 import time
+import warnings
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -20,11 +21,11 @@ from implicit_em.report import (
     Experiment,
     Figure,
     Outcome,
+    Unit,
     rebuild,
     run_report,
-    unit,
 )
-from implicit_em.report import units as units_module
+from implicit_em.report import plan as plan_module
 from implicit_em.report.build import _published, published_seconds
 from implicit_em.report.page import sample_count
 from implicit_em.report.protocol import Protocol
@@ -103,6 +104,8 @@ def test_html_has_a_section_per_experiment_and_embeds_every_figure(smoke_report)
         units = e["units"]
         assert units["count"] >= 1 and units["longest_seconds"] <= units["seconds"]
         assert f"{units['count']} units of work" in text and units["longest"] in text
+        for place, used in units["where"].items():  # where they ran: host (device)
+            assert f"ran on {place} {used['units']} units" in text
 
 
 def test_results_json_and_summary_agree(smoke_report):
@@ -155,14 +158,15 @@ def test_second_run_comes_from_the_cache(smoke_report):
     assert [r.judgement for r in again.results] == [r.judgement for r in smoke_report[0].results]
 
 
-def _experiment(id_: str, run) -> Experiment:
+def _experiment(id_: str, aggregate, plan=lambda config: []) -> Experiment:
     return Experiment(
         id=id_,
         title=f"test {id_}",
         claims=("C1",),
         hypothesis="h",
         setup="s",
-        run=run,
+        plan=plan,
+        aggregate=aggregate,
         protocol=Protocol.from_data(
             {
                 "id": id_,
@@ -192,11 +196,11 @@ def _draw(out: Path) -> Figure:
 def test_a_crash_is_not_run_and_the_others_still_run(tmp_path):
     calls = []
 
-    def fine(config, out):
+    def fine(config, results, out):
         calls.append(config["a"])
         return Outcome({}, {"x": [0.5, 0.4, 0.6]}, figures=[_draw(out)])
 
-    def broken(config, out):
+    def broken(config, results, out):
         raise RuntimeError("boom")
 
     results = run_experiments(
@@ -233,28 +237,49 @@ def test_quick_verdicts_are_compared_with_the_published_full_run(smoke_report, t
     assert _published(tmp_path / "absent.json") is None
 
 
+COMPUTED: list[int] = []
+"""The seeds `_tenth` computed (in this process: the local executor)."""
+CLOCK = [0.0]
+"""The units' clock: each unit advances it by what it "takes"."""
+
+
+def _tenth(seed: int) -> float:
+    COMPUTED.append(seed)
+    CLOCK[0] += 5.0 if seed == 1 else 1.0  # seed1 is the long unit
+    return seed / 10
+
+
+def _interrupting(seed: int) -> float:
+    if seed == 1:
+        raise KeyboardInterrupt
+    return seed / 10
+
+
+def _warning(seed: int) -> float:
+    for _ in range(3):
+        warnings.warn("divide by zero encountered in log", RuntimeWarning, stacklevel=1)
+    return seed / 10
+
+
+def _tenths(config) -> list[Unit]:
+    return [Unit(f"seed{s}", _tenth, {"seed": s}) for s in range(3)]
+
+
 def test_units_are_kept_while_an_experiment_runs_and_resume_after_a_crash(tmp_path, monkeypatch):
-    computed, crashed = [], []
-    clock = [0.0]  # the units' clock: each unit advances it by what it "takes"
-    monkeypatch.setattr(units_module, "perf_counter", lambda: clock[0])
+    COMPUTED.clear()
+    crashed = []
+    monkeypatch.setattr(plan_module, "perf_counter", lambda: CLOCK[0])
 
-    def compute(s):
-        computed.append(s)
-        clock[0] += 5.0 if s == 1 else 1.0  # seed1 is the long unit
-        return s / 10
-
-    def flaky(config, out):
-        values = [unit(f"seed{s}", lambda s=s: compute(s)) for s in range(3)]
+    def flaky(config, results, out):
         if not crashed:
             crashed.append(True)
             raise RuntimeError("killed after every unit")
-        return Outcome({}, {"x": values}, figures=[_draw(out)])
+        return Outcome({}, {"x": [results[f"seed{s}"] for s in range(3)]}, figures=[_draw(out)])
 
-    assert unit("outside", lambda: {"a": 1}) == {"a": 1}  # no report run: just computed
-    first = run_experiments([_experiment("X3", flaky)], "smoke", tmp_path, **QUIET)
-    assert first[0].judgement.verdict == "not run" and computed == [0, 1, 2]
-    second = run_experiments([_experiment("X3", flaky)], "smoke", tmp_path, **QUIET)
-    assert computed == [0, 1, 2]  # every unit read back, none recomputed
+    first = run_experiments([_experiment("X3", flaky, _tenths)], "smoke", tmp_path, **QUIET)
+    assert first[0].judgement.verdict == "not run" and COMPUTED == [0, 1, 2]
+    second = run_experiments([_experiment("X3", flaky, _tenths)], "smoke", tmp_path, **QUIET)
+    assert COMPUTED == [0, 1, 2]  # every unit read back, none recomputed
     assert second[0].judgement.verdict == "holds"
     assert second[0].outcome.samples["x"] == [0.0, 0.1, 0.2]
     assert not list((tmp_path / "units").iterdir())  # cleared once the result is cached
@@ -262,17 +287,66 @@ def test_units_are_kept_while_an_experiment_runs_and_resume_after_a_crash(tmp_pa
     timed = second[0].units
     assert timed["count"] == 3 and timed["resumed"] == 3 and timed["longest"] == "seed1"
     assert timed["longest_seconds"] == 5.0 and timed["seconds"] == 7.0
-    cached = run_experiments([_experiment("X3", flaky)], "smoke", tmp_path, **QUIET)[0]
+    ((place, used),) = timed["where"].items()  # one host, the CPU: where the units ran
+    assert place.endswith("(cpu)") and used == {"units": 3, "seconds": 7.0}
+    cached = run_experiments([_experiment("X3", flaky, _tenths)], "smoke", tmp_path, **QUIET)[0]
     assert cached.cached and cached.units == timed and cached.as_dict()["units"] == timed
     with pytest.raises(ValueError, match="not starting with _"):
-        unit("_times", lambda: 0)
+        Unit("_times", _tenth)
+    with pytest.raises(ValueError, match="module-level"):
+        Unit("seed0", lambda: 0)
+
+
+def test_a_failing_unit_says_why_on_its_own_line_and_the_others_still_run(tmp_path):
+    def fine(config, results, out):
+        return Outcome({}, {"x": [0.5, 0.4, 0.6]})
+
+    def missing(config):
+        return [Unit("seed0", _tenth, {"seed": 0}), Unit("seed1", _tenth, {"no_such": 1})]
+
+    def warning(config):
+        return [Unit("seed0", _warning, {"seed": 0})]
+
+    lines: list[str] = []
+    results = run_experiments(
+        [_experiment("X1", fine, missing), _experiment("X2", fine, warning)],
+        "smoke",
+        tmp_path,
+        log=lines.append,
+    )
+    assert [r.judgement.verdict for r in results] == ["not run", "holds"]
+    assert not any("divide by zero" in line for line in lines)  # warnings go to the log file
+    (logged,) = (tmp_path / "warnings.log").read_text().splitlines()  # once, not three times
+    assert logged.startswith("X2 seed0: RuntimeWarning: divide by zero encountered in log")
+    assert "unexpected keyword argument 'no_such'" in results[0].judgement.reason
+    assert any(
+        line.startswith("X1   unit seed1 failed: TypeError:") and "no_such" in line
+        for line in lines
+    )
+    assert any(line.startswith("X1   why: crashed: ") for line in lines)
+
+
+def test_a_second_report_on_the_same_folder_is_refused_and_a_stale_lock_is_taken(tmp_path):
+    from implicit_em.report.lock import LOCK, Locked, hold
+
+    def fine(config, results, out):
+        return Outcome({}, {"x": [0.5, 0.4, 0.6]})
+
+    with hold(tmp_path), pytest.raises(Locked, match=r"another report \(pid \d+ on "):
+        run_experiments([_experiment("X1", fine)], "smoke", tmp_path, **QUIET)
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    (tmp_path / LOCK).write_text(f"{gone.stdout.strip()} {os.uname().nodename}")
+    (result,) = run_experiments([_experiment("X1", fine)], "smoke", tmp_path, **QUIET)
+    assert result.judgement.verdict == "holds" and not (tmp_path / LOCK).exists()
 
 
 def test_a_missing_figure_or_wrong_return_is_a_crash(tmp_path):
-    def no_file(config, out):
+    def no_file(config, results, out):
         return Outcome({"x": 0.5}, figures=[Figure("missing.png", "")])
 
-    def wrong(config, out):
+    def wrong(config, results, out):
         return {"x": 0.5}
 
     results = run_experiments(
@@ -334,6 +408,8 @@ def test_a_killed_report_resumes_without_rerunning_what_finished(tmp_path):
         ),
         (("--device", "tpu"), "--device tpu: expected cpu, cuda or cuda:N"),
         (("--quick", "--full"), "choose one of --quick, --full and --smoke"),
+        (("--executor", "dask"), "--executor: expected one of local, ray, got 'dask'"),
+        (("--address", "auto"), "--address: only the ray executor joins a cluster"),
     ],
 )
 def test_bad_input_is_one_line_and_a_non_zero_exit(args, message, tmp_path):
@@ -369,13 +445,13 @@ import torch.nn.functional as F
 from torch import nn
 
 import implicit_em as iem
-from implicit_em.report import Experiment, Outcome
+from implicit_em.report import Experiment, Outcome, Unit
 from implicit_em.report.progress import progress
 from implicit_em.report.protocol import Protocol
 from implicit_em.report.runner import run_experiments
 
 
-def collapsing(config, out):
+def collapsing(seed):
     """A real traced run whose head starts collapsed: the tracer raises its alarms."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 3))
@@ -387,12 +463,16 @@ def collapsing(config, out):
             F.cross_entropy(model(x), y).backward()
             model.zero_grad()
             tracer.step()
-    return Outcome({"alarms": len(tracer.alarms)}, {"x": [0.5, 0.4, 0.6]})
+    return len(tracer.alarms)
 
 
 experiment = Experiment(
     id="X9", title="a collapsing head", claims=("C1",), hypothesis="h", setup="s",
-    run=collapsing, headline=("x",),
+    plan=lambda config: [Unit("seed0", collapsing, {"seed": 0})],
+    aggregate=lambda config, results, out: Outcome(
+        {"alarms": results["seed0"]}, {"x": [0.5, 0.4, 0.6]}
+    ),
+    headline=("x",),
     protocol=Protocol.from_data({
         "id": "X9",
         "criteria": [{"number": "x", "op": "<=", "threshold": 1.0, "means": "small",
@@ -427,16 +507,18 @@ def test_the_console_off_a_terminal_has_no_alarm_and_no_control_character(tmp_pa
 
 
 def test_ctrl_c_names_what_was_kept(tmp_path):
-    def done_(config, out):
+    def done_(config, results, out):
         return Outcome({}, {"x": [0.5, 0.4, 0.6]})
 
-    def stopped(config, out):
-        unit("seed0", lambda: 0.5)
-        raise KeyboardInterrupt
+    def stopped(config):
+        return [Unit(f"seed{s}", _interrupting, {"seed": s}) for s in range(2)]
 
     with pytest.raises(Interrupted) as stop:
         run_experiments(
-            [_experiment("X1", done_), _experiment("X2", stopped)], "smoke", tmp_path, **QUIET
+            [_experiment("X1", done_), _experiment("X2", done_, stopped)],
+            "smoke",
+            tmp_path,
+            **QUIET,
         )
     assert stop.value.kept == ["X1"] and stop.value.running == "X2"
     (units,) = (tmp_path / "units").iterdir()
@@ -478,7 +560,7 @@ def test_ctrl_c_on_the_command_is_one_line_with_the_command_that_resumes(tmp_pat
 
 
 def test_the_announcement_reads_measured_times_and_marks_budgets(tmp_path):
-    def fine(config, out):
+    def fine(config, results, out):
         return Outcome({}, {"x": [0.5, 0.4, 0.6]})
 
     lines: list[str] = []

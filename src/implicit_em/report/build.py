@@ -24,6 +24,7 @@ from typing import Any
 
 import implicit_em
 from implicit_em.machine import summary as machine_summary
+from implicit_em.report.executors import Executor
 from implicit_em.report.files import write_atomic
 from implicit_em.report.page import render_html
 from implicit_em.report.registry import select
@@ -80,8 +81,10 @@ def run_report(
     published: Path | str | None = PUBLISHED_FULL,
     quick_times: Path | str | None = QUICK_TIMES,
     replication: Replication | None = None,
+    executor: Executor | None = None,
 ) -> Report:
-    """Run (or load from the cache) the experiments `ids` (all when None) and write the report.
+    """Run (or load from the cache) the experiments `ids` (all when None) and write the report;
+    `executor` computes their units (None: in this process, `executors.LocalExecutor`).
 
     `published` is the full-size `results.json` the verdicts are compared with (below full
     size; None or a missing file: "no full run published"); at full size, the times it
@@ -101,6 +104,7 @@ def run_report(
         force=force,
         measured=measured,
         replication=replication,
+        executor=executor,
     )
     if replication and size == "quick" and PUBLISHED_QUICK.is_file():
         published = PUBLISHED_QUICK

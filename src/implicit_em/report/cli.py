@@ -15,6 +15,7 @@ import typer
 
 from implicit_em.arguments import check_device, check_writable_folder, fail, names
 from implicit_em.report.build import PUBLISHED_FULL, run_report
+from implicit_em.report.executors import check_executor, make_executor
 from implicit_em.report.freshness import published_document, stale_experiments
 from implicit_em.report.publish import PUBLISHED, publish
 from implicit_em.report.registration import register, unregistered
@@ -63,6 +64,18 @@ def report_command(
         metavar="N",
         help="Replicate with every experiment's seeds shifted by N (its seed count kept).",
     ),
+    executor: str = typer.Option(
+        "local",
+        "--executor",
+        help="Where units run: local (this process) or ray (a Ray cluster; the extra 'ray').",
+    ),
+    address: str = typer.Option(
+        None,
+        "--address",
+        metavar="ADDRESS",
+        help="With --executor ray: join this cluster (auto or HOST:PORT); without it a local "
+        "Ray instance starts with one worker per core.",
+    ),
 ) -> None:
     """Run every experiment of the claims report and write report/index.html."""
     if rejudge:
@@ -79,18 +92,29 @@ def report_command(
         fail(f"--only: {err}")
     try:
         picked = replication(seeds, seed_offset)
+        check_executor(executor, address)
     except ValueError as err:
         fail(str(err))
     check_writable_folder(out, "--out")
+    runner = make_executor(executor, address)
     try:
         report = run_report(
-            ids, size=size, out=out, device=device, force=force, log=typer.echo, replication=picked
+            ids,
+            size=size,
+            out=out,
+            device=device,
+            force=force,
+            log=typer.echo,
+            replication=picked,
+            executor=runner,
         )
     except ValueError as err:
         fail(str(err))
     except Interrupted as stop:
         typer.echo(_interrupted_line(stop, size, out, ids, device, seeds, seed_offset), err=True)
         raise typer.Exit(code=130) from None
+    finally:
+        runner.close()
     tally: dict[str, int] = {}
     for result in report.results:
         tally[result.judgement.verdict] = tally.get(result.judgement.verdict, 0) + 1

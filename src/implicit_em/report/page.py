@@ -272,7 +272,20 @@ def _units_line(units: Mapping[str, Any] | None) -> str:
     return (
         f"; {_esc(units['count'])} units of work, {units['seconds']:.1f} s together, the longest "
         f"{_esc(units['longest'])} {units['longest_seconds']:.1f} s{resumed}"
+        f"{_where_line(units.get('where') or {})}"
     )
+
+
+def _where_line(where: Mapping[str, Mapping[str, float]]) -> str:
+    """Where the units ran: per host (device), how many and their seconds ('' when not
+    recorded)."""
+    if not where:
+        return ""
+    places = "; ".join(
+        f"{_esc(place)} {int(used['units'])} units, {used['seconds']:.1f} s"
+        for place, used in sorted(where.items())
+    )
+    return f"; ran on {places}"
 
 
 def _configuration(config: Mapping[str, Any]) -> str:

@@ -2,19 +2,20 @@
 
 A progress bar redraws itself with carriage returns and cursor movements; in a log file or a
 pipe those are noise. So bars are drawn only when standard error (where they go) is a
-terminal (`on_terminal`); elsewhere the report prints one plain line per experiment and
-nothing per inner step.
+terminal (`on_terminal`); elsewhere the report prints one plain line per experiment, and a
+plain progress line of the whole run (`RunProgress`) at most once a minute.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TypeVar
 
 from tqdm.auto import tqdm
 
-__all__ = ["on_terminal", "progress"]
+__all__ = ["RunProgress", "duration", "on_terminal", "progress"]
 
 T = TypeVar("T")
 
@@ -29,3 +30,71 @@ def progress(items: Iterable[T], desc: str, total: int | None = None) -> Iterato
     yield from tqdm(
         items, desc=desc, total=total, leave=False, dynamic_ncols=True, disable=not on_terminal()
     )
+
+
+class RunProgress:
+    """One progress line for a whole report run: units done of the total, each running
+    experiment's units, the time left (at the pace of this run's units so far) and the
+    workers busy. On a terminal it is a bar redrawn in place; elsewhere `log` gets it as a
+    plain line at most every `every` seconds."""
+
+    def __init__(
+        self,
+        total: int,
+        workers: int,
+        log: Callable[[str], None],
+        every: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.total, self.workers, self.done = total, workers, 0
+        self._log, self._every, self._clock = log, every, clock
+        self._start = self._last = clock()
+        self._bar = tqdm(
+            total=total, desc="report", unit="unit", dynamic_ncols=True, disable=not on_terminal()
+        )
+
+    def write(self, line: str) -> None:
+        """A console line that does not break the bar."""
+        if on_terminal():
+            self._bar.write(line)
+        else:
+            self._log(line)
+
+    def left(self) -> float | None:
+        """Seconds left at the pace so far (None before the first unit)."""
+        if not self.done:
+            return None
+        return (self._clock() - self._start) / self.done * (self.total - self.done)
+
+    def line(self, running: Mapping[str, tuple[int, int]], busy: int) -> str:
+        """`units 12/40 (E7 3/10, E8 0/6), 2/2 workers busy, about 3 min left`."""
+        parts = ", ".join(f"{e} {d}/{n}" for e, (d, n) in running.items())
+        left = self.left()
+        eta = "" if left is None else f", about {duration(left)} left"
+        where = f" ({parts})" if parts else ""
+        return f"units {self.done}/{self.total}{where}, {busy}/{self.workers} workers busy{eta}"
+
+    def advance(self, running: Mapping[str, tuple[int, int]], busy: int) -> None:
+        """One more unit done."""
+        self.done += 1
+        if on_terminal():
+            parts = " ".join(f"{e} {d}/{n}" for e, (d, n) in running.items())
+            self._bar.set_postfix_str(f"{parts} · {busy}/{self.workers} busy", refresh=False)
+            self._bar.update(1)
+        elif self._clock() - self._last >= self._every and self.done < self.total:
+            self._last = self._clock()
+            self._log(self.line(running, busy))
+
+    def close(self) -> None:
+        self._bar.close()
+
+
+def duration(seconds: float) -> str:
+    """A length of time as a reader says it: `1.6 s`, `40 s`, `12 min`, `2.9 h`."""
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

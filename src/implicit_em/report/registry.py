@@ -1,16 +1,18 @@
 r"""The registry of the claims report: experiments, their outcomes, and the explicit list of them.
 
 An `Experiment` names the claims it tests (the C/R/T/m IDs of `docs/theory.md`), states
-its hypothesis, and has a `run(config, out)` that measures: it returns an `Outcome` (scalar
-`numbers` for gates and display, per-seed `samples` for the criteria, tables, figures) and never
-a verdict. Its rule, seeds, budgets and data sizes are not in its module: they are its protocol
+its hypothesis, and measures in two steps: `plan(config)` states its work as units (a
+module-level function with plain-JSON arguments each, `implicit_em.report.plan`), which any
+process may compute, and `aggregate(config, results, out)` turns the units' JSON values into an
+`Outcome` (scalar `numbers` for gates and display, per-seed `samples` for the criteria, tables,
+figures), never a verdict. Its rule, seeds, budgets and data sizes are not in its module: they are its protocol
 (`implicit_em.report.protocol`, the data file `protocols/<ID>.json`), registered before the
 confirmatory run. Each criterion comes with its known-answer `Controls`
 (`implicit_em.report.controls`), written in the experiment's module beside the measurement code
 they run.
 
 Adding an experiment is one new module under `implicit_em.report.experiments` that defines
-`EXPERIMENT = Experiment(...)`, its protocol file, and one line in that package's `EXPERIMENTS`.
+`EXPERIMENT = Experiment(...)`, its protocol file, and one line in that package's `MODULES`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 from implicit_em.report.controls import Controls
 from implicit_em.report.judging import Judgement, Rule
+from implicit_em.report.plan import Unit, compute
 from implicit_em.report.protocol import Protocol, load_protocol
 
 __all__ = [
@@ -116,9 +119,12 @@ class Experiment:
         One sentence, stated before the run.
     setup : str
         Data, models and sizes, in words.
-    run : callable
-        `run(config, out) -> Outcome`; `out` is a folder for its figures, `config` one of
-        `configs` plus `"device"`.
+    plan : callable
+        `plan(config) -> Sequence[Unit]`: its work as units (`implicit_em.report.plan`),
+        `config` one of `configs` plus `"device"`.
+    aggregate : callable
+        `aggregate(config, results, out) -> Outcome`: the outcome from the units' JSON values
+        (`results`, by unit name); `out` is a folder for its figures.
     headline : tuple of str
         Numbers shown in the summary table.
     meaning : mapping
@@ -134,7 +140,8 @@ class Experiment:
     claims: tuple[str, ...]
     hypothesis: str
     setup: str
-    run: Callable[[Config, Path], Outcome]
+    plan: Callable[[Config], Sequence[Unit]]
+    aggregate: Callable[[Config, Mapping[str, Any], Path], Outcome]
     headline: tuple[str, ...]
     meaning: Mapping[str, str]
     minutes: Mapping[str, float]
@@ -172,12 +179,24 @@ class Experiment:
     def judge(self, outcome: Outcome) -> Judgement:
         return self.rule.judge(outcome.numbers, outcome.samples)
 
+    def run(self, config: Config, out: Path) -> Outcome:
+        """Plan, compute every unit in this process (no cache) and aggregate: the outcome a
+        report run would give, for tests and scripts. A unit that raises raises here."""
+        results = {}
+        for unit in self.plan(config):
+            done = compute(unit)
+            if done.error is not None:
+                raise RuntimeError(f"{self.id} unit {unit.name} failed:\n{done.error}")
+            results[unit.name] = done.value
+        return self.aggregate(config, results, out)
+
 
 def select(ids: Sequence[str] | None = None) -> list[Experiment]:
-    """The experiments of `EXPERIMENTS` with these ids (all when None), in report order."""
-    from implicit_em.report.experiments import EXPERIMENTS
+    """The listed experiments (`experiments.MODULES`) with these ids (all when None), in
+    report order."""
+    from implicit_em.report.experiments import experiments
 
-    ordered = sorted(EXPERIMENTS, key=_order)
+    ordered = sorted(experiments(), key=_order)
     if not ids:
         return ordered
     wanted = [i.strip().upper() for i in ids if i.strip()]

@@ -3,16 +3,19 @@
 Each experiment's result is cached under `<out>/cache/<ID>-<key>.json`, with `key` a hash of
 its id, size, configuration (device included) and the source of its module, and its figures
 under `<out>/figures/<ID>-<key>/`. Both appear atomically (written aside, then renamed), so a
-report that is killed or run again reruns only what is not cached or has changed. While an
-experiment runs, its units (`implicit_em.report.units`) are kept under `<out>/units/<ID>-<key>/`,
-so a killed experiment resumes at the unit it was in. The verdict is never cached: it is computed
+report that is killed or run again reruns only what is not cached or has changed. An
+experiment's work is a plan of units (`implicit_em.report.plan`), computed by an executor (in
+this process, or on a Ray cluster: `implicit_em.report.executors`); while it runs, the driver
+keeps each finished unit under `<out>/units/<ID>-<key>/` (`implicit_em.report.units`), so a
+killed report resumes at the units in progress, and aggregates the experiment here, where its
+figures are written (`drive`). One report at a time holds the output folder (`lock`). The verdict is never cached: it is computed
 from the cached numbers and samples by the experiment's rule on every load. A cache entry also
 keeps the machine line and the commit it was measured on, so a result read back from the cache
 still says where its numbers and its time come from.
 
 The console says what is resumed (finished experiments read from the cache, an experiment's
-kept units), draws progress bars only on a terminal (`progress.on_terminal`; one plain line per
-experiment elsewhere), and shows no tracer alarm raised inside an experiment: the alarms stay
+kept units), draws the run's progress line only on a terminal (`progress.on_terminal`; plain
+lines elsewhere), and shows no tracer alarm raised inside an experiment: the alarms stay
 records, which the experiments that are about them read. A Ctrl-C raises `Interrupted`, which
 names the experiments kept.
 """
@@ -22,31 +25,30 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-import logging
 import os
 import shutil
 import tempfile
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from implicit_em.machine import summary as machine_summary
+from implicit_em.report.drive import Interrupted, Job, LogWarnings, announce, drive, plan_job
+from implicit_em.report.executors import Executor, LocalExecutor
 from implicit_em.report.files import as_new_file, json_default, write_atomic, write_json
 from implicit_em.report.judging import Judgement
-from implicit_em.report.progress import on_terminal, progress
+from implicit_em.report.lock import hold
+from implicit_em.report.plan import alarms_off_console, warning_lines
+from implicit_em.report.progress import duration, progress
 from implicit_em.report.provenance import source_commit
 from implicit_em.report.registration import now as utc_now
 from implicit_em.report.registry import SIZES, Experiment, Figure, Outcome, Table
 from implicit_em.report.replication import Replication
 from implicit_em.report.result import Provenance, Result
-from implicit_em.report.units import activate, kept_units, unit_times
-from implicit_em.trace.alarms import CollapseWarning
+from implicit_em.report.units import unit_places, unit_times
 
 __all__ = [
     "Interrupted",
@@ -62,37 +64,12 @@ __all__ = [
 CACHE_VERSION = 3
 
 
-class Interrupted(Exception):
-    """A report stopped by Ctrl-C: the experiments whose results are in the cache (`kept`)
-    and the one that was running, whose finished units are kept (`running`, None if none)."""
-
-    def __init__(self, kept: list[str], running: str | None) -> None:
-        super().__init__(f"interrupted while running {running}")
-        self.kept = kept
-        self.running = running
-
-
-@contextmanager
-def alarms_off_console() -> Iterator[None]:
-    """Keep the tracer's alarms off the console: no `CollapseWarning`, no log line from the
-    `implicit_em.trace` logger. The alarms are still raised and recorded (`Tracer.alarms`)."""
-    trace_log = logging.getLogger("implicit_em.trace")
-    disabled = trace_log.disabled
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", CollapseWarning)
-        trace_log.disabled = True
-        try:
-            yield
-        finally:
-            trace_log.disabled = disabled
-
-
 def _source(experiment: Experiment) -> str:
     """The source of the experiment's module and of the private helper modules beside it that
     it names (`_*.py` in the same folder), so that a change to either reruns it."""
-    module = inspect.getmodule(experiment.run)
+    module = inspect.getmodule(experiment.aggregate)
     if module is None or module.__file__ is None:
-        return inspect.getsource(experiment.run)
+        return inspect.getsource(experiment.aggregate)
     path = Path(module.__file__)
     own = path.read_text(encoding="utf-8")
     helpers = sorted(
@@ -195,38 +172,69 @@ def _store(
     write_json(path, data)
 
 
-def unit_summary(times: dict[str, float], resumed: int) -> dict[str, Any] | None:
+def unit_summary(
+    times: dict[str, float], resumed: int, places: Mapping[str, Mapping[str, str]] | None = None
+) -> dict[str, Any] | None:
     """What a finished experiment's units took (`units.unit_times`): how many were timed, their
-    seconds together (every sitting's work), the longest and its seconds, and how many were read
-    back from an earlier sitting (`resumed`). None when it timed no unit."""
+    seconds together (every sitting's work), the longest and its seconds, how many were read
+    back from an earlier sitting (`resumed`), and where they ran (`units.unit_places`): per
+    host and device, the units and their seconds. None when it timed no unit."""
     if not times:
         return None
     longest = max(times, key=times.__getitem__)
+    where: dict[str, dict[str, float]] = {}
+    for name, seconds in times.items():
+        place = (places or {}).get(name)
+        if place is None:
+            continue
+        label = f"{place['host']} ({place['device']})"
+        entry = where.setdefault(label, {"units": 0, "seconds": 0.0})
+        entry["units"] += 1
+        entry["seconds"] += seconds
     return {
         "count": len(times),
         "seconds": sum(times.values()),
         "longest": longest,
         "longest_seconds": times[longest],
         "resumed": resumed,
+        "where": where,
     }
 
 
-def _run_one(
-    experiment: Experiment, size: str, config: dict, key: str, out: Path, here: Provenance
-) -> Result:
+def _not_run(job: Job, size: str, here: Provenance, error: str) -> Result:
+    last = error.strip().splitlines()[-1] if error.strip() else "unknown error"
+    return Result(
+        job.experiment,
+        size,
+        job.config,
+        job.key,
+        None,
+        Judgement("not run", f"crashed: {last}"),
+        job.seconds,
+        here,
+        error=error,
+        started=job.started,
+    )
+
+
+def _finish(job: Job, size: str, out: Path, here: Provenance, log_warnings: LogWarnings) -> Result:
+    """Aggregate a job whose units are in (on the driver: its figures are written here),
+    run its controls and cache the result; a failure is `not run` and caches nothing."""
+    experiment, config, key = job.experiment, job.config, job.key
     final_dir = out / "figures" / f"{experiment.id}-{key}"
     work_dir = Path(tempfile.mkdtemp(dir=out / "figures", prefix=f".{experiment.id}-"))
-    units = out / "units" / f"{experiment.id}-{key}"
-    started = utc_now()
-    resumed = kept_units(units)
     start = time.perf_counter()
     try:
-        with activate(units), alarms_off_console():
-            outcome = experiment.run(config, work_dir)
+        if job.failed is not None:
+            raise _UnitFailed(job.failed)
+        with alarms_off_console(), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("default")
+            outcome = experiment.aggregate(config, job.values, work_dir)
             controls = run_controls(experiment, config.get("device", "cpu"))
+        log_warnings(experiment.id, "aggregate", warning_lines(caught))
         if not isinstance(outcome, Outcome):
             raise TypeError(
-                f"{experiment.id}.run returned {type(outcome).__name__}, not an Outcome"
+                f"{experiment.id}.aggregate returned {type(outcome).__name__}, not an Outcome"
             )
         for figure in outcome.figures:
             if not (work_dir / figure.path).is_file():
@@ -239,29 +247,17 @@ def _run_one(
         raise
     except Exception as err:
         shutil.rmtree(work_dir, ignore_errors=True)
-        seconds = time.perf_counter() - start
-        lines = traceback.format_exception_only(type(err), err)
-        error = "".join(lines).strip()
-        return Result(
-            experiment,
-            size,
-            config,
-            key,
-            None,
-            Judgement("not run", f"crashed: {error}"),
-            seconds,
-            here,
-            error=traceback.format_exc(),
-            started=started,
-        )
-    seconds = time.perf_counter() - start
+        job.seconds += time.perf_counter() - start
+        error = err.text if isinstance(err, _UnitFailed) else traceback.format_exc()
+        return _not_run(job, size, here, error)
+    job.seconds += time.perf_counter() - start
     shutil.rmtree(final_dir, ignore_errors=True)
     as_new_file(work_dir)
     os.replace(work_dir, final_dir)
-    timed = unit_summary(unit_times(units), resumed)
+    timed = unit_summary(unit_times(job.folder), job.resumed, unit_places(job.folder))
     cache = out / "cache" / f"{experiment.id}-{key}.json"
-    _store(cache, outcome, seconds, here, started, controls, timed)
-    shutil.rmtree(units, ignore_errors=True)
+    _store(cache, outcome, job.seconds, here, job.started or utc_now(), controls, timed)
+    shutil.rmtree(job.folder, ignore_errors=True)
     return Result(
         experiment,
         size,
@@ -269,12 +265,20 @@ def _run_one(
         key,
         outcome,
         experiment.judge(outcome),
-        seconds,
+        job.seconds,
         here,
-        started=started,
+        started=job.started,
         control_values=controls,
         units=timed,
     )
+
+
+class _UnitFailed(Exception):
+    """A unit of the experiment raised (its traceback is `text`)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text.strip().splitlines()[-1] if text.strip() else "unit failed")
+        self.text = text
 
 
 def run_experiments(
@@ -286,6 +290,7 @@ def run_experiments(
     force: bool = False,
     measured: Mapping[str, float] | None = None,
     replication: Replication | None = None,
+    executor: Executor | None = None,
 ) -> list[Result]:
     """Run (or load from the cache) each experiment at `size`; crashes become `not run`.
 
@@ -293,89 +298,34 @@ def run_experiments(
 
     Before anything runs, `log` announces the expected time of each experiment to run and
     their total: the seconds `measured` for it at this size (by experiment id), else its
-    registered `minutes`, marked as a budget. Ctrl-C raises `Interrupted`.
+    registered `minutes`, marked as a budget. The units are computed by `executor` (in this
+    process when None); the values, the cache and the figures are written here. A second
+    report on the same `out` is refused (`lock.Locked`). Ctrl-C raises `Interrupted`.
     """
     if size not in SIZES:
         raise ValueError(f"size must be one of {SIZES}, got {size!r}")
     check_output_folder(out)
-    (out / "cache").mkdir(exist_ok=True)
-    (out / "figures").mkdir(exist_ok=True)
-    here = Provenance(machine_summary(device), source_commit())
-    planned = []
-    for experiment in experiments:
-        config = {**experiment.configs[size], "device": device}
-        config = replication.apply(config) if replication else config
-        key = cache_key(experiment, size, config)
-        cached = (
-            None
-            if force
-            else _load(
-                experiment, out / "cache" / f"{experiment.id}-{key}.json", size, config, key, here
-            )
+    with hold(out):
+        (out / "cache").mkdir(exist_ok=True)
+        (out / "figures").mkdir(exist_ok=True)
+        here = Provenance(machine_summary(device), source_commit())
+        jobs = []
+        for experiment in experiments:
+            config = {**experiment.configs[size], "device": device}
+            config = replication.apply(config) if replication else config
+            key = cache_key(experiment, size, config)
+            cache = out / "cache" / f"{experiment.id}-{key}.json"
+            job = Job(experiment, config, key, out / "units" / f"{experiment.id}-{key}")
+            job.result = None if force else _load(experiment, cache, size, config, key, here)
+            jobs.append(job)
+        announce(jobs, size, out, measured or {}, log)
+        for job in jobs:
+            if job.result is None:
+                plan_job(job)
+        return drive(
+            jobs,
+            out,
+            executor or LocalExecutor(),
+            lambda job, log_warnings: _finish(job, size, out, here, log_warnings),
+            log,
         )
-        planned.append((experiment, config, key, cached))
-    to_run = [p for p in planned if p[3] is None]
-    _announce(planned, to_run, size, out, measured or {}, log)
-    results = []
-    bar = tqdm(planned, desc="report", unit="exp", dynamic_ncols=True, disable=not on_terminal())
-    say = bar.write if on_terminal() else log
-    for experiment, config, key, cached in bar:
-        bar.set_postfix_str(experiment.id)
-        if cached is None and not on_terminal():
-            log(f"{experiment.id:<4} running  {experiment.title}")
-        try:
-            result = cached or _run_one(experiment, size, config, key, out, here)
-        except KeyboardInterrupt:
-            bar.close()
-            kept = [
-                e.id for e, _, k, _ in planned if (out / "cache" / f"{e.id}-{k}.json").is_file()
-            ]
-            raise Interrupted(kept, None if experiment.id in kept else experiment.id) from None
-        state = "cached" if result.cached else f"{result.seconds:.1f} s"
-        say(f"{experiment.id:<4} {result.judgement.verdict:<8} ({state})  {experiment.title}")
-        results.append(result)
-    return results
-
-
-def _announce(
-    planned: Sequence[tuple[Experiment, dict, str, Result | None]],
-    to_run: Sequence[tuple[Experiment, dict, str, Result | None]],
-    size: str,
-    out: Path,
-    measured: Mapping[str, float],
-    log: Callable[[str], None],
-) -> None:
-    """Say what runs and for about how long (the measured seconds of each experiment, else
-    its registered budget, marked as such), and what is resumed."""
-
-    def expected(experiment: Experiment) -> float:
-        return measured.get(experiment.id, experiment.minutes[size] * 60)
-
-    total = sum(expected(p[0]) for p in to_run)
-    budgets = [p[0].id for p in to_run if p[0].id not in measured]
-    basis = "as measured" if not budgets else f"budgets for {', '.join(budgets)}"
-    about = f" (about {duration(total)}: {basis})" if to_run else ""
-    log(f"{len(planned)} experiment(s) at size {size!r}, {len(to_run)} to run{about}")
-    done = len(planned) - len(to_run)
-    if done:
-        log(f"resuming: {done} finished experiment(s) read from {out / 'cache'}")
-    for experiment, _, key, _ in to_run:
-        units = out / "units" / f"{experiment.id}-{key}"
-        kept = kept_units(units)
-        resumed = f" (resumes from {kept} kept unit(s))" if kept else ""
-        source = "" if experiment.id in measured else " (budget)"
-        log(
-            f"  {experiment.id:<4} about {duration(expected(experiment)):<7}{source} "
-            f"{experiment.title}{resumed}"
-        )
-
-
-def duration(seconds: float) -> str:
-    """A length of time as a reader says it: `1.6 s`, `40 s`, `12 min`, `2.9 h`."""
-    if seconds < 10:
-        return f"{seconds:.1f} s"
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"

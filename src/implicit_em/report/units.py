@@ -1,78 +1,85 @@
-"""Resumable units of work: one seed of one configuration, computed once per report run.
+"""The units' folder: each finished unit of an experiment kept as it is computed, for resuming.
 
-Inside a report run the runner activates a unit folder for the experiment (keyed like its
-cache entry, so a change of configuration or source starts afresh); `unit(name, compute)` then
-reads `<folder>/<name>.json` back when it exists and otherwise computes the value and writes it
-atomically. A killed report therefore loses at most the unit in progress. Outside a report run
-`unit` just calls `compute()`. Values are plain JSON (floats, lists, dicts); what is returned is
-always the JSON round trip, so a fresh value and a cached one are the same. Each computed unit's
-wall time is kept beside the units (`_times.json`, read by `unit_times`), so a run resumed over
-several sittings still knows how long each of its units took.
+While an experiment runs, the runner keeps each unit's JSON value (`plan.Done`) in
+`<folder>/<name>.json`, written atomically by the driver whichever executor computed it, so a
+killed report loses at most the units in progress and a unit already kept is never computed
+again. Beside the values, `_times.json` holds each computed unit's wall seconds and
+`_where.json` the host and device it ran on, over every sitting that worked there.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from time import perf_counter
 from typing import Any
 
-from implicit_em.report.files import json_default, write_json
+from implicit_em.report.files import write_json
+from implicit_em.report.plan import Done, check_name
 
-__all__ = ["activate", "kept_units", "unit", "unit_times"]
-
-_FOLDER: list[Path] = []
+__all__ = ["kept", "kept_units", "read_unit", "store", "unit_places", "unit_times"]
 
 _TIMES = "_times.json"
 """The file beside the units holding each computed unit's wall seconds, by unit name."""
 
+_WHERE = "_where.json"
+"""The file beside the units holding the host and device each unit ran on, by unit name."""
 
-@contextmanager
-def activate(folder: Path) -> Iterator[Path]:
-    """Within the block, `unit` caches its values under `folder`."""
-    folder.mkdir(parents=True, exist_ok=True)
-    _FOLDER.append(folder)
+
+def read_unit(folder: Path, name: str) -> tuple[bool, Any]:
+    """Whether the unit `name` is kept in `folder`, and its value (an unreadable file is
+    removed and counts as not kept)."""
+    path = folder / f"{check_name(name)}.json"
+    if not path.is_file():
+        return False, None
     try:
-        yield folder
-    finally:
-        _FOLDER.pop()
+        return True, json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:
+        path.unlink(missing_ok=True)
+        return False, None
 
 
-def unit(name: str, compute: Callable[[], Any]) -> Any:
-    """The JSON value of the unit `name`: read back when already computed in this run's folder."""
-    if not re.fullmatch(r"[A-Za-z0-9.=+-][A-Za-z0-9_.=+-]*", name):
-        raise ValueError(
-            f"unit name must be letters, digits and _.=+- (not starting with _), got {name!r}"
-        )
-    if not _FOLDER:
-        return json.loads(json.dumps(compute(), allow_nan=True, default=json_default))
-    path = _FOLDER[-1] / f"{name}.json"
-    if path.is_file():
-        try:
-            return json.loads(path.read_text(encoding="utf-8"))
-        except ValueError:
-            path.unlink(missing_ok=True)
-    start = perf_counter()
-    value = json.loads(json.dumps(compute(), allow_nan=True, default=json_default))
-    seconds = perf_counter() - start
-    write_json(path, value)
-    write_json(_FOLDER[-1] / _TIMES, {**unit_times(_FOLDER[-1]), name: seconds})
-    return value
+def store(folder: Path, done: Done) -> None:
+    """Keep a computed unit's value, its wall seconds and where it ran."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(folder / f"{check_name(done.name)}.json", done.value)
+    write_json(folder / _TIMES, {**unit_times(folder), done.name: done.seconds})
+    places = unit_places(folder)
+    write_json(folder / _WHERE, {**places, done.name: {"host": done.host, "device": done.device}})
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def unit_times(folder: Path) -> dict[str, float]:
     """The wall seconds of each unit computed under `folder`, by name, over every run that
     worked there ({} when none was timed)."""
     try:
-        times = json.loads((folder / _TIMES).read_text(encoding="utf-8"))
-        return {str(k): float(v) for k, v in times.items()}
-    except (OSError, ValueError, AttributeError, TypeError):
+        return {str(k): float(v) for k, v in _read(folder / _TIMES).items()}
+    except (ValueError, TypeError):
         return {}
+
+
+def unit_places(folder: Path) -> dict[str, dict[str, str]]:
+    """The host and device each unit computed under `folder` ran on, by name."""
+    return {
+        str(k): {"host": str(v.get("host", "")), "device": str(v.get("device", ""))}
+        for k, v in _read(folder / _WHERE).items()
+        if isinstance(v, dict)
+    }
+
+
+def kept(folder: Path) -> set[str]:
+    """The names of the finished units `folder` holds."""
+    if not folder.is_dir():
+        return set()
+    return {p.stem for p in folder.glob("*.json") if not p.name.startswith("_")}
 
 
 def kept_units(folder: Path) -> int:
     """How many finished units `folder` holds."""
-    return sum(1 for p in folder.glob("*.json") if p.name != _TIMES) if folder.is_dir() else 0
+    return len(kept(folder))

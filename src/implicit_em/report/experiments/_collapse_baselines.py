@@ -23,13 +23,14 @@ $d = \mathrm{ReLU}(N(Wx + b))$ trained on the LSE objective alone:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from implicit_em.report.experiments._neural import Images, linear_probe_accuracy
-from implicit_em.report.units import unit
+from implicit_em.report.experiments._neural import images_of, linear_probe_accuracy
+from implicit_em.report.plan import Unit
 
 __all__ = [
     "COMPARATORS",
@@ -116,22 +117,31 @@ COMPARATORS = {
 """Features at the same width K that no LSE term shaped."""
 
 
-def comparator_probes(images: Images, config: dict[str, Any]) -> dict[str, list[float]]:
-    """Linear-probe accuracy per seed of PCA (one fit, the same for every seed) and of random
-    features, at the width `config["units"]`, each a report unit."""
+def comparator_probe(config: dict[str, Any], name: str, seed: int) -> float:
+    """Linear-probe accuracy of the features `name` (`pca`: one fit, the same for every seed;
+    `random`: the untrained encoder of `seed`) at the width `config["units"]`."""
+    images = images_of(config)
     n_probe, k = config["probe_train"], config["units"]
+    if name == "pca":
+        f_train, f_test = pca_features(images.x_train, images.x_test, k)
+    else:
+        f_train, f_test = random_features(images.x_train, images.x_test, k, seed)
+    return linear_probe_accuracy(f_train[:n_probe], images.y_train[:n_probe], f_test, images.y_test)
 
-    def probe(f_train: Tensor, f_test: Tensor) -> float:
-        return linear_probe_accuracy(
-            f_train[:n_probe], images.y_train[:n_probe], f_test, images.y_test
-        )
 
-    pca = unit("pca", lambda: probe(*pca_features(images.x_train, images.x_test, k)))
-    random = [
-        unit(
-            f"random-seed{s}",
-            lambda s=s: probe(*random_features(images.x_train, images.x_test, k, s)),
-        )
+def comparator_units(config: dict[str, Any]) -> list[Unit]:
+    """The comparators' probes as report units: PCA once, random features per seed."""
+    return [Unit("pca", comparator_probe, {"config": config, "name": "pca", "seed": 0})] + [
+        Unit(f"random-seed{s}", comparator_probe, {"config": config, "name": "random", "seed": s})
         for s in config["seeds"]
     ]
-    return {"pca": [pca] * len(config["seeds"]), "random": random}
+
+
+def comparator_probes(config: dict[str, Any], results: Mapping[str, Any]) -> dict[str, list[float]]:
+    """Linear-probe accuracy per seed of PCA (the same for every seed) and of random features,
+    from the units of `comparator_units`."""
+    seeds = config["seeds"]
+    return {
+        "pca": [results["pca"]] * len(seeds),
+        "random": [results[f"random-seed{s}"] for s in seeds],
+    }

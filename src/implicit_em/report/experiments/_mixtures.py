@@ -67,6 +67,20 @@ def datasets(n_synthetic: int, seed: int = 0) -> list[Dataset]:
     return [synthetic(n_synthetic, seed), wine()]
 
 
+DATASETS = ("synthetic", "wine")
+"""The names of `datasets`, in its order."""
+
+
+def dataset(name: str, n_synthetic: int, seed: int) -> Dataset:
+    """The data set `name` of `datasets(n_synthetic, seed)`."""
+    return synthetic(n_synthetic, seed) if name == "synthetic" else wine()
+
+
+def start_names(seeds: list[int]) -> list[tuple[int, str]]:
+    """The (seed, data set name) of each of `starts`, without loading the data."""
+    return [(seed, name) for seed in seeds for name in DATASETS]
+
+
 def starts(seeds: list[int], n_synthetic: int) -> list[tuple[int, Dataset]]:
     """Every (seed, data set) pair the mixture experiments run: each seed on each data set."""
     return [(seed, data) for seed in seeds for data in datasets(n_synthetic, seed)]

@@ -6,12 +6,14 @@ steps, seeds and configurations.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -26,6 +28,7 @@ __all__ = [
     "device_of",
     "entropy",
     "expected_calibration_error",
+    "images_of",
     "linear_probe_accuracy",
     "load_images",
     "mean_std",
@@ -97,6 +100,18 @@ def load_images(config: Mapping[str, Any]) -> Images:
         source=data.source,
         mean=torch.from_numpy(mean).to(device),
     )
+
+
+def images_of(config: Mapping[str, Any]) -> Images:
+    """`load_images(config)`, loaded once per process for the same data keys (a unit reads its
+    data by its configuration, so the units of one process share one copy)."""
+    keys = {k: config.get(k) for k in ("data", "n_train", "n_test", "device")}
+    return _images(json.dumps(keys, sort_keys=True))
+
+
+@lru_cache(maxsize=2)
+def _images(keys: str) -> Images:
+    return load_images(json.loads(keys))
 
 
 def _subset(x: np.ndarray, y: np.ndarray, n: int | None) -> tuple[np.ndarray, np.ndarray]:

@@ -9,7 +9,8 @@ of its run directories, `runs_dir` (`outputs/windtunnel`, the CLI's default, so 
 by `implicit-em windtunnel` are reused when the configuration matches; None: a folder inside the
 experiment's own output) and `workers`, the configurations trained at once in separate
 processes. Quick and full run the same tasks and models; they differ in caps, seeds and the
-size of the held-out set.
+size of the held-out set. A unit trains its own runs (`unit_folder`) with `workers` processes,
+so it declares that many threads.
 
 **One budget rule, one convergence gate.** Every run trains under warmup-stable-decay
 (`"wsd"`) with `stop_at_plateau`: the rate is held until the first evaluation (after the
@@ -27,6 +28,7 @@ its end. Smoke and control sizes check the machinery only: their tolerance is 10
 from __future__ import annotations
 
 import math
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from contextlib import contextmanager
@@ -69,6 +71,15 @@ def runs_dir(config: dict[str, Any], out: Path) -> Path:
 
 
 @contextmanager
+def unit_folder() -> Iterator[Path]:
+    """The folder a unit trains under (its `out` for `runs_dir`): the size's `runs_dir` when
+    it names one (runs there are reused by later units and reports on the same machine), else
+    a temporary folder's `runs`, removed with the unit. Nothing a unit returns lives there."""
+    with tempfile.TemporaryDirectory(prefix="implicit-em-runs-") as folder:
+        yield Path(folder)
+
+
+@contextmanager
 def pool(config: dict[str, Any]) -> Iterator[Executor | None]:
     """The worker processes of a report size (None: train in this process)."""
     with worker_pool(config.get("workers", 1)) as workers:
@@ -93,11 +104,9 @@ def train_all(
     workers: Executor | None,
     **run_options: Any,
 ) -> None:
-    """Train every configuration of an experiment in one batch, longest first.
-
-    The workers stay busy across seeds (a seed's unit alone may hold fewer runs than there are
-    workers); the units then read the finished runs from their directories. A killed batch loses
-    at most the steps since each running configuration's last checkpoint.
+    """Train `configs` in one batch, longest first, in the workers; a later `train` of the
+    same configurations reads the finished runs from their directories. A killed batch loses at
+    most the steps since each running configuration's last checkpoint.
     """
     _run(config, out, sorted(configs, key=lambda c: -c.steps), workers, **run_options)
 

@@ -2,38 +2,41 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments import _windtunnel as wt
 from implicit_em.report.figures import new_figure, save
+from implicit_em.report.plan import Unit
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
-from implicit_em.report.units import unit
 
 MODELS = ("transformer", "mlp-prefix", "mlp-pos")
 BLUR = 0.01
 """The known-answer controls' near-Bayes model: the posterior mixed with 1% of the uniform."""
 
 
-def _units(config: dict[str, Any], out: Path) -> dict[str, dict[int, dict[str, Any]]]:
-    """Per task and seed, the summaries of the three models' runs (one unit each)."""
-    units: dict[str, dict[int, dict[str, Any]]] = {task: {} for task in wt.TASKS}
-    cells = {
-        (task, seed): [wt.task_config(config, task, seed=seed, model=m) for m in MODELS]
+def _task_unit(config: dict[str, Any], task: str, seed: int) -> dict[str, Any]:
+    """The summaries of the three models' runs on one task and seed."""
+    configs = [wt.task_config(config, task, seed=seed, model=m) for m in MODELS]
+    with wt.unit_folder() as out, wt.pool(config) as workers:
+        return dict(zip(MODELS, wt.train(config, out, configs, workers), strict=True))
+
+
+def plan(config: dict[str, Any]) -> list[Unit]:
+    """One unit per task and seed (its three models trained)."""
+    threads = config.get("workers", 1)
+    return [
+        Unit(
+            f"{task}-seed{seed}",
+            _task_unit,
+            {"config": config, "task": task, "seed": seed},
+            threads=threads,
+        )
         for task in wt.TASKS
         for seed in config["seeds"]
-    }
-    with wt.pool(config) as workers:
-        wt.train_all(config, out, [c for configs in cells.values() for c in configs], workers)
-        for (task, seed), configs in cells.items():
-
-            def compute(configs: list = configs) -> dict[str, Any]:
-                runs = wt.train(config, out, configs, workers)
-                return dict(zip(MODELS, runs, strict=True))
-
-            units[task][seed] = unit(f"{task}-seed{seed}", compute)
-    return units
+    ]
 
 
 def task_samples(
@@ -96,8 +99,8 @@ def _figure(units: dict[str, dict[int, dict[str, Any]]], out: Path) -> str:
     return save(fig, out, "positions.png")
 
 
-def run(config: dict[str, Any], out: Path) -> Outcome:
-    units = _units(config, out)
+def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> Outcome:
+    units = {t: {s: results[f"{t}-seed{s}"] for s in config["seeds"]} for t in wt.TASKS}
     samples = _samples(units)
     numbers: dict[str, Any] = dict(_gates(units))
     rows = []
@@ -246,7 +249,8 @@ EXPERIMENT = Experiment(
         "blurred with 1% of the uniform, or by its untrained initialization, through the same "
         "KL measurement."
     ),
-    run=run,
+    plan=plan,
+    aggregate=aggregate,
     headline=(
         "bijection_transformer_kl_bits",
         "bijection_mlp_prefix_kl_bits",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +11,8 @@ import numpy as np
 from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments import _windtunnel as wt
 from implicit_em.report.figures import new_figure, save
+from implicit_em.report.plan import Unit
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
-from implicit_em.report.units import unit
 from implicit_em.windtunnel.config import RunConfig
 
 OBJECTIVES = ("ce", "softmax-brier", "sigmoid", "brier")
@@ -40,19 +41,24 @@ def _configs(config: dict[str, Any], seed: int) -> list[RunConfig]:
     ]
 
 
-def _units(config: dict[str, Any], out: Path) -> dict[int, dict[str, Any]]:
-    """Per seed, the summaries of the transformer's runs under each objective (one unit each)."""
-    units = {}
-    by_seed = {seed: _configs(config, seed) for seed in config["seeds"]}
-    with wt.pool(config) as workers:
-        wt.train_all(config, out, [c for configs in by_seed.values() for c in configs], workers)
-        for seed, configs in by_seed.items():
+def _objectives_unit(config: dict[str, Any], seed: int) -> dict[str, Any]:
+    """The summaries of one seed's transformer runs under each objective."""
+    with wt.unit_folder() as out, wt.pool(config) as workers:
+        runs = wt.train(config, out, _configs(config, seed), workers)
+    return dict(zip(OBJECTIVES, runs, strict=True))
 
-            def compute(configs: list = configs) -> dict[str, Any]:
-                return dict(zip(OBJECTIVES, wt.train(config, out, configs, workers), strict=True))
 
-            units[seed] = unit(f"objectives-seed{seed}", compute)
-    return units
+def plan(config: dict[str, Any]) -> list[Unit]:
+    """One unit per seed (the transformer trained under every objective)."""
+    return [
+        Unit(
+            f"objectives-seed{seed}",
+            _objectives_unit,
+            {"config": config, "seed": seed},
+            threads=config.get("workers", 1),
+        )
+        for seed in config["seeds"]
+    ]
 
 
 def _key(objective: str) -> str:
@@ -67,8 +73,8 @@ def ratio_samples(kl: dict[str, list[float]]) -> dict[str, list[float]]:
     }
 
 
-def run(config: dict[str, Any], out: Path) -> Outcome:
-    units = _units(config, out)
+def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> Outcome:
+    units = {seed: results[f"objectives-seed{seed}"] for seed in config["seeds"]}
 
     def read(objective: str, key: str) -> list[float]:
         return wt.per_seed(units, lambda u: u[objective][key])
@@ -201,7 +207,8 @@ EXPERIMENT = Experiment(
         "own link: softmax logits log q, sigmoid logits logit q), or the numerator's cell by its "
         "untrained transformer, through the same KL measurement."
     ),
-    run=run,
+    plan=plan,
+    aggregate=aggregate,
     headline=(
         "transformer_ce_kl_bits",
         "transformer_softmax_brier_kl_bits",

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import tempfile
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -34,8 +35,8 @@ import torch
 from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments import _windtunnel as wt
 from implicit_em.report.figures import new_figure, save
+from implicit_em.report.plan import Unit
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
-from implicit_em.report.units import unit
 from implicit_em.windtunnel.checkpoint import load_plain, save_atomic
 from implicit_em.windtunnel.cli import run_dir
 from implicit_em.windtunnel.config import RunConfig, build_model
@@ -121,44 +122,50 @@ def done_by(history: dict[str, list[float]], steps: list[int]) -> list[float]:
     return [(first - [k for s, k in pairs if s <= t][-1]) / (first - last) for t in steps]
 
 
-def _units(config: dict[str, Any], out: Path) -> dict[int, dict[str, Any]]:
-    """Per seed: the interventions of the constant-rate run and its timescales (one unit)."""
+def _interventions_unit(config: dict[str, Any], seed: int) -> dict[str, Any]:
+    """One seed: the interventions of the constant-rate run and its timescales."""
     e12 = config["e12"]
-    units = {}
-    bases = {seed: base_run(config, seed) for seed in config["seeds"]}
+    base = base_run(config, seed)
     keep = {"snapshot_every": e12["snapshot_every"], "states_at": list(e12["freeze_at"])}
-    with wt.pool(config) as workers:
-        wt.train_all(config, out, list(bases.values()), workers, **keep)
-        for seed, base in bases.items():
-
-            def compute(base: RunConfig = base) -> dict[str, Any]:
-                found = run_interventions(
-                    base,
-                    e12["freeze_at"],
-                    wt.runs_dir(config, out),
-                    config["label"],
-                    device=config.get("device", "cpu"),
-                    snapshot_every=e12["snapshot_every"],
-                    pool=workers,
-                )
-                (full,) = wt.train(config, out, [base], workers, **keep)
-                directory = run_dir(wt.runs_dir(config, out), base, config["label"])
-                history = json.loads((directory / "result.json").read_text())["history"]
-                return {
-                    **{k: found[k] for k in ("kl_initial", "kl_full", "freeze_at")},
-                    **{f"kl_{p}_frozen": found[f"kl_{p}_frozen"] for p in ("routing", "rest")},
-                    **{k: full[k] for k in ("converged", "plateau_fall_floor", "uniform_kl_bits")},
-                    "attention": attention_timescales(base, directory, e12["probe"]),
-                    "t_kl": kl_settling_step(history),
-                    "done_by": done_by(history, e12["freeze_at"]),
-                }
-
-            units[seed] = unit(f"interventions-seed{seed}", compute)
-    return units
+    with wt.unit_folder() as out, wt.pool(config) as workers:
+        wt.train_all(config, out, [base], workers, **keep)
+        found = run_interventions(
+            base,
+            e12["freeze_at"],
+            wt.runs_dir(config, out),
+            config["label"],
+            device=config.get("device", "cpu"),
+            snapshot_every=e12["snapshot_every"],
+            pool=workers,
+        )
+        (full,) = wt.train(config, out, [base], workers, **keep)
+        directory = run_dir(wt.runs_dir(config, out), base, config["label"])
+        history = json.loads((directory / "result.json").read_text())["history"]
+        return {
+            **{k: found[k] for k in ("kl_initial", "kl_full", "freeze_at")},
+            **{f"kl_{p}_frozen": found[f"kl_{p}_frozen"] for p in ("routing", "rest")},
+            **{k: full[k] for k in ("converged", "plateau_fall_floor", "uniform_kl_bits")},
+            "attention": attention_timescales(base, directory, e12["probe"]),
+            "t_kl": kl_settling_step(history),
+            "done_by": done_by(history, e12["freeze_at"]),
+        }
 
 
-def run(config: dict[str, Any], out: Path) -> Outcome:
-    units = _units(config, out)
+def plan(config: dict[str, Any]) -> list[Unit]:
+    """One unit per seed (the constant-rate run, its interventions and timescales)."""
+    return [
+        Unit(
+            f"interventions-seed{seed}",
+            _interventions_unit,
+            {"config": config, "seed": seed},
+            threads=config.get("workers", 1),
+        )
+        for seed in config["seeds"]
+    ]
+
+
+def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> Outcome:
+    units = {seed: results[f"interventions-seed{seed}"] for seed in config["seeds"]}
     freeze_at = config["e12"]["freeze_at"]
     samples = {
         f"cost_gap_{name}": wt.per_seed(
@@ -365,7 +372,8 @@ EXPERIMENT = Experiment(
         "has not) or the query projections (negative), which are erased and must be learned "
         "again, through the same two branches."
     ),
-    run=run,
+    plan=plan,
+    aggregate=aggregate,
     headline=("cost_gap_mid", "t_attention_argmax", "t_kl", "final_kl"),
     meaning={
         "holds": (

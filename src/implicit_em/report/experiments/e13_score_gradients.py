@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,8 @@ from implicit_em.report.experiments import _char_gpt as cg
 from implicit_em.report.experiments import _score_gradients as sg
 from implicit_em.report.experiments import _windtunnel as wt
 from implicit_em.report.figures import new_figure, save
+from implicit_em.report.plan import Unit
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
-from implicit_em.report.units import unit
 from implicit_em.windtunnel.cli import run_dir
 
 EXPLAINS = 0.5
@@ -65,26 +66,31 @@ def _char_seed(config: dict[str, Any], seed: int) -> dict[str, Any]:
     return {"layers": layers, "held_out_loss": loss, "uniform_loss": math.log(corpus.vocab_size)}
 
 
-def _windtunnel_seeds(config: dict[str, Any], out: Path) -> dict[int, dict[str, Any]]:
-    """Per seed, the shares of E10's bijection transformer (trained here when E10 has not)."""
+def _windtunnel_seed(config: dict[str, Any], seed: int) -> dict[str, Any]:
+    """One seed's shares of E10's bijection transformer (trained here, or reused from the
+    size's run directories when E10 trained it there)."""
     size = config["windtunnel"]
-    runs = {
-        seed: wt.task_config(size, "bijection", model="transformer", seed=seed)
-        for seed in size["seeds"]
-    }
-    with wt.pool(size) as workers:
-        wt.train_all(size, out, list(runs.values()), workers)
-    return {
-        seed: unit(
-            f"windtunnel-seed{seed}",
-            lambda run=run: {
-                "layers": sg.windtunnel_shares(
-                    run, run_dir(wt.runs_dir(size, out), run, size["label"])
-                )
-            },
+    run = wt.task_config(size, "bijection", model="transformer", seed=seed)
+    with wt.unit_folder() as out, wt.pool(size) as workers:
+        wt.train_all(size, out, [run], workers)
+        return {
+            "layers": sg.windtunnel_shares(run, run_dir(wt.runs_dir(size, out), run, size["label"]))
+        }
+
+
+def plan(config: dict[str, Any]) -> list[Unit]:
+    """One unit per seed of the character model, one per seed of E10's transformer."""
+    return [
+        Unit(f"char-seed{s}", _char_seed, {"config": config, "seed": s}) for s in config["seeds"]
+    ] + [
+        Unit(
+            f"windtunnel-seed{s}",
+            _windtunnel_seed,
+            {"config": config, "seed": s},
+            threads=config["windtunnel"].get("workers", 1),
         )
-        for seed, run in runs.items()
-    }
+        for s in config["windtunnel"]["seeds"]
+    ]
 
 
 def _per_seed(layers: list[dict[str, list[float]]], key: str, reduce=statistics.median) -> float:
@@ -93,11 +99,11 @@ def _per_seed(layers: list[dict[str, list[float]]], key: str, reduce=statistics.
     return float(reduce(finite)) if len(finite) == len(values) and finite else float("nan")
 
 
-def run(config: dict[str, Any], out: Path) -> Outcome:
+def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> Outcome:
     seeds = config["seeds"]
     runs = {
-        "char": {s: unit(f"char-seed{s}", lambda s=s: _char_seed(config, s)) for s in seeds},
-        "windtunnel": _windtunnel_seeds(config, out),
+        "char": {s: results[f"char-seed{s}"] for s in seeds},
+        "windtunnel": {s: results[f"windtunnel-seed{s}"] for s in config["windtunnel"]["seeds"]},
     }
     numbers: dict[str, Any] = {"explains": EXPLAINS}
     samples: dict[str, list[float]] = {}
@@ -229,7 +235,8 @@ EXPERIMENT = Experiment(
         "advantage law is exactly the −r form (positive), or standard normal gradients "
         "(negative), through the same capture reading."
     ),
-    run=run,
+    plan=plan,
+    aggregate=aggregate,
     headline=("minus_r_share_windtunnel", "minus_r_share_char", "advantage_share_min"),
     meaning={
         "holds": "The −r form explains most of the score gradient: C5 as stated holds, R2 is "

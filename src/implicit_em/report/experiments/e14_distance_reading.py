@@ -10,6 +10,7 @@ beside them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -18,13 +19,15 @@ import numpy as np
 
 from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments import _distance_reading as dr
-from implicit_em.report.experiments._neural import Images, load_images, plus_minus
+from implicit_em.report.experiments._neural import Images, images_of, load_images, plus_minus
 from implicit_em.report.figures import new_figure, save
+from implicit_em.report.plan import Unit
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
-from implicit_em.report.units import unit
 
 
-def _seed(images: Images, head: str, seed: int, config: dict[str, Any]) -> dict[str, Any]:
+def _seed(config: dict[str, Any], head: str, seed: int) -> dict[str, Any]:
+    """One head of one seed trained on the configuration's images, and its readings."""
+    images = images_of(config)
     classes = len(images.classes)
     model = dr.train_head(head, images.x_train, images.y_train, classes, seed, config)
     predicted = model.logits(images.x_test).argmax(1)
@@ -37,15 +40,19 @@ def _seed(images: Images, head: str, seed: int, config: dict[str, Any]) -> dict[
     }
 
 
-def run(config: dict[str, Any], out: Path) -> Outcome:
-    images = load_images(config)
-    runs = {
-        head: [
-            unit(f"{head}-seed{s}", lambda h=head, s=s: _seed(images, h, s, config))
-            for s in config["seeds"]
-        ]
+def plan(config: dict[str, Any]) -> list[Unit]:
+    """One unit per head and seed."""
+    gpu = config.get("device", "cpu") != "cpu"
+    return [
+        Unit(f"{head}-seed{s}", _seed, {"config": config, "head": head, "seed": s}, gpu=gpu)
         for head in dr.HEADS
-    }
+        for s in config["seeds"]
+    ]
+
+
+def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> Outcome:
+    images = images_of(config)
+    runs = {head: [results[f"{head}-seed{s}"] for s in config["seeds"]] for head in dr.HEADS}
     numbers: dict[str, Any] = {"scales": config["scales"], "data": images.name}
     samples: dict[str, list[float]] = {}
     rows = []
@@ -176,7 +183,8 @@ EXPERIMENT = Experiment(
         "log Σ e^z ranks each test image above the scrambled copies; test inputs scaled by "
         "λ ∈ {1, 2, 4, 8, 16} around the training mean for the rays."
     ),
-    run=run,
+    plan=plan,
+    aggregate=aggregate,
     headline=("density_auroc_linear", "density_auroc_distance", "lse_rise_share_linear"),
     meaning={
         "holds": "The linear head's log-sum-exp falls off the data at the data's own norm, as a "

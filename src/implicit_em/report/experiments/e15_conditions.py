@@ -13,6 +13,7 @@ reads the coverage lost against the softmax arm when one condition is removed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,8 @@ import torch
 from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments import _conditions as cd
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.progress import progress
+from implicit_em.report.plan import Unit
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
-from implicit_em.report.units import unit
 
 REMOVED = {
     "sparsemax": "the exponential",
@@ -64,11 +64,16 @@ def _seed(config: dict[str, Any], seed: int) -> dict[str, Any]:
     return out
 
 
-def run(config: dict[str, Any], out: Path) -> Outcome:
-    per_seed = {
-        seed: unit(f"conditions-seed{seed}", lambda s=seed: _seed(config, s))
-        for seed in progress(config["seeds"], desc="E15")
-    }
+def plan(config: dict[str, Any]) -> list[Unit]:
+    """One unit per seed: every arm at every bandwidth."""
+    return [
+        Unit(f"conditions-seed{seed}", _seed, {"config": config, "seed": seed})
+        for seed in config["seeds"]
+    ]
+
+
+def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> Outcome:
+    per_seed = {seed: results[f"conditions-seed{seed}"] for seed in config["seeds"]}
     main = f"{config['bandwidth']:g}"
     coverage = {
         arm: [per_seed[s][main][arm]["coverage"] for s in config["seeds"]] for arm in cd.ARMS
@@ -189,7 +194,8 @@ EXPERIMENT = Experiment(
         "clusters that own a prototype at the end; each criterion reads softmax's coverage minus "
         "the arm's, per seed."
     ),
-    run=run,
+    plan=plan,
+    aggregate=aggregate,
     headline=(
         "softmax_coverage",
         "sparsemax_coverage",

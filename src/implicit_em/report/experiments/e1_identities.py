@@ -17,13 +17,14 @@ Nothing here can come out either way, so the experiment holds exactly when every
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from implicit_em import identities
 from implicit_em.report.figures import new_figure, save
+from implicit_em.report.plan import Unit
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
-from implicit_em.report.units import unit
 
 RESPONSIBILITY_WEIGHTED = ("attention_values", "hopfield_query", "volume_gradient")
 """The identities whose closed form is a parameter gradient Σ_j r_j ∂d_j/∂θ (C2)."""
@@ -45,10 +46,15 @@ def _claims(claims: str) -> set[str]:
     return {c.strip() for c in claims.split(",")}
 
 
-def run(config: dict[str, Any], out: Path) -> Outcome:
+def plan(config: dict[str, Any]) -> list[Unit]:
+    """One unit per seed: every identity on that seed's random inputs."""
+    return [Unit(f"identities-seed{seed}", _seed, {"seed": seed}) for seed in config["seeds"]]
+
+
+def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> Outcome:
     rows, failed = [], 0
     for seed in config["seeds"]:
-        for name, claims, error, ok in unit(f"identities-seed{seed}", lambda s=seed: _seed(s)):
+        for name, claims, error, ok in results[f"identities-seed{seed}"]:
             rows.append((seed, name, claims, error, "ok" if ok else "FAIL"))
             failed += not ok
     names = sorted({row[1] for row in rows})
@@ -101,7 +107,8 @@ EXPERIMENT = Experiment(
         "float64 inputs (one generator seed per seed) and runs torch.autograd.gradcheck on the "
         "package's function. Every check is a gate: algebra, which no data can move."
     ),
-    run=run,
+    plan=plan,
+    aggregate=aggregate,
     headline=("max_abs_error", "gradcheck_failures", "c1_max_abs_error", "r4_max_abs_error"),
     meaning={
         "holds": (

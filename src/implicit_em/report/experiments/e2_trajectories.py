@@ -24,7 +24,7 @@ a Gaussian mixture (full covariances). Two measurements per fitter, both blind t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +36,10 @@ from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments import _mixtures as mx
 from implicit_em.report.experiments._component_steps import ComponentStepRule
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.progress import progress
+from implicit_em.report.plan import Unit
 from implicit_em.report.readings import per_data_set
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
 from implicit_em.report.stats import mean_interval
-from implicit_em.report.units import unit
 
 _COLOURS = {"em": "black", "preconditioned": "#d62728", "adam": "#9467bd", "1/N_j": "#2ca02c"}
 
@@ -160,13 +159,26 @@ def _best(by_label: dict[str, list[float]], labels: list[str]) -> list[float]:
     return [mx.finite(min, list(v)) for v in zip(*(by_label[la] for la in labels), strict=True)]
 
 
-def run(config: dict[str, Any], out: Path) -> Outcome:
+def _start_unit(config: dict[str, Any], seed: int, data: str) -> dict[str, Any]:
+    """`_start` of one seed on the data set named `data`."""
+    return _start(config, seed, mx.dataset(data, config["n_synthetic"], seed))
+
+
+def plan(config: dict[str, Any]) -> list[Unit]:
+    """One unit per seed and data set: every fitter from that start."""
+    return [
+        Unit(f"{name}-seed{seed}", _start_unit, {"config": config, "seed": seed, "data": name})
+        for seed, name in mx.start_names(config["seeds"])
+    ]
+
+
+def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> Outcome:
     fitters = _fitters(config)
     rows, curves = [], {}
     keys = ("residual", "mean_residual", "deviation", "gap")
     by = {key: {label: [] for label, _, _ in fitters} for key in keys}
-    for seed, data in progress(mx.starts(config["seeds"], config["n_synthetic"]), desc="E2"):
-        measured = unit(f"{data.name}-seed{seed}", lambda s=seed, d=data: _start(config, s, d))
+    for seed, name in mx.start_names(config["seeds"]):
+        measured = results[f"{name}-seed{seed}"]
         for label, entry in measured.items():
             by["deviation"][label].append(entry["max_deviation"])
             by["residual"][label].append(entry["median_residual"])
@@ -174,7 +186,7 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
             by["gap"][label].append(entry["path_gap"])
             rows.append(
                 (
-                    data.name,
+                    name,
                     seed,
                     label,
                     entry["final_log_likelihood"],
@@ -187,7 +199,7 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
                 )
             )
             if seed == config["seeds"][0]:
-                curves[(data.name, label)] = (entry["log_likelihoods"], entry["deviation"])
+                curves[(name, label)] = (entry["log_likelihoods"], entry["deviation"])
     labels = {
         kind: [la for la, f, _ in fitters if f == kind] for kind in ("gd", "component", "adam")
     }
@@ -393,7 +405,8 @@ EXPERIMENT = Experiment(
         "from the polyline through EM's, as a share of the fitter's largest displacement. For "
         "each rival the best learning rate per start is taken."
     ),
-    run=run,
+    plan=plan,
+    aggregate=aggregate,
     headline=(
         "preconditioned_max_deviation",
         "gd_best_median_residual",

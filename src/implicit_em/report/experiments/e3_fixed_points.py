@@ -16,6 +16,7 @@ none within the budget.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -29,10 +30,9 @@ from implicit_em.report.experiments import _lse_fixed_points as lf
 from implicit_em.report.experiments import _mixtures as mx
 from implicit_em.report.experiments._competition import blobs
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.progress import progress
+from implicit_em.report.plan import Unit
 from implicit_em.report.readings import per_data_set
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
-from implicit_em.report.units import unit
 
 
 def run_to_stationary(
@@ -129,12 +129,11 @@ def _lse_start(config: dict[str, Any], seed: int) -> dict[str, Any]:
     )
 
 
-def _lse(config: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any], list[tuple]]:
+def _lse(
+    config: dict[str, Any], results: Mapping[str, Any]
+) -> tuple[list[dict[str, Any]], dict[str, Any], list[tuple]]:
     """The LSE-without-volume runs: per start, the counts by landing, and table rows."""
-    runs = [
-        unit(f"lse-start{s}", lambda s=s: _lse_start(config, s))
-        for s in progress(range(config["lse_starts"]), desc="E3 LSE")
-    ]
+    runs = [results[f"lse-start{s}"] for s in range(config["lse_starts"])]
     landed = [r["landed"] for r in runs]
     numbers = {
         "lse_starts": len(runs),
@@ -154,12 +153,28 @@ def _lse(config: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any], 
     return runs, numbers, rows
 
 
-def run(config: dict[str, Any], out: Path) -> Outcome:
+def _start_unit(config: dict[str, Any], seed: int, data: str) -> dict[str, Any]:
+    """`_start` of one seed on the data set named `data`."""
+    return _start(config, seed, mx.dataset(data, config["n_synthetic"], seed))
+
+
+def plan(config: dict[str, Any]) -> list[Unit]:
+    """One unit per seed and data set (the mixture runs), one per LSE start."""
+    return [
+        Unit(f"{name}-seed{seed}", _start_unit, {"config": config, "seed": seed, "data": name})
+        for seed, name in mx.start_names(config["seeds"])
+    ] + [
+        Unit(f"lse-start{s}", _lse_start, {"config": config, "seed": s})
+        for s in range(config["lse_starts"])
+    ]
+
+
+def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> Outcome:
     tol = config["gradient_tolerance"]
     rows, curves = [], {}
     same, stationary, optimum_norms, drifts = [], [], [], []
-    for seed, data in progress(mx.starts(config["seeds"], config["n_synthetic"]), desc="E3"):
-        measured = unit(f"{data.name}-seed{seed}", lambda s=seed, d=data: _start(config, s, d))
+    for seed, name in mx.start_names(config["seeds"]):
+        measured = results[f"{name}-seed{seed}"]
         optimum_norms.append(measured["optimum_norm"])
         drifts.append(measured["drift"])
         for fitter in ("gd", "adam"):
@@ -169,7 +184,7 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
                 same.append(m["same"])
             rows.append(
                 (
-                    data.name,
+                    name,
                     seed,
                     fitter,
                     m["passes"],
@@ -181,7 +196,7 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
                 )
             )
             if seed == config["seeds"][0]:
-                curves[(data.name, fitter)] = m["norms"]
+                curves[(name, fitter)] = m["norms"]
     gd_runs = len(same)
     numbers = {
         "em_optimum_gradient_norm": max(optimum_norms),
@@ -192,7 +207,7 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
         "starts": gd_runs,
         "gradient_tolerance": tol,
     }
-    lse_runs, lse_numbers, lse_rows = _lse(config)
+    lse_runs, lse_numbers, lse_rows = _lse(config, results)
     numbers.update(lse_numbers)
     fig, axes = new_figure(width=6.0, height=3.6)
     ax = axes[0, 0]
@@ -370,7 +385,8 @@ EXPERIMENT = Experiment(
         "stationary, parameters within the stated distance and mean log-likelihood within the "
         "stated gap of EM's, after matching components."
     ),
-    run=run,
+    plan=plan,
+    aggregate=aggregate,
     headline=("em_optimum_gradient_norm", "gd_same_fixed_point_share", "gd_stationary_share"),
     meaning={
         "holds": (

@@ -27,170 +27,30 @@ no normalization (no competition) and bounded tails (robustness).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from scipy.optimize import linear_sum_assignment
-from sklearn.metrics import adjusted_rand_score
 from torch import Tensor
 
-from implicit_em import objectives
-from implicit_em.distances import squared_euclidean
 from implicit_em.report.controls import Control, Controls
-from implicit_em.report.experiments import _mixtures as mx
-from implicit_em.report.experiments._competition import blobs, coverage, one_cluster_start
-from implicit_em.report.experiments._heavy_tailed import (
-    background_nll,
-    bounding_box,
-    student_t_nll,
+from implicit_em.report.experiments._clusters import (
+    Clusters,
+    Config,
+    Variant,
+    four_blobs,
+    gain_one_cluster,
+    outlier_pull,
+    variants,
+    wine_2d,
+    with_outliers,
 )
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.progress import progress
+from implicit_em.report.plan import Unit
 from implicit_em.report.readings import per_data_set
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
-from implicit_em.report.units import unit
-
-Config = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Clusters:
-    """Rows `x[N, p]` (float32), their cluster labels and the true centres `[K, p]`."""
-
-    x: Tensor
-    labels: np.ndarray
-    centres: Tensor
-
-    @property
-    def separation(self) -> float:
-        """$\\Delta$: the smallest distance between two true centres."""
-        return float(torch.pdist(self.centres).min())
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One objective at one scale: `family` (`gaussian`, `correntropy`, `student_t`,
-    `background`) and its scale as a fraction of the cluster separation."""
-
-    name: str
-    family: str
-    fraction: float
-
-
-def wine_2d() -> Clusters:
-    """Wine as the mixture experiments use it (PCA 2-D), in float32; the cultivars' means as
-    the true centres."""
-    data = mx.wine()
-    centres = torch.stack([data.x[torch.as_tensor(data.labels == c)].mean(0) for c in range(3)])
-    return Clusters(data.x.float(), data.labels, centres.float())
-
-
-def four_blobs(n: int, seed: int) -> Clusters:
-    """Four 2-D blobs (`_competition.blobs`)."""
-    return Clusters(*blobs(n, seed))
-
-
-def variants(config: Config) -> dict[str, list[Variant]]:
-    """The objectives compared, by group: `lse` (the Gaussian mixture NLL), `correntropy` (one
-    per swept bandwidth) and `heavy_tailed` (the two normalized rivals)."""
-    f = config["bandwidth_fraction"]
-    return {
-        "lse": [Variant("mixture NLL", "gaussian", f)],
-        "correntropy": [
-            Variant(f"correntropy σ = {c:g}Δ", "correntropy", c)
-            for c in config["correntropy_bandwidths"]
-        ],
-        "heavy_tailed": [
-            Variant("Student-t mixture", "student_t", f),
-            Variant("mixture + uniform background", "background", f),
-        ],
-    }
-
-
-def loss(
-    variant: Variant, x: Tensor, prototypes: Tensor, delta: float, box: Tensor, config: Config
-) -> Tensor:
-    """The mean loss of `variant` over the rows `x`, its scale `variant.fraction * delta`; the
-    background component is uniform over `box` (`[2, p]`, lower and upper corners)."""
-    scale = variant.fraction * delta
-    if variant.family == "gaussian":
-        return objectives.mixture_nll(squared_euclidean(x, prototypes) / (2 * scale**2))
-    if variant.family == "correntropy":
-        distance = squared_euclidean(x, prototypes).clamp_min(1e-12).sqrt()
-        return objectives.correntropy(distance, sigma=scale * math.sqrt(2))
-    if variant.family == "student_t":
-        return student_t_nll(x, prototypes, scale, config["student_t_dof"])
-    if variant.family == "background":
-        return background_nll(x, prototypes, scale, config["background_weight"], box)
-    raise ValueError(f"unknown objective family {variant.family!r}")
-
-
-def train_from(
-    variant: Variant, x: Tensor, start: Tensor, delta: float, box: Tensor, config: Config
-) -> Tensor:
-    """Prototypes from `start`, trained `config["steps"]` full-batch Adam steps."""
-    prototypes = start.clone().requires_grad_(True)
-    optimizer = torch.optim.Adam([prototypes], lr=config["lr"] * delta)
-    for _ in range(config["steps"]):
-        optimizer.zero_grad(set_to_none=True)
-        loss(variant, x, prototypes, delta, box, config).backward()
-        optimizer.step()
-    return prototypes.detach()
-
-
-def gain_one_cluster(
-    variant: Variant, data: Clusters, seed: int, config: Config, cluster: int | None = None
-) -> float:
-    """Of the clusters not covered at the start, the share covered after training, from every
-    prototype on rows of one cluster (`cluster`, or one drawn with `seed`)."""
-    k, delta = len(data.centres), data.separation
-    start = one_cluster_start(data.x, data.labels, k, seed, cluster=cluster)
-    end = train_from(variant, data.x, start, delta, bounding_box(data.x), config)
-    before, after = (coverage(p, data.centres, delta / 2) for p in (start, end))
-    return (after - before) / (k - before)
-
-
-def outlier_pull(
-    variant: Variant, data: Clusters, contaminated: Tensor, seed: int, config: Config
-) -> dict[str, Any]:
-    """From `K` rows drawn with `seed`, prototypes trained on the clean rows and on the
-    `contaminated` rows, the same objective in both (a background component is uniform over
-    the contaminated rows' bounding box, which holds the clean rows too); `pull`: the mean
-    distance between the two sets matched one to one, over the separation. Also the clean
-    prototypes' ARI and mean error to the true centres."""
-    k, delta = len(data.centres), data.separation
-    generator = torch.Generator().manual_seed(seed)
-    start = data.x[torch.randperm(len(data.x), generator=generator)[:k]]
-    box = bounding_box(contaminated)
-    clean = train_from(variant, data.x, start, delta, box, config)
-    pulled = train_from(variant, contaminated, start, delta, box, config)
-    gap = torch.cdist(clean, pulled)
-    rows, cols = linear_sum_assignment(gap.numpy())
-    error = torch.cdist(data.centres, clean)
-    truth_rows, truth_cols = linear_sum_assignment(error.numpy())
-    return {
-        "pull": float(gap[rows, cols].mean()) / delta,
-        "ari": float(adjusted_rand_score(data.labels, squared_euclidean(data.x, clean).argmin(1))),
-        "centre_error": float(error[truth_rows, truth_cols].mean()) / delta,
-        "clean": clean.tolist(),
-        "contaminated": pulled.tolist(),
-    }
-
-
-def with_outliers(data: Clusters, share: float, radius: float, seed: int) -> Tensor:
-    """The rows plus `share * N` points on a circle of `radius * separation` around the data's
-    centre."""
-    generator = torch.Generator().manual_seed(seed)
-    n = round(share * len(data.x))
-    angle = 2 * math.pi * torch.rand(n, generator=generator)
-    ring = data.x.mean(0) + radius * data.separation * torch.stack([angle.cos(), angle.sin()], 1)
-    return torch.cat([data.x, ring])
-
 
 GROUP_OF = {
     "lse_gain_one_cluster": ("gain", "lse", min),
@@ -232,8 +92,17 @@ def measure_pulls(
     }
 
 
-def _unit(config: Config, data: Clusters, seed: int) -> dict[str, Any]:
+DATA_SETS = ("blobs", "wine")
+
+
+def _data(config: Config, name: str, seed: int) -> Clusters:
+    """The data set `name` of one seed: four blobs (a fresh draw per seed) or wine."""
+    return four_blobs(config["n_blobs"], seed) if name == "blobs" else wine_2d()
+
+
+def _unit(config: Config, data_name: str, seed: int) -> dict[str, Any]:
     """Every objective's gain from one cluster and outlier pull on one data set and seed."""
+    data = _data(config, data_name, seed)
     groups = tuple(variants(config))
     contaminated = with_outliers(data, config["outlier_share"], config["outlier_radius"], seed)
     return {
@@ -242,21 +111,24 @@ def _unit(config: Config, data: Clusters, seed: int) -> dict[str, Any]:
     }
 
 
-def run(config: Config, out: Path) -> Outcome:
-    data_sets: dict[str, Callable[[int], Clusters]] = {
-        "blobs": lambda seed: four_blobs(config["n_blobs"], seed),
-        "wine": lambda seed: wine_2d(),
-    }
+def plan(config: Config) -> list[Unit]:
+    """One unit per data set and seed: every objective's gain and pull."""
+    return [
+        Unit(f"{d}-seed{s}", _unit, {"config": dict(config), "data_name": d, "seed": s})
+        for d in DATA_SETS
+        for s in config["seeds"]
+    ]
+
+
+def aggregate(config: Config, results: Mapping[str, Any], out: Path) -> Outcome:
+    data_sets = DATA_SETS
     every = [v for group in variants(config).values() for v in group]
     samples: dict[str, list[float]] = {number: [] for number in GROUP_OF}
     rows: dict[tuple[str, str], list[tuple[float, ...]]] = {}
     first: dict[str, dict[str, Any]] = {}
     jobs = [(d, s) for d in data_sets for s in config["seeds"]]
-    for data_name, seed in progress(jobs, desc="E4"):
-        measured = unit(
-            f"{data_name}-seed{seed}",
-            lambda d=data_name, s=seed: _unit(config, data_sets[d](s), s),
-        )
+    for data_name, seed in jobs:
+        measured = results[f"{data_name}-seed{seed}"]
         pulls = {name: m["pull"] for name, m in measured["pull"].items()}
         for number, (kind, _, _) in GROUP_OF.items():
             samples[number].append(
@@ -323,14 +195,14 @@ def run(config: Config, out: Path) -> Outcome:
 
 def _plot(
     first: dict[str, dict[str, Any]],
-    data_sets: dict[str, Callable[[int], Clusters]],
+    data_sets: tuple[str, ...],
     shown: list[Variant],
     config: Config,
     out: Path,
 ) -> str:
     fig, axes = new_figure(ncols=len(shown), nrows=len(data_sets), width=3.0, height=3.0)
-    for row, (data_name, make) in enumerate(data_sets.items()):
-        data = make(config["seeds"][0])
+    for row, data_name in enumerate(data_sets):
+        data = _data(config, data_name, config["seeds"][0])
         for col, v in enumerate(shown):
             ax = axes[row, col]
             ax.scatter(data.x[:, 0], data.x[:, 1], s=3, color="#bbbbbb")
@@ -463,7 +335,8 @@ EXPERIMENT = Experiment(
         "and with 5% outliers on a ring at 5Δ from the data's centre, the mean distance between "
         "the two sets of prototypes matched one to one."
     ),
-    run=run,
+    plan=plan,
+    aggregate=aggregate,
     headline=(
         "lse_gain_one_cluster",
         "correntropy_gain_one_cluster",

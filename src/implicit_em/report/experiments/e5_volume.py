@@ -17,6 +17,7 @@ without a vote: no planted start gives them a known answer.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -31,11 +32,12 @@ from implicit_em.mixture import GaussianMixture
 from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments import _mixtures as mx
 from implicit_em.report.experiments._neural import quiet_alarms
-from implicit_em.report.figures import new_figure, save
-from implicit_em.report.progress import progress
+from implicit_em.report.experiments._volume_figure import (
+    volume_figure,
+)
+from implicit_em.report.plan import Unit
 from implicit_em.report.readings import per_data_set
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
-from implicit_em.report.units import unit
 from implicit_em.trace import Tracer
 
 CONFIGURATIONS = ("no volume", "log-det volume", "surrogate")
@@ -194,7 +196,20 @@ def _start(config: dict[str, Any], seed: int, data: mx.Dataset) -> dict[str, Any
     return measured
 
 
-def run(config: dict[str, Any], out: Path) -> Outcome:
+def _start_unit(config: dict[str, Any], seed: int, data: str) -> dict[str, Any]:
+    """`_start` of one seed on the data set named `data`."""
+    return _start(config, seed, mx.dataset(data, config["n_synthetic"], seed))
+
+
+def plan(config: dict[str, Any]) -> list[Unit]:
+    """One unit per seed and data set: every configuration from that start."""
+    return [
+        Unit(f"{name}-seed{seed}", _start_unit, {"config": config, "seed": seed, "data": name})
+        for seed, name in mx.start_names(config["seeds"])
+    ]
+
+
+def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> Outcome:
     rows, curves_first = [], {}
     per: dict[str, dict[str, list[float]]] = {
         name: {"alarms": [], "gap": [], "share": [], "log_det_drop": [], "diverged": []}
@@ -207,8 +222,8 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
         "takeover": [],
         "diverged": [],
     }
-    for seed, data in progress(mx.starts(config["seeds"], config["n_synthetic"]), desc="E5"):
-        measured = unit(f"{data.name}-seed{seed}", lambda s=seed, d=data: _start(config, s, d))
+    for seed, data_name in mx.start_names(config["seeds"]):
+        measured = results[f"{data_name}-seed{seed}"]
         reference = measured["reference"]
         healthy = measured["log-det volume"]
         unit_samples["no"].append(alarmed(measured["no volume"]))
@@ -221,11 +236,11 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
             per[name]["alarms"].append(len(alarms))
             per[name]["diverged"].append(diverged is not None)
             if seed == config["seeds"][0]:
-                curves_first[(data.name, name)] = curves
+                curves_first[(data_name, name)] = curves
             if diverged is not None:
                 rows.append(
                     (
-                        data.name,
+                        data_name,
                         seed,
                         name,
                         "",
@@ -243,7 +258,7 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
             per[name]["log_det_drop"].append(curves["log_det"][0] - curves["log_det"][-1])
             rows.append(
                 (
-                    data.name,
+                    data_name,
                     seed,
                     name,
                     curves["log_det"][-1],
@@ -275,7 +290,7 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
         "volume_diverged_share": float(np.mean(per["log-det volume"]["diverged"])),
         "seeds": len(config["seeds"]),
     }
-    figure = _plot(curves_first, config, out)
+    figure = volume_figure(curves_first, config, out)
     notes = [
         f"Without the volume term the mean log|det W| falls by at least {numbers['no_volume_log_det_drop']:.1f} "
         f"and the fitted model's Gaussian log-likelihood ends at least {-numbers['no_volume_best_gap_to_em']:.2f} "
@@ -327,30 +342,6 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
         ],
         notes=notes,
     )
-
-
-def _plot(curves: dict, config: dict, out: Path) -> str:
-    names = sorted({name for name, _ in curves})
-    fig, axes = new_figure(ncols=3, nrows=len(names), width=3.8, height=3.0)
-    colours = {"no volume": "#d62728", "log-det volume": "#1f77b4", "surrogate": "#2ca02c"}
-    for row, data_name in enumerate(names):
-        for name in CONFIGURATIONS:
-            c = curves.get((data_name, name))
-            if c is None or not c["log_det"]:
-                continue
-            steps = np.arange(len(c["log_det"])) * config["record_every"]
-            axes[row, 0].plot(steps, c["log_det"], color=colours[name], label=name)
-            axes[row, 1].plot(
-                steps, np.maximum(c["gaussian_log_likelihood"], -20), color=colours[name]
-            )
-            axes[row, 2].plot(steps, c["max_share"], color=colours[name])
-        axes[row, 0].set_title(f"{data_name}: mean log|det W|", fontsize=9)
-        axes[row, 1].set_title(f"{data_name}: Gaussian mean log-lik (clipped at −20)", fontsize=9)
-        axes[row, 2].set_title(f"{data_name}: largest mass share", fontsize=9)
-        for ax in axes[row]:
-            ax.set_xlabel("step")
-    axes[0, 0].legend(fontsize=7)
-    return save(fig, out, "volume.png")
 
 
 # -- known-answer controls ---------------------------------------------------------------------
@@ -419,7 +410,8 @@ EXPERIMENT = Experiment(
         "surrogate adds −Σ_j log Var(d_j) + ‖Corr(d) − I‖²_F. EM's optimum: GaussianMixture "
         "from the same means. The Tracer (default thresholds) runs on every configuration."
     ),
-    run=run,
+    plan=plan,
+    aggregate=aggregate,
     headline=(
         "no_volume_log_det_drop",
         "no_volume_alarm_share",

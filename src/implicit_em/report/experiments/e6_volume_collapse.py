@@ -25,15 +25,22 @@ construction).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from implicit_em.report.controls import Control, Controls
-from implicit_em.report.experiments._collapse_baselines import COMPARATORS, comparator_probes
+from implicit_em.report.experiments._collapse_baselines import (
+    COMPARATORS,
+    comparator_probes,
+    comparator_units,
+)
+from implicit_em.report.experiments._collapse_figure import (
+    collapse_figure,
+)
 from implicit_em.report.experiments._encoders import (
     DEAD_VARIANCE,
     VARIANTS,
@@ -41,30 +48,14 @@ from implicit_em.report.experiments._encoders import (
 )
 from implicit_em.report.experiments._neural import (
     Images,
+    images_of,
     load_images,
     mean_std,
     plus_minus,
 )
-from implicit_em.report.figures import new_figure, save
-from implicit_em.report.progress import progress
+from implicit_em.report.plan import Unit
 from implicit_em.report.protocol import load_protocol
-from implicit_em.report.registry import Experiment, Figure, Outcome, Table
-from implicit_em.report.units import unit
-
-STYLES = {
-    "lse": ("#cf222e", "-", "o"),
-    "lse_var_decor": ("#1a7f37", "--", "s"),
-    "lse_log_det": ("#0969da", "-", "D"),
-    "layernorm": ("#8250df", ":", "^"),
-    "layernorm_plain": ("#bf8700", "-.", "v"),
-    "batchnorm": ("#1b7c83", "--", "P"),
-    "weight_decay": ("#57606a", ":", "x"),
-    "ce": ("#cf222e", "-", "o"),
-    "ce_log_det": ("#0969da", "--", "D"),
-    "ce_layernorm_plain": ("#bf8700", "-.", "v"),
-    "ce_batchnorm": ("#1b7c83", ":", "P"),
-}
-"""Colour, line style and marker per variant: lines that coincide stay told apart."""
+from implicit_em.report.registry import Experiment, Outcome, Table
 
 SUBSTITUTES = {
     "layernorm_plain": "lse_log_det",
@@ -76,20 +67,6 @@ SUBSTITUTES = {
     "ce_batchnorm": "ce_log_det",
 }
 """Each variant read against the explicit volume term of its own model (`probe_gap_<variant>`)."""
-
-SHORT = {
-    "lse": "LSE",
-    "lse_var_decor": "+var+decor",
-    "lse_log_det": "+log-det",
-    "layernorm": "LN",
-    "layernorm_plain": "LN no affine",
-    "batchnorm": "BN no affine",
-    "weight_decay": "WD",
-    "ce": "CE",
-    "ce_log_det": "CE+log-det",
-    "ce_layernorm_plain": "CE, LN no affine",
-    "ce_batchnorm": "CE, BN no affine",
-}
 
 
 def dead_fractions(runs: list[dict[str, Any]]) -> list[float]:
@@ -113,18 +90,25 @@ def scale_ratios(runs: list[dict[str, Any]]) -> list[float]:
     return ratios
 
 
-def run(config: dict[str, Any], out: Path) -> Outcome:
-    images = load_images(config)
+def _encoder_unit(config: dict[str, Any], variant: str, seed: int) -> dict[str, Any]:
+    """`train_encoder` of one variant and seed on the configuration's images."""
+    return train_encoder(images_of(config), variant, seed, config)
+
+
+def plan(config: dict[str, Any]) -> list[Unit]:
+    """One unit per variant and seed (an encoder trained), and the comparators' probes."""
+    gpu = config.get("device", "cpu") != "cpu"
+    return [
+        Unit(f"{v}-seed{s}", _encoder_unit, {"config": config, "variant": v, "seed": s}, gpu=gpu)
+        for v in VARIANTS
+        for s in config["seeds"]
+    ] + comparator_units(config)
+
+
+def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> Outcome:
+    images = images_of(config)
     seeds = config["seeds"]
-    runs: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
-    jobs = [(v, s) for v in VARIANTS for s in seeds]
-    for variant, seed in progress(jobs, desc="E6 encoders"):
-        runs[variant].append(
-            unit(
-                f"{variant}-seed{seed}",
-                lambda v=variant, s=seed: train_encoder(images, v, s, config),
-            )
-        )
+    runs = {v: [results[f"{v}-seed{s}"] for s in seeds] for v in VARIANTS}
 
     numbers: dict[str, Any] = {
         "data": images.name,
@@ -170,7 +154,7 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
     for v, reference in SUBSTITUTES.items():
         samples[f"probe_gap_{v}"] = probe_gaps(runs[v], runs[reference])
         numbers[f"probe_gap_{v}"] = float(np.mean(samples[f"probe_gap_{v}"]))
-    comparators = comparator_probes(images, config)
+    comparators = comparator_probes(config, results)
     for name, values in comparators.items():
         numbers[f"probe_{name}"] = float(np.mean(values))
         rows.append((COMPARATORS[name], "", "", "", "", plus_minus(values, 3), "—"))
@@ -194,7 +178,7 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
                 tuple(rows),
             )
         ],
-        figures=[_figure(runs, config, out, images.name)],
+        figures=[collapse_figure(runs, config, out, images.name)],
         notes=_notes(numbers),
     )
 
@@ -258,75 +242,6 @@ def _notes(n: dict[str, Any]) -> list[str]:
         f"the untrained encoder {n['probe_random']:.3f}."
     )
     return notes
-
-
-def _figure(runs: dict[str, list[dict[str, Any]]], config: dict, out: Path, data: str) -> Figure:
-    groups = [
-        [v for v, spec in VARIANTS.items() if not spec.supervised],
-        [v for v, spec in VARIANTS.items() if spec.supervised],
-    ]
-    fig, axes = new_figure(ncols=4, nrows=len(groups), width=4.2, height=3.5)
-    for row, group in zip(axes, groups, strict=True):
-        _figure_row(row, runs, group, data)
-    axes[0, 0].set_title("LSE objective (unsupervised encoder)", fontsize=9)
-    axes[1, 0].set_title("prototype classifier (cross-entropy)", fontsize=9)
-    name = save(fig, out, "e6_collapse.png")
-    return Figure(
-        name,
-        f"Top row: the unsupervised encoders; bottom row: the supervised prototype classifiers. "
-        f"Left: share of units whose variance over {config['monitor']} training images is below "
-        f"{DEAD_VARIANCE}, during training (mean over seeds). Second: the volume the missing "
-        "term measures, log det of the distances' covariance (ε = 1e-4 per unit; mean over "
-        "seeds). Third: the tracer's distance scale (mean per-image std of d) at the loss site "
-        "(symmetric log axis from 0). Right: linear-probe accuracy of the final features (mean "
-        "± std). Line styles and markers tell apart curves that lie on one another.",
-    )
-
-
-def _figure_row(
-    row: Any, runs: dict[str, list[dict[str, Any]]], group: list[str], data: str
-) -> None:
-    ax_dead, ax_volume, ax_scale, ax_probe = row
-    # Drawn widest first, so that a line lying on another still shows around it.
-    for rank, v in enumerate(group):
-        colour, style, marker = STYLES[v]
-        kw = {
-            "color": colour,
-            "linestyle": style,
-            "marker": marker,
-            "markersize": 4,
-            "linewidth": 3.2 - 0.35 * rank,
-            "label": VARIANTS[v].label,
-        }
-        steps = runs[v][0]["curve"]["step"]
-        dead = torch.tensor([r["curve"]["dead_fraction"] for r in runs[v]]).mean(0)
-        ax_dead.plot(steps, dead.tolist(), **kw)
-        volume = torch.tensor([r["curve"]["log_det"] for r in runs[v]]).mean(0)
-        ax_volume.plot(steps, volume.tolist(), **kw)
-        trace = runs[v][0]["trace"]
-        every = max(1, len(trace["step"]) // 8)
-        ax_scale.plot(trace["step"], trace["scale"], markevery=every, **kw)
-    ax_dead.set_xlabel("training step")
-    ax_dead.set_ylabel("share of dead units (monitor images)")
-    ax_dead.set_ylim(-0.03, 1.03)
-    ax_dead.legend(fontsize=6)
-    ax_volume.set_xlabel("training step")
-    ax_volume.set_ylabel("log det(Cov d + εI) (monitor images)")
-    ax_scale.set_xlabel("training step")
-    ax_scale.set_ylabel("tracer: distance scale (first seed)")
-    ax_scale.set_yscale("symlog", linthresh=1e-3)
-    ax_scale.set_ylim(bottom=0)
-    means = [mean_std([r["final"]["probe"] for r in runs[v]]) for v in group]
-    ax_probe.bar(
-        range(len(group)),
-        [m for m, _ in means],
-        yerr=[s for _, s in means],
-        color=[STYLES[v][0] for v in group],
-    )
-    ax_probe.set_xticks(range(len(group)))
-    ax_probe.set_xticklabels([SHORT[v] for v in group], fontsize=7, rotation=30)
-    ax_probe.set_ylabel(f"linear probe accuracy ({data} test)")
-    ax_probe.set_ylim(0, 1)
 
 
 # -- known-answer controls ---------------------------------------------------------------------
@@ -433,7 +348,8 @@ EXPERIMENT = Experiment(
         "with a prototype head z_c = −‖d − μ_c‖² trained by cross-entropy. The Tracer (default "
         "thresholds) runs on every training."
     ),
-    run=run,
+    plan=plan,
+    aggregate=aggregate,
     headline=("dead_fraction_lse", "dead_fraction_lse_log_det", "probe_gap_batchnorm"),
     meaning={
         "holds": (

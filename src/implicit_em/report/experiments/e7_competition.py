@@ -24,39 +24,35 @@ held-out inputs:
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Callable
-from functools import cache
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor
 
-from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments._cells import interval_cell
 from implicit_em.report.experiments._neural import (
-    Images,
-    load_images,
+    images_of,
     mean_std,
     plus_minus,
-    spearman_rows,
 )
 from implicit_em.report.experiments._prototype_training import (
-    held_out,
     train_classifier,
     train_comparator,
 )
-from implicit_em.report.experiments._prototypes import (
-    PrototypeClassifier,
-    correction_concentration,
+from implicit_em.report.experiments._smoothing_controls import (
+    COMPARATORS,
+    accuracy_cost,
+    controls,
+    learned_gaps,
+    wrong_order_agreement,
+    wrong_order_kept,
 )
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.progress import progress
+from implicit_em.report.plan import Unit
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
-from implicit_em.report.units import unit
 
 COLORS = ("#0969da", "#bf8700", "#cf222e", "#1a7f37")
 
@@ -65,29 +61,46 @@ def _key(smoothing: float) -> str:
     return f"ls{round(smoothing * 100):02d}"
 
 
-def run(config: dict[str, Any], out: Path) -> Outcome:
-    images = load_images(config)
-    seeds, levels = config["seeds"], config["smoothing"]
-    runs: dict[float, list[dict[str, Any]]] = {s: [] for s in levels}
-    for level, seed in progress(
-        [(s, seed) for s in levels for seed in seeds], desc="E7 classifiers"
-    ):
-        runs[level].append(
-            unit(
-                f"smoothing{level:g}-seed{seed}",
-                lambda lv=level, sd=seed: train_classifier(images, lv, sd, config),
-            )
+def _classifier_unit(config: dict[str, Any], level: float, seed: int) -> dict[str, Any]:
+    """`train_classifier` at one smoothing level and seed on the configuration's images."""
+    return train_classifier(images_of(config), level, seed, config)
+
+
+def _comparator_unit(config: dict[str, Any], name: str, seed: int) -> dict[str, Any]:
+    """`train_comparator` of one unnormalized head and seed on the configuration's images."""
+    return train_comparator(images_of(config), name, seed, config)
+
+
+def plan(config: dict[str, Any]) -> list[Unit]:
+    """One unit per smoothing level and seed, one per comparator head and seed."""
+    gpu = config.get("device", "cpu") != "cpu"
+    seeds = config["seeds"]
+    return [
+        Unit(
+            f"smoothing{level:g}-seed{seed}",
+            _classifier_unit,
+            {"config": config, "level": level, "seed": seed},
+            gpu=gpu,
         )
-    comparators = {
-        name: [
-            unit(
-                f"{name}-seed{seed}",
-                lambda n=name, sd=seed: train_comparator(images, n, sd, config),
-            )
-            for seed in seeds
-        ]
+        for level in config["smoothing"]
+        for seed in seeds
+    ] + [
+        Unit(
+            f"{name}-seed{seed}",
+            _comparator_unit,
+            {"config": config, "name": name, "seed": seed},
+            gpu=gpu,
+        )
         for name in COMPARATORS
-    }
+        for seed in seeds
+    ]
+
+
+def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> Outcome:
+    images = images_of(config)
+    seeds, levels = config["seeds"], config["smoothing"]
+    runs = {lv: [results[f"smoothing{lv:g}-seed{sd}"] for sd in seeds] for lv in levels}
+    comparators = {n: [results[f"{n}-seed{sd}"] for sd in seeds] for n in COMPARATORS}
     numbers: dict[str, Any] = {
         "data": images.name,
         "seeds": len(seeds),
@@ -207,50 +220,6 @@ def run(config: dict[str, Any], out: Path) -> Outcome:
     )
 
 
-def wrong_order_agreement(runs: list[dict[str, Any]], against: list[dict[str, Any]]) -> list[float]:
-    """Per seed $i$: the mean per-input Spearman correlation between the wrong classes' order in
-    `runs[i]` and in `against[i + 1]` (cyclically): models of different seeds, so that a shared
-    initialization cannot make them agree."""
-    values = []
-    for i, run in enumerate(runs):
-        other = against[(i + 1) % len(against)]
-        a = torch.tensor(run["wrong_order"], dtype=torch.float64)
-        b = torch.tensor(other["wrong_order"], dtype=torch.float64)
-        values.append(float(spearman_rows(a, b).nanmean()))
-    return values
-
-
-def wrong_order_kept(smoothed: list[dict[str, Any]], clamp: list[dict[str, Any]]) -> list[float]:
-    """Per seed $i$: how much less the smoothed model's wrong-class order agrees with the
-    unsmoothed model of seed $i + 1$ than the unsmoothed model of seed $i$ does (0: smoothing
-    kept all the order two unsmoothed models share; minus that shared agreement: none kept)."""
-    kept = wrong_order_agreement(smoothed, clamp)
-    ceiling = wrong_order_agreement(clamp, clamp)
-    return [a - b for a, b in zip(kept, ceiling, strict=True)]
-
-
-def accuracy_cost(clamp: list[dict[str, Any]], smoothed: list[dict[str, Any]]) -> list[float]:
-    """Per seed, the test accuracy lost by smoothing."""
-    return [a["accuracy"] - b["accuracy"] for a, b in zip(clamp, smoothed, strict=True)]
-
-
-def learned_gaps(ce: list[float], other: list[float], min_share: float) -> list[float]:
-    """Per-seed coupling gaps `ce - other` over the seeds where the comparator learned (finite
-    coupling); all NaN (the criterion undecided) unless it learned in at least `min_share` of
-    the seeds."""
-    pairs = [(a, b) for a, b in zip(ce, other, strict=True) if math.isfinite(b)]
-    if len(pairs) < min_share * len(ce):
-        return [math.nan] * len(ce)
-    return [a - b for a, b in pairs]
-
-
-COMPARATORS = {
-    "ovr_sigmoid": "one-vs-rest sigmoids (proper negatives)",
-    "mse": "MSE on one-hot targets (RBF outputs e^(b − d))",
-}
-"""The unnormalized comparators: each class's loss depends on its own distance alone."""
-
-
 def _cells(measured: list[dict[str, Any]]) -> tuple[str, str, str]:
     """Accuracy, ECE and coupling cells; the coupling over the seeds where the head learned
     (finite), with their count when some did not."""
@@ -326,205 +295,6 @@ def _figure(runs: dict[float, list[dict[str, Any]]], levels: list[float], out: P
     )
 
 
-# Known-answer controls: planted classes run through the same training and measurements.
-
-PLANTED_CLASSES = 6
-
-
-def planted_chain(config: dict[str, Any]) -> Images:
-    """Six classes in 20 dimensions, their centres on a line 3 apart (noise std 0.5):
-    `config["planted_train"]` and `config["planted_test"]` inputs, the same for every seed (as
-    the experiment's data are). Each input's wrong classes are ordered by their distance along
-    the line, the nearest sharing the most."""
-    rng = np.random.default_rng(0)
-
-    def draw(n: int) -> tuple[Tensor, Tensor]:
-        y = rng.integers(0, PLANTED_CLASSES, n)
-        x = 0.5 * rng.standard_normal((n, 20))
-        x[:, 0] += 3.0 * (y - (PLANTED_CLASSES - 1) / 2)
-        return torch.tensor(x, dtype=torch.float32), torch.tensor(y)
-
-    x_train, y_train = draw(config["planted_train"])
-    x_test, y_test = draw(config["planted_test"])
-    return Images(
-        "planted chain",
-        x_train,
-        y_train,
-        x_test,
-        y_test,
-        tuple(str(c) for c in range(PLANTED_CLASSES)),
-        "planted",
-        torch.zeros(1, x_train.shape[1]),
-    )
-
-
-@cache
-def _planted(smoothing: float, seed: int, frozen: str) -> dict[str, Any]:
-    """One cross-entropy model with label smoothing `smoothing` trained on planted classes as
-    the experiment trains it, and measured (`frozen`: the control configuration as JSON)."""
-    config = json.loads(frozen)
-    return train_classifier(planted_chain(config), smoothing, seed, config)
-
-
-def _runs(config: dict[str, Any], smoothing: float = 0.0) -> list[dict[str, Any]]:
-    """The planted chain models of the control seeds (each trained once per configuration)."""
-    frozen = json.dumps({k: v for k, v in config.items() if k != "seeds"}, sort_keys=True)
-    return [_planted(smoothing, seed, frozen) for seed in config["seeds"]]
-
-
-def uniform_share_loss(d: Tensor, y: Tensor) -> Tensor:
-    r"""Cross-entropy with the wrong classes' distances replaced by their mean $\bar d$:
-    $\ell = d_y + \log\bigl(e^{-d_y} + (K-1)e^{-\bar d}\bigr)$, batch mean. Each wrong class gets
-    the same correction $-(1 - q_y)/(K-1)$: a uniform repulsion (a planted control)."""
-    k = d.shape[-1]
-    correct = d.gather(1, y[:, None])[:, 0]
-    mean_wrong = (d.sum(1) - correct) / (k - 1)
-    both = torch.stack([-correct, math.log(k - 1) - mean_wrong], 1)
-    return (correct + torch.logsumexp(both, 1)).mean()
-
-
-def _uniform_concentration(config: dict[str, Any]) -> list[float]:
-    values = []
-    for seed in config["seeds"]:
-        images = planted_chain(config)
-        torch.manual_seed(seed)
-        model = PrototypeClassifier(
-            images.n_features, config["hidden"], config["features"], PLANTED_CLASSES
-        )
-        with torch.no_grad():
-            d = model(images.x_test).double()
-        d.requires_grad_(True)
-        (grad,) = torch.autograd.grad(uniform_share_loss(d, images.y_test) * len(d), d)
-        values.append(float(correction_concentration(grad, images.y_test).nanmean()))
-    return values
-
-
-UNIFORM_TARGET = (PLANTED_CLASSES - 1) / PLANTED_CLASSES
-"""The label smoothing at which the target is uniform over the classes: it carries no label."""
-
-
-def _order_kept(shuffle: bool) -> Callable[[dict[str, Any]], list[float]]:
-    def measure(config: dict[str, Any]) -> list[float]:
-        smoothed = _runs(config)
-        if shuffle:
-            smoothed = [{"wrong_order": _shuffled_rows(r["wrong_order"])} for r in smoothed]
-        return wrong_order_kept(smoothed, _runs(config))
-
-    return measure
-
-
-def _shuffled_rows(ranks: list[list[int]]) -> list[list[int]]:
-    """Each row's ranks permuted at random (a fixed generator): a permutation null."""
-    rng = np.random.default_rng(0)
-    return [rng.permutation(row).tolist() for row in ranks]
-
-
-def _cost(smoothing: float) -> Callable[[dict[str, Any]], list[float]]:
-    def measure(config: dict[str, Any]) -> list[float]:
-        return accuracy_cost(_runs(config), _runs(config, smoothing))
-
-    return measure
-
-
-SPHERE_DIMENSION = 64
-SPHERE_RADIUS = 4.0
-
-
-def planted_sphere(seed: int, inputs: int) -> tuple[PrototypeClassifier, Images]:
-    r"""A planted model whose geometry cannot couple the classes: an exact identity encoder
-    ($h = \mathrm{relu}(x) - \mathrm{relu}(-x)$) on `inputs` points drawn
-    uniformly on a sphere of radius 4 in 64 dimensions, orthogonal prototypes on the same
-    sphere, labels drawn independently of both. An input's projections on the prototypes are
-    then nearly independent, so the correct class's distance says almost nothing about the
-    wrong classes' geometry, and only a normalized loss ties their update to it."""
-    rng = np.random.default_rng(seed)
-    f, n = SPHERE_DIMENSION, inputs
-    z = rng.standard_normal((n, f))
-    x = torch.tensor(SPHERE_RADIUS * z / np.linalg.norm(z, axis=1, keepdims=True))
-    basis, _ = np.linalg.qr(rng.standard_normal((f, PLANTED_CLASSES)))
-    model = PrototypeClassifier(f, 2 * f, f, PLANTED_CLASSES)
-    eye = torch.eye(f)
-    with torch.no_grad():
-        model.encoder.hidden.weight.copy_(torch.cat([eye, -eye]))
-        model.encoder.hidden.bias.zero_()
-        model.encoder.out.weight.copy_(torch.cat([eye, -eye], 1))
-        model.encoder.out.bias.zero_()
-        model.head.prototypes.copy_(torch.tensor(SPHERE_RADIUS * basis.T))
-    y = torch.tensor(rng.integers(0, PLANTED_CLASSES, n))
-    classes = tuple(str(c) for c in range(PLANTED_CLASSES))
-    x = x.float()
-    return model, Images(
-        "planted sphere", x, y, x, y, classes, "planted", torch.zeros(1, x.shape[1])
-    )
-
-
-@cache
-def _sphere_coupling(head: str, seed: int, inputs: int) -> float:
-    model, images = planted_sphere(seed, inputs)
-    with torch.no_grad():
-        bias = model(images.x_test).median()
-    return held_out(model, images, head, order_inputs=0, bias=bias)["encoder_coupling"]
-
-
-def _gap(head: str, against: str) -> Callable[[dict[str, Any]], list[float]]:
-    def measure(config: dict[str, Any]) -> list[float]:
-        seeds = config["seeds"]
-        return learned_gaps(
-            [_sphere_coupling(against, s, config["planted_test"]) for s in seeds],
-            [_sphere_coupling(head, s, config["planted_test"]) for s in seeds],
-            config["comparator_min_learned_share"],
-        )
-
-    return measure
-
-
-def _controls() -> dict[str, Controls]:
-    chain = "classes on a line: the nearest wrong classes share the most"
-    sphere = (
-        "identity encoder, inputs and prototypes on a sphere, labels independent of both: "
-        "only normalization can tie the wrong classes' update to the correct class's distance"
-    )
-    controls = {
-        "wrong_concentration": Controls(
-            positive=Control(
-                chain,
-                lambda config: [r["concentration"] for r in _runs(config)],
-            ),
-            negative=Control(
-                "uniform repulsion: every wrong class gets the same correction",
-                _uniform_concentration,
-            ),
-        ),
-        "wrong_order_kept": Controls(
-            positive=Control(
-                f"{chain}; no smoothing on the smoothed side: nothing to erase",
-                _order_kept(shuffle=False),
-            ),
-            negative=Control(
-                f"{chain}; the wrong-class order shuffled per input (a permutation null)",
-                _order_kept(shuffle=True),
-            ),
-        ),
-        "accuracy_cost": Controls(
-            positive=Control(f"{chain}; no smoothing on either side: nothing to pay", _cost(0.0)),
-            negative=Control(
-                "smoothing (K - 1)/K: the target is uniform and carries no label",
-                _cost(UNIFORM_TARGET),
-            ),
-        ),
-    }
-    for name in COMPARATORS:
-        other = next(n for n in COMPARATORS if n != name)
-        controls[f"encoder_coupling_gap_{name}"] = Controls(
-            positive=Control(f"{sphere}; cross-entropy against {name}", _gap(name, "ce")),
-            negative=Control(
-                f"{sphere}; {other} against {name} (no normalization on either side)",
-                _gap(name, other),
-            ),
-        )
-    return controls
-
-
 EXPERIMENT = Experiment(
     id="E7",
     title="How cross-entropy shares the correction, and label smoothing as a partial clamp",
@@ -549,7 +319,8 @@ EXPERIMENT = Experiment(
         "gap is decided only when it learned in at least comparator_min_learned_share of the "
         "seeds (both in the protocol)."
     ),
-    run=run,
+    plan=plan,
+    aggregate=aggregate,
     headline=(
         "wrong_concentration",
         "wrong_order_kept",
@@ -573,5 +344,5 @@ EXPERIMENT = Experiment(
         ),
     },
     minutes={"smoke": 0.2, "quick": 0.7, "full": 5.0},
-    controls=_controls(),
+    controls=controls(),
 )

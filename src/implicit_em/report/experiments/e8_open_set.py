@@ -27,7 +27,7 @@ differs from the energy of *some* model only through what training with the null
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
@@ -38,18 +38,24 @@ import torch
 
 from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments._cells import interval_cell
-from implicit_em.report.experiments._neural import Images, load_images, mean_std, plus_minus
+from implicit_em.report.experiments._neural import (
+    Images,
+    images_of,
+    load_images,
+    mean_std,
+    plus_minus,
+)
 from implicit_em.report.experiments._open_set import (
     CONFIDENT,
     MODELS,
     NULLS,
     SCORES,
-    Scorer,
-    train_model,
 )
-from implicit_em.report.experiments._open_set_scores import (
-    chosen_on_validation,
-    open_set_metrics,
+from implicit_em.report.experiments._open_set_measures import (
+    closed_world_share_softmax,
+    gain_over_chosen,
+    measure_model,
+    null_auroc,
 )
 from implicit_em.report.experiments._open_set_splits import (
     OpenSetSplit,
@@ -57,95 +63,45 @@ from implicit_em.report.experiments._open_set_splits import (
     random_split,
 )
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.progress import progress
+from implicit_em.report.plan import Unit
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
-from implicit_em.report.units import unit
 
 BASELINE_MODELS = ("softmax", "sigmoid", "distance")
 """The heads without a null component whose detectors form the baseline pool."""
 SETS = {"near": "unknown classes (near)", "far": "digits (far)"}
 
 
-def measure_model(
-    kind: str, split: OpenSetSplit, seed: int, config: dict[str, Any], keep: bool = False
-) -> dict[str, Any]:
-    """Train one model on `split` and measure it: every detector's metrics on the near and the
-    far test set and its validation AUROC, the closed-world shares, the closed-set accuracy and
-    (constant null) the null check; `keep` also returns the scores (for the figure)."""
-    model = train_model(
-        kind, split.x_train, split.y_train, split.classes, seed, config, split.x_outlier
-    )
-    scorer = Scorer(model, split.x_train, split.y_train, config)
-    unknown = split.test_unknown
-    near = scorer.scores(split.x_test)
-    far = scorer.scores(split.x_far)
-    far_unknown = np.concatenate(
-        [np.zeros((~unknown).sum(), bool), np.ones(len(split.x_far), bool)]
-    )
-    val = scorer.scores(split.x_val)
-    known = torch.from_numpy(~unknown).to(split.y_test.device)
-    result: dict[str, Any] = {
-        "near": {n: open_set_metrics(v, unknown) for n, v in near.items()},
-        "far": {
-            n: open_set_metrics(np.concatenate([near[n][~unknown], far[n]]), far_unknown)
-            for n in near
-        },
-        "val": {n: open_set_metrics(v, split.val_unknown)["auroc"] for n, v in val.items()},
-        "share": float((scorer.confidence(split.x_test)[unknown] > CONFIDENT).mean()),
-        "share_far": float((scorer.confidence(split.x_far) > CONFIDENT).mean()),
-        "accuracy": float(
-            (scorer.predicted(split.x_test)[known] == split.y_test[known]).double().mean()
-        ),
-    }
-    if kind == "null":
-        result["null_check"] = scorer.null_check(split.x_test)
-    if keep:
-        result["scores"] = {"near": near, "far": far}
-    return result
+def _split(config: dict[str, Any], seed: int) -> OpenSetSplit:
+    """One seed's split of the configuration's images, with the digits as the far set."""
+    images = images_of(config)
+    return random_split(images, digits_as_images(images.mean), seed, config)
 
 
-def measure_seed(
-    split: OpenSetSplit, seed: int, config: dict[str, Any], keep: bool = False
-) -> dict[str, dict[str, Any]]:
-    """`measure_model` of every model in `config["models"]` on one seed's split."""
-    return {
-        kind: unit(f"{kind}-seed{seed}", lambda k=kind: measure_model(k, split, seed, config, keep))
+def _model_unit(config: dict[str, Any], kind: str, seed: int, keep: bool) -> dict[str, Any]:
+    """`measure_model` of one model on one seed's split."""
+    return measure_model(kind, _split(config, seed), seed, config, keep)
+
+
+def plan(config: dict[str, Any]) -> list[Unit]:
+    """One unit per model and seed (the first seed's keep their scores, for the figure)."""
+    first, gpu = config["seeds"][0], config.get("device", "cpu") != "cpu"
+    return [
+        Unit(
+            f"{kind}-seed{seed}",
+            _model_unit,
+            {"config": config, "kind": kind, "seed": seed, "keep": seed == first},
+            gpu=gpu,
+        )
+        for seed in config["seeds"]
         for kind in config["models"]
-    }
+    ]
 
 
-def closed_world_share_softmax(seed: dict[str, dict[str, Any]]) -> float:
-    """One seed's share of unknown test inputs the softmax head gives a known class with
-    confidence above `CONFIDENT`."""
-    return seed["softmax"]["share"]
-
-
-def null_auroc(seed: dict[str, dict[str, Any]], where: str = "near") -> float:
-    """One seed's AUROC of the constant null's $r_0$ on the `near` or `far` test set."""
-    return seed["null"][where]["null"]["auroc"]
-
-
-def gain_over_chosen(
-    seed: dict[str, dict[str, Any]], candidate: str, pool: tuple[str, ...], where: str
-) -> tuple[float, str]:
-    """The AUROC of `candidate`'s $r_0$ on the `where` test set minus that of the baseline of
-    the models `pool` (and their detectors) with the best validation AUROC, and its name."""
-    validation = {f"{k}/{n}": seed[k]["val"][n] for k in pool for n in seed[k]["val"]}
-    chosen = chosen_on_validation(validation)
-    kind, name = chosen.split("/")
-    return seed[candidate][where]["null"]["auroc"] - seed[kind][where][name]["auroc"], chosen
-
-
-def run(config: dict[str, Any], out: Path) -> Outcome:
-    images = load_images(config)
-    x_far = digits_as_images(images.mean)
+def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> Outcome:
+    images = images_of(config)
     seeds = config["seeds"]
-    measured = []
-    splits = []
-    for seed in progress(seeds, desc="E8 open set"):
-        split = random_split(images, x_far, seed, config)
-        splits.append(split)
-        measured.append(measure_seed(split, seed, config, keep=seed == seeds[0]))
+    splits = [_split(config, seed) for seed in seeds]
+    measured = [{k: results[f"{k}-seed{seed}"] for k in config["models"]} for seed in seeds]
 
     numbers: dict[str, Any] = {
         "data": images.name,
@@ -446,7 +402,8 @@ EXPERIMENT = Experiment(
         "baseline is chosen per seed on the validation split. Unknown = positive; metrics "
         "from scikit-learn (roc_auc_score, average_precision_score, roc_curve)."
     ),
-    run=run,
+    plan=plan,
+    aggregate=aggregate,
     headline=("closed_world_share_softmax", "null_auroc", "null_gain_over_best_near"),
     meaning={
         "holds": (

@@ -21,139 +21,29 @@ is $\mathrm{KL}(h \,\Vert\, g)$ averaged over inputs.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor
 
-from implicit_em.core import responsibilities
-from implicit_em.objectives import mixture_nll
 from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments._cells import interval_cell
-from implicit_em.report.experiments._experts import (
-    MixtureOfExperts,
-    expert_distances,
-    gate_kl,
-    matched_purity,
-    piecewise_task,
-    start_model,
+from implicit_em.report.experiments._expert_training import (
+    OBJECTIVES,
+    train,
 )
 from implicit_em.report.experiments._moe_em import BASELINES, baseline
 from implicit_em.report.experiments._neural import (
-    device_of,
     mean_std,
-    minibatches,
     plus_minus,
-    quiet_alarms,
 )
 from implicit_em.report.figures import new_figure, save
-from implicit_em.report.progress import progress
+from implicit_em.report.plan import Unit
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
-from implicit_em.report.units import unit
 
-OBJECTIVES = {"mixture": "competitive mixture loss", "blend": "blended output, squared error"}
 COLORS = ("#0969da", "#cf222e", "#1a7f37", "#bf8700", "#8250df", "#57606a")
-
-
-def gate_gradient_residual(model: MixtureOfExperts, x: Tensor, y: Tensor) -> float:
-    r"""$\max |B\,\partial\ell/\partial\,\mathrm{logit} - (g - h)|$ under the mixture loss on
-    `(x, y)`: the gate's gradient is its distance from the responsibilities, so descent fits the
-    gate to them (the construction behind "gates are responsibilities")."""
-    logits = model.gate(x).detach().requires_grad_()
-    log_g = torch.log_softmax(logits, dim=-1)
-    d = expert_distances(y, model.experts(x))
-    (grad,) = torch.autograd.grad(mixture_nll(d, log_prior=log_g), logits)
-    with torch.no_grad():
-        h = responsibilities(d, log_prior=log_g)
-        return float((grad * len(x) - (log_g.exp() - h)).abs().max())
-
-
-def train(objective: str, seed: int, config: dict[str, Any]) -> dict[str, Any]:
-    """Train one mixture of experts with `objective` and measure it on fresh test points."""
-    from implicit_em.trace import Tracer
-
-    device = device_of(config)
-    generator = torch.Generator().manual_seed(seed)
-    x, y, _ = (t.to(device) for t in piecewise_task(config["n_train"], config, generator))
-    x_test, y_test, seg_test = (
-        t.to(device) for t in piecewise_task(config["n_test"], config, generator)
-    )
-    torch.manual_seed(seed)
-    model = start_model(config).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
-    kl_curve: list[Tensor] = []
-    h_mean: list[Tensor] = []
-    # every row of the batch: the tracer's mass is compared with this batch's mean responsibility
-    traced = (
-        Tracer(model, every=config["trace_every"], max_responsibility_rows=None)
-        if objective == "mixture" and config["trace_every"] > 0
-        else None
-    )
-    with quiet_alarms(), traced or contextlib.nullcontext():
-        for index in minibatches(len(x), config["batch"], config["steps"], generator):
-            index = index.to(device)
-            o, log_g = model(x[index])
-            d = expert_distances(y[index], o)
-            if objective == "mixture":
-                d.retain_grad()
-                loss = mixture_nll(d, log_prior=log_g)
-            else:
-                loss = 0.5 * ((y[index] - (log_g.exp() * o).sum(-1, keepdim=True)) ** 2).mean()
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            with torch.no_grad():
-                # The mixture loss is a batch mean: its gradient is h / B (R4's sign).
-                h = (
-                    d.grad * len(index)
-                    if objective == "mixture"
-                    else responsibilities(d, log_prior=log_g)
-                )
-                kl_curve.append(gate_kl(h, log_g).mean())
-                h_mean.append(h.mean(0))
-            optimizer.step()
-            if traced is not None:
-                traced.step()
-    result: dict[str, Any] = {"kl_curve": torch.stack(kl_curve).tolist()}
-    if objective == "mixture":
-        result["gate_gradient_residual"] = gate_gradient_residual(model, x, y)
-    if traced is not None:
-        frame = traced.history.to_pandas()
-        sites = frame[frame["kind"] == "site"]
-        h_read = torch.stack(h_mean).double().cpu()
-        agreement = max(
-            float((h_read[int(step)] - torch.tensor(mass, dtype=torch.float64)).abs().max())
-            for step, mass in zip(sites["step"], sites["mass"], strict=True)
-        )
-        result["trace_agreement"] = agreement
-        result["trace_residual"] = float(sites["residual"].max())
-        result["alarms"] = sorted({a["alarm"] for a in traced.alarms})
-    with torch.no_grad():
-        o, log_g = model(x_test)
-        h = responsibilities(expert_distances(y_test, o), log_prior=log_g)
-        route = log_g.argmax(-1)
-        segments = len(config["slopes"])
-        result.update(
-            purity=matched_purity(route, seg_test, config["experts"], segments),
-            owner_purity=matched_purity(h.argmax(-1), seg_test, config["experts"], segments),
-            kl=float(gate_kl(h, log_g).mean()),
-            mse_routed=float(((y_test[:, 0] - o.gather(1, route[:, None])[:, 0]) ** 2).mean()),
-            mse_blend=float(((y_test[:, 0] - (log_g.exp() * o).sum(-1)) ** 2).mean()),
-            gate_entropy=float(-(log_g.exp() * log_g).sum(-1).mean()),
-        )
-        grid = torch.linspace(-1, 1, 400, device=device)[:, None]
-        o_grid, log_g_grid = model(grid)
-        result["grid"] = {
-            "x": grid[:, 0].tolist(),
-            "route": log_g_grid.argmax(-1).tolist(),
-            "routed": o_grid.gather(1, log_g_grid.argmax(-1, keepdim=True))[:, 0].tolist(),
-            "blend": (log_g_grid.exp() * o_grid).sum(-1).tolist(),
-        }
-        result["sample"] = {"x": x_test[:300, 0].tolist(), "y": y_test[:300, 0].tolist()}
-    return result
 
 
 def purity_gap_em(mixture: dict[str, Any], em: dict[str, Any]) -> float:
@@ -168,17 +58,25 @@ def owner_purity_gap_gate_free(mixture: dict[str, Any], gate_free: dict[str, Any
     return gate_free["owner_purity"] - mixture["owner_purity"]
 
 
-def run(config: dict[str, Any], out: Path) -> Outcome:
+def plan(config: dict[str, Any]) -> list[Unit]:
+    """One unit per objective and seed (a mixture of experts trained), one per baseline and
+    seed."""
     seeds = config["seeds"]
-    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in OBJECTIVES}
-    for objective, seed in progress([(k, s) for k in OBJECTIVES for s in seeds], desc="E9 experts"):
-        runs[objective].append(
-            unit(f"{objective}-seed{seed}", lambda o=objective, s=seed: train(o, s, config))
-        )
-    fitted = {
-        kind: [unit(f"{kind}-seed{s}", lambda k=kind, s=s: baseline(k, s, config)) for s in seeds]
-        for kind in BASELINES
-    }
+    return [
+        Unit(f"{o}-seed{s}", train, {"objective": o, "seed": s, "config": config})
+        for o in OBJECTIVES
+        for s in seeds
+    ] + [
+        Unit(f"{k}-seed{s}", baseline, {"kind": k, "seed": s, "config": config})
+        for k in BASELINES
+        for s in seeds
+    ]
+
+
+def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> Outcome:
+    seeds = config["seeds"]
+    runs = {o: [results[f"{o}-seed{s}"] for s in seeds] for o in OBJECTIVES}
+    fitted = {k: [results[f"{k}-seed{s}"] for s in seeds] for k in BASELINES}
     numbers: dict[str, Any] = {
         "segments": len(config["slopes"]),
         "experts": config["experts"],
@@ -433,7 +331,8 @@ EXPERIMENT = Experiment(
         "test points whose gate argmax is the expert matched to their segment (best "
         "one-to-one matching)."
     ),
-    run=run,
+    plan=plan,
+    aggregate=aggregate,
     headline=("owner_purity_gap_gate_free", "purity_mixture", "kl_mixture"),
     meaning={
         "holds": (

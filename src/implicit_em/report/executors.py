@@ -1,0 +1,181 @@
+"""Where units are computed: in this process (`local`, the default) or on a Ray cluster (`ray`).
+
+An executor takes units (`implicit_em.report.plan.Unit`) and yields each one's `Done` as it
+finishes, tagged with its position in the list; the driver (`runner`) keeps the values in the
+units' folder and aggregates each experiment when its units are in. Workers need no shared
+filesystem: a unit's arguments travel to the worker and its JSON value travels back.
+
+* `LocalExecutor` computes the units one after the other, in order, in this process: the
+  report as it always ran, with no dependency beyond the package.
+* `RayExecutor` submits every unit as a Ray task asking for its `threads` CPUs (at most a
+  node's) and one GPU for a GPU unit when the cluster has one; the worker sets torch's thread count to the unit's
+  `threads`. A worker that dies mid-unit is retried on another (`max_retries`); an exception
+  raised by the unit is not (it would raise again) and comes back as the unit's error. With
+  an `address` it joins a running cluster (`auto`, or `HOST:PORT`); without one it starts a
+  local Ray instance with one worker per core. Ray is the optional extra `ray`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
+
+from implicit_em.arguments import missing_modules
+from implicit_em.report.plan import Done, Unit, compute
+
+__all__ = [
+    "EXECUTORS",
+    "Executor",
+    "LocalExecutor",
+    "RayExecutor",
+    "check_executor",
+    "make_executor",
+]
+
+EXECUTORS = ("local", "ray")
+
+RETRIES = 3
+"""How often Ray reruns a unit whose worker died (a unit that raises is not rerun)."""
+
+
+class Executor(Protocol):
+    """Computes units and says how many of them run at once."""
+
+    name: str
+
+    @property
+    def workers(self) -> int:
+        """How many units it can run at once."""
+
+    def run(self, units: Sequence[Unit], skip: Callable[[int], bool]) -> Iterator[tuple[int, Done]]:
+        """Each unit's `Done` with its index in `units`, as it finishes (`skip(i)`: a unit
+        the driver no longer needs, which a lazy executor leaves out)."""
+
+    def busy(self) -> int:
+        """How many units are running now."""
+
+    def close(self) -> None:
+        """Cancel the units in flight and let go of what it started (its creator calls it once
+        the report is written; a Ctrl-C calls it at once)."""
+
+
+class LocalExecutor:
+    """Every unit in this process, in order, one at a time."""
+
+    name = "local"
+
+    @property
+    def workers(self) -> int:
+        return 1
+
+    def run(self, units: Sequence[Unit], skip: Callable[[int], bool]) -> Iterator[tuple[int, Done]]:
+        for index, unit in enumerate(units):
+            if skip(index):
+                continue
+            yield index, compute(unit)
+
+    def busy(self) -> int:
+        return 1
+
+    def close(self) -> None:
+        return None
+
+
+def _on_worker(unit: dict[str, Any]) -> dict[str, Any]:
+    """A unit computed on a Ray worker with torch pinned to its threads; its `Done` as a dict."""
+    import torch
+
+    torch.set_num_threads(unit["threads"])
+    done = compute(Unit(**unit))
+    return {**done.__dict__, "warnings": list(done.warnings)}
+
+
+class RayExecutor:
+    """Units as Ray tasks on a running cluster (`address`) or on a local instance."""
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None) -> None:
+        import ray
+
+        self._ray = ray
+        self._started = not ray.is_initialized()
+        if self._started:
+            env = {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}
+            options: dict[str, Any] = {
+                "address": address,
+                "log_to_driver": False,
+                "include_dashboard": False,
+                "logging_level": logging.ERROR,
+                "runtime_env": {"env_vars": env} if env else None,
+            }
+            if address is None:
+                options["num_cpus"] = num_cpus or os.cpu_count() or 1
+            ray.init(**options)
+        self._task = ray.remote(max_retries=RETRIES, retry_exceptions=False)(_on_worker)
+        self._refs: dict[Any, int] = {}
+
+    @property
+    def workers(self) -> int:
+        return max(1, int(self._ray.cluster_resources().get("CPU", 1)))
+
+    def _largest_node(self) -> tuple[float, float]:
+        """The most CPUs and GPUs any one live node has (a task asking for more would wait
+        forever)."""
+        nodes = [n["Resources"] for n in self._ray.nodes() if n.get("Alive")]
+        return max((n.get("CPU", 0) for n in nodes), default=1), max(
+            (n.get("GPU", 0) for n in nodes), default=0
+        )
+
+    def run(self, units: Sequence[Unit], skip: Callable[[int], bool]) -> Iterator[tuple[int, Done]]:
+        cpus, gpus = self._largest_node()
+        for index, unit in enumerate(units):
+            task = self._task.options(
+                num_cpus=max(1, min(unit.threads, cpus)),
+                num_gpus=1 if unit.gpu and gpus >= 1 else 0,
+            )
+            self._refs[task.remote(unit.as_dict())] = index
+        while self._refs:
+            ready, _ = self._ray.wait(list(self._refs), num_returns=1)
+            index = self._refs.pop(ready[0])
+            if skip(index):
+                continue
+            try:
+                found = self._ray.get(ready[0])
+                yield index, Done(**{**found, "warnings": tuple(found["warnings"])})
+            except self._ray.exceptions.RayError as err:
+                unit = units[index]
+                yield index, Done(unit.name, None, 0.0, "", "", (), f"{type(err).__name__}: {err}")
+
+    def busy(self) -> int:
+        return min(len(self._refs), self.workers)
+
+    def close(self) -> None:
+        for ref in self._refs:
+            self._ray.cancel(ref, force=True)
+        self._refs.clear()
+        if self._started:
+            self._ray.shutdown()
+
+
+def check_executor(name: str, address: str | None = None) -> None:
+    """`ValueError` naming the option when `name` is no executor, when `--address` comes
+    without Ray, or when the Ray extra is not installed."""
+    if name not in EXECUTORS:
+        raise ValueError(f"--executor: expected one of {', '.join(EXECUTORS)}, got {name!r}")
+    if name == "local" and address:
+        raise ValueError("--address: only the ray executor joins a cluster")
+    if name == "ray" and missing_modules(["ray"]):
+        raise ValueError(
+            "implicit-em report --executor ray needs ray, which is not installed: "
+            "pip install 'implicit-em[ray]'"
+        )
+
+
+def make_executor(name: str, address: str | None = None) -> Executor:
+    """The executor `name` (`local` or `ray`, joining the cluster at `address` if given),
+    after `check_executor`."""
+    check_executor(name, address)
+    return LocalExecutor() if name == "local" else RayExecutor(address)

@@ -1,0 +1,81 @@
+"""E8's measurements: one model trained on a seed's split and every detector's metrics on the near, far and validation sets, and the per-seed numbers its criteria read from them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from implicit_em.report.experiments._open_set import (
+    CONFIDENT,
+    Scorer,
+    train_model,
+)
+from implicit_em.report.experiments._open_set_scores import (
+    chosen_on_validation,
+    open_set_metrics,
+)
+from implicit_em.report.experiments._open_set_splits import (
+    OpenSetSplit,
+)
+
+
+def measure_model(
+    kind: str, split: OpenSetSplit, seed: int, config: dict[str, Any], keep: bool = False
+) -> dict[str, Any]:
+    """Train one model on `split` and measure it: every detector's metrics on the near and the
+    far test set and its validation AUROC, the closed-world shares, the closed-set accuracy and
+    (constant null) the null check; `keep` also returns the scores (for the figure)."""
+    model = train_model(
+        kind, split.x_train, split.y_train, split.classes, seed, config, split.x_outlier
+    )
+    scorer = Scorer(model, split.x_train, split.y_train, config)
+    unknown = split.test_unknown
+    near = scorer.scores(split.x_test)
+    far = scorer.scores(split.x_far)
+    far_unknown = np.concatenate(
+        [np.zeros((~unknown).sum(), bool), np.ones(len(split.x_far), bool)]
+    )
+    val = scorer.scores(split.x_val)
+    known = torch.from_numpy(~unknown).to(split.y_test.device)
+    result: dict[str, Any] = {
+        "near": {n: open_set_metrics(v, unknown) for n, v in near.items()},
+        "far": {
+            n: open_set_metrics(np.concatenate([near[n][~unknown], far[n]]), far_unknown)
+            for n in near
+        },
+        "val": {n: open_set_metrics(v, split.val_unknown)["auroc"] for n, v in val.items()},
+        "share": float((scorer.confidence(split.x_test)[unknown] > CONFIDENT).mean()),
+        "share_far": float((scorer.confidence(split.x_far) > CONFIDENT).mean()),
+        "accuracy": float(
+            (scorer.predicted(split.x_test)[known] == split.y_test[known]).double().mean()
+        ),
+    }
+    if kind == "null":
+        result["null_check"] = scorer.null_check(split.x_test)
+    if keep:
+        result["scores"] = {"near": near, "far": far}
+    return result
+
+
+def closed_world_share_softmax(seed: dict[str, dict[str, Any]]) -> float:
+    """One seed's share of unknown test inputs the softmax head gives a known class with
+    confidence above `CONFIDENT`."""
+    return seed["softmax"]["share"]
+
+
+def null_auroc(seed: dict[str, dict[str, Any]], where: str = "near") -> float:
+    """One seed's AUROC of the constant null's $r_0$ on the `near` or `far` test set."""
+    return seed["null"][where]["null"]["auroc"]
+
+
+def gain_over_chosen(
+    seed: dict[str, dict[str, Any]], candidate: str, pool: tuple[str, ...], where: str
+) -> tuple[float, str]:
+    """The AUROC of `candidate`'s $r_0$ on the `where` test set minus that of the baseline of
+    the models `pool` (and their detectors) with the best validation AUROC, and its name."""
+    validation = {f"{k}/{n}": seed[k]["val"][n] for k in pool for n in seed[k]["val"]}
+    chosen = chosen_on_validation(validation)
+    kind, name = chosen.split("/")
+    return seed[candidate][where]["null"]["auroc"] - seed[kind][where][name]["auroc"], chosen

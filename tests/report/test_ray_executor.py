@@ -1,0 +1,160 @@
+"""The report on a Ray cluster of real processes: a head and a second node, each a raylet with
+its own worker processes (`ray.cluster_utils.Cluster`, stopped at the end; it stops only the
+processes it started). The cluster's numbers equal this process's to the last bit, and a worker
+killed in the middle of a unit costs a retry, not a result."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from implicit_em.report import Experiment, Outcome, Unit
+from implicit_em.report.protocol import Protocol
+from implicit_em.report.registry import select
+from implicit_em.report.runner import run_experiments
+
+ray = pytest.importorskip("ray")
+
+QUIET = {"log": lambda line: None}
+SECONDS = 8.0
+"""How long the test unit sleeps: long enough to be killed in the middle."""
+
+
+def draws(seed: int, pid_file: str, seconds: float) -> list[float]:
+    """A seeded unit that notes its worker's pid and sleeps before it returns: four float64
+    normal draws of `seed`."""
+    with open(pid_file, "a", encoding="utf-8") as file:
+        file.write(f"{os.getpid()}\n")
+    time.sleep(seconds)
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(4, generator=generator, dtype=torch.float64).tolist()
+
+
+def _sleeper(pid_file: Path) -> Experiment:
+    def plan(config):
+        return [
+            Unit(f"seed{s}", draws, {"seed": s, "pid_file": str(pid_file), "seconds": SECONDS})
+            for s in config["seeds"]
+        ]
+
+    def aggregate(config, results, out):
+        values = [results[f"seed{s}"] for s in config["seeds"]]
+        return Outcome({"draws": values}, {"x": [min(v) for v in values]})
+
+    return Experiment(
+        id="X1",
+        title="seeded draws, slowly",
+        claims=("C1",),
+        hypothesis="h",
+        setup="s",
+        plan=plan,
+        aggregate=aggregate,
+        protocol=Protocol.from_data(
+            {
+                "id": "X1",
+                "criteria": [
+                    {
+                        "number": "x",
+                        "op": "<=",
+                        "threshold": 10.0,
+                        "means": "small",
+                        "claim": "C1",
+                        "direction": "supports",
+                        "primary": True,
+                    }
+                ],
+                "sizes": {
+                    "smoke": {"seeds": [0, 1]},
+                    "quick": {"seeds": [0, 1]},
+                    "full": {"seeds": [1000, 1001]},
+                    "control": {"seeds": [0, 1]},
+                },
+            }
+        ),
+        headline=("x",),
+        meaning={"holds": "a", "partly": "b", "fails": "c"},
+        minutes={"smoke": 0, "quick": 0, "full": 0},
+    )
+
+
+def _kill_first_worker(pid_file: Path, killed: list[int]) -> None:
+    """SIGKILL the worker that first notes its pid in `pid_file` (in the middle of its unit)."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if pid_file.is_file() and pid_file.read_text().strip():
+            pid = int(pid_file.read_text().split()[0])
+            time.sleep(1.0)  # well inside the unit's sleep
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+            return
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def cluster(monkeypatch, tmp_path):
+    """A head node and a second node with one CPU each; the test units' module importable by
+    their workers."""
+    from ray.cluster_utils import Cluster
+
+    here = str(Path(__file__).parent)
+    path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
+    monkeypatch.setenv("PYTHONPATH", path)
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    # Ray's sockets live under its temp folder, and a socket's path has at most 107 bytes.
+    temp = tempfile.mkdtemp(prefix="iem-ray-", dir="/tmp")
+    started = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "include_dashboard": False, "temp_dir": temp},
+    )
+    started.add_node(num_cpus=1)
+    started.wait_for_nodes()
+    yield started
+    if ray.is_initialized():
+        ray.shutdown()
+    started.shutdown()
+    shutil.rmtree(temp, ignore_errors=True)
+
+
+def _numbers(results):
+    return {
+        r.experiment.id: (r.judgement.verdict, r.outcome.numbers, r.outcome.samples)
+        for r in results
+    }
+
+
+@pytest.mark.slow
+def test_a_ray_cluster_gives_the_local_numbers_and_survives_a_killed_worker(cluster, tmp_path):
+    from implicit_em.report.executors import RayExecutor
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each Ray worker runs its one-thread units
+    try:
+        experiments = [*select(["E1", "E2"]), _sleeper(tmp_path / "local.pids")]
+        local = run_experiments(experiments, "smoke", tmp_path / "local", **QUIET)
+    finally:
+        torch.set_num_threads(threads)
+    pid_file = tmp_path / "ray.pids"
+    experiments = [*select(["E1", "E2"]), _sleeper(pid_file)]
+    killed: list[int] = []
+    killer = threading.Thread(target=_kill_first_worker, args=(pid_file, killed))
+    killer.start()
+    executor = RayExecutor(address=cluster.address)
+    assert executor.workers == 2
+    on_ray = run_experiments(experiments, "smoke", tmp_path / "ray", executor=executor, **QUIET)
+    killer.join()
+    assert killed, "no worker was killed"
+    pids = [int(p) for p in pid_file.read_text().split()]
+    assert killed[0] in pids and len(pids) == 3  # two units, one of them run again
+    assert _numbers(on_ray) == _numbers(local)  # to the last bit
+    assert all(r.judgement.verdict != "not run" for r in on_ray)
+    assert os.getpid() not in pids  # the units ran in the workers, not here
+    sleeper = on_ray[-1].units
+    assert sleeper["count"] == 2 and sum(w["units"] for w in sleeper["where"].values()) == 2
