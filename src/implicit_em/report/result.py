@@ -9,6 +9,7 @@ from typing import Any
 
 from implicit_em.report.controls import status_of
 from implicit_em.report.judging import Judgement
+from implicit_em.report.keys import judgement_record, keyed
 from implicit_em.report.registration import ProtocolStatus
 from implicit_em.report.registration import status as protocol_status
 from implicit_em.report.registry import Experiment, Outcome
@@ -43,6 +44,8 @@ class Result:
     control_values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     units: dict[str, Any] | None = None
     """What its units took (`runner.unit_summary`); None when it ran no timed unit."""
+    measurement: dict[str, Any] | None = None
+    """Its measurement record (`keys.measurement_record`); None when it did not run."""
 
     @property
     def meaning(self) -> str:
@@ -131,6 +134,8 @@ class Result:
             "seeds": self.config.get("seeds"),
             "config": self.config,
             "key": self.key,
+            "measurement": keyed(self.measurement),
+            "judgement": keyed(judgement_record(e.protocol)),
             "seconds": self.seconds,
             "units": self.units,
             "machine": self.provenance.machine,

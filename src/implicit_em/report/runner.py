@@ -8,7 +8,9 @@ experiment runs, its units (`implicit_em.report.units`) are kept under `<out>/un
 so a killed experiment resumes at the unit it was in. The verdict is never cached: it is computed
 from the cached numbers and samples by the experiment's rule on every load. A cache entry also
 keeps the machine line and the commit it was measured on, so a result read back from the cache
-still says where its numbers and its time come from.
+still says where its numbers and its time come from, and its measurement record
+(`implicit_em.report.keys`): an entry whose library code, data files or library versions
+changed since is measured again.
 
 The console says what is resumed (finished experiments read from the cache, an experiment's
 kept units), draws progress bars only on a terminal (`progress.on_terminal`; one plain line per
@@ -25,6 +27,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import time
 import traceback
@@ -39,6 +42,7 @@ from tqdm.auto import tqdm
 from implicit_em.machine import summary as machine_summary
 from implicit_em.report.files import as_new_file, json_default, write_atomic, write_json
 from implicit_em.report.judging import Judgement
+from implicit_em.report.keys import run_measurement, still_measured
 from implicit_em.report.progress import on_terminal, progress
 from implicit_em.report.provenance import source_commit
 from implicit_em.report.registration import now as utc_now
@@ -146,6 +150,8 @@ def _load(
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    if not still_measured(data.get("measurement"), experiment, config):
+        return None  # its code, data or libraries changed since (or it predates the record)
     return Result(
         experiment,
         size,
@@ -159,6 +165,7 @@ def _load(
         started=data.get("started"),
         control_values=data.get("controls", {}),
         units=data.get("units"),
+        measurement=data["measurement"],
     )
 
 
@@ -177,8 +184,10 @@ def _store(
     started: str,
     controls: dict[str, dict[str, list[float]]],
     units: dict[str, Any] | None,
+    measurement: dict[str, Any],
 ) -> None:
     data = {
+        "measurement": measurement,
         "units": units,
         "started": started,
         "controls": controls,
@@ -218,6 +227,7 @@ def _run_one(
     units = out / "units" / f"{experiment.id}-{key}"
     started = utc_now()
     resumed = kept_units(units)
+    before = set(sys.modules)
     start = time.perf_counter()
     try:
         with activate(units), alarms_off_console():
@@ -258,8 +268,9 @@ def _run_one(
     as_new_file(work_dir)
     os.replace(work_dir, final_dir)
     timed = unit_summary(unit_times(units), resumed)
+    measurement = run_measurement(experiment, size, config, set(sys.modules) - before)
     cache = out / "cache" / f"{experiment.id}-{key}.json"
-    _store(cache, outcome, seconds, here, started, controls, timed)
+    _store(cache, outcome, seconds, here, started, controls, timed, measurement)
     shutil.rmtree(units, ignore_errors=True)
     return Result(
         experiment,
@@ -273,6 +284,7 @@ def _run_one(
         started=started,
         control_values=controls,
         units=timed,
+        measurement=measurement,
     )
 
 
