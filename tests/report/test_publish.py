@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import implicit_em.report.publish as publishing
 from implicit_em.cli import app
 from implicit_em.report import Experiment
 from implicit_em.report import registration as reg
@@ -90,11 +92,25 @@ def _report(out: Path, experiments: list[Experiment], size: str = "full") -> Pat
     return out
 
 
+def clean_checkout(folder: Path) -> Path:
+    """A git checkout of a (tiny) implicit-em with nothing uncommitted: what `publish` needs."""
+    (folder / "src" / "implicit_em").mkdir(parents=True)
+    (folder / "src" / "implicit_em" / "__init__.py").write_text('__version__ = "0"\n')
+    for args in (
+        ["init", "-q"],
+        ["add", "-A"],
+        ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a clean checkout"],
+    ):
+        subprocess.run(["git", "-C", str(folder), *args], check=True, capture_output=True)
+    return folder
+
+
 @pytest.fixture
 def two(tmp_path, monkeypatch) -> list[Experiment]:
     """Two synthetic experiments whose protocols are registered (in a registry of the test's
-    own) before anything runs."""
+    own) before anything runs, published from a clean checkout of the test's own."""
     experiments = [_experiment(tmp_path, "X1"), _experiment(tmp_path, "X2")]
+    monkeypatch.setattr(publishing, "CHECKOUT", clean_checkout(tmp_path / "checkout"))
     monkeypatch.setattr(reg, "REGISTRY", tmp_path / "registry.json")
     reg.register([e.protocol for e in experiments], when="2026-01-01 00:00:00 UTC")
     return experiments
@@ -127,7 +143,7 @@ def test_a_changed_source_makes_its_experiment_stale_and_names_the_command(tmp_p
     module.write_text(module.read_text() + "\nTHRESHOLD = 2\n", encoding="utf-8")
     stale = stale_experiments(published_document(dest), two)
     assert [s.id for s in stale] == ["X1"]
-    assert "X1: published with key" in str(stale[0])
+    assert str(stale[0]).startswith(f"X1: measurement-stale: {module} changed; refresh with")
     assert stale[0].command == (
         "implicit-em report --full --out report/full && implicit-em publish --from report/full"
     )
@@ -152,8 +168,12 @@ def test_a_stale_or_smaller_report_is_refused(tmp_path, two):
         publish(smoke, tmp_path / "dest", experiments=two)
     source = _report(tmp_path / "run", two)
     module = tmp_path / "x2_run.py"
-    module.write_text(module.read_text() + "\n# edited\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"X2 changed since the run .*rerun: implicit-em report"):
+    module.write_text(module.read_text() + "\n# a comment is not code\n", encoding="utf-8")
+    assert stale_experiments(published_document(source), two) == []
+    module.write_text(module.read_text() + "\nEDITED = 1\n", encoding="utf-8")
+    with pytest.raises(
+        ValueError, match=r"X2 \(measurement\) changed since the run .*rerun: implicit-em report"
+    ):
         publish(source, tmp_path / "dest", experiments=two)
     with pytest.raises(ValueError, match=r"no results\.json"):
         publish(tmp_path / "nothing", tmp_path / "dest", experiments=two)
@@ -239,7 +259,7 @@ def test_the_cli_check_says_what_is_stale_and_exits_1(tmp_path, two):
     done = runner.invoke(app, ["publish", "--check", "--to", str(dest)])
     assert done.exit_code == 1  # X1 and X2 are not experiments of the report's registry
     assert done.stdout.splitlines()[0] == (
-        "stale: X1: is no longer an experiment of the report; refresh with "
+        "stale: X1: measurement-stale: is no longer an experiment of the report; refresh with "
         "`implicit-em report --full --out report/full && "
         "implicit-em publish --from report/full`"
     )

@@ -1,5 +1,6 @@
 """`implicit-em report`: run the claims report and print where the page is; `implicit-em
-publish`: publish a finished full-size report into `results/full/`, or check the published one;
+publish`: publish a finished full-size report into `results/full/`, check the published one, or
+judge its samples again under changed rules (`--rejudge`);
 `implicit-em register`: register the experiments' protocols (or check that they are).
 
 Every argument is checked before any experiment runs; a bad one is one line naming the option
@@ -15,10 +16,11 @@ import typer
 
 from implicit_em.arguments import check_device, check_writable_folder, fail, names
 from implicit_em.report.build import run_report
-from implicit_em.report.freshness import published_document, stale_experiments
+from implicit_em.report.freshness import REJUDGE, published_document, stale_experiments
 from implicit_em.report.publish import PUBLISHED, publish
 from implicit_em.report.registration import register, unregistered
 from implicit_em.report.registry import select
+from implicit_em.report.rejudge import rejudge
 from implicit_em.report.render import NO_FULL_RUN
 from implicit_em.report.runner import Interrupted
 
@@ -104,10 +106,20 @@ def publish_command(
         "--check",
         help="Publish nothing: say whether the published experiments match the current source.",
     ),
+    rejudge_: bool = typer.Option(
+        False,
+        "--rejudge",
+        help="Judge the published samples again where only judging code or rules changed.",
+    ),
 ) -> None:
     """Publish a finished full-size report into results/full (or check the published one)."""
+    if check and rejudge_:
+        fail("choose one of --check and --rejudge")
     if check:
         _check_published(to)
+        return
+    if rejudge_:
+        _rejudge_published(to)
         return
     if source is None:
         fail("--from: expected the --out folder of a finished `implicit-em report --full`")
@@ -140,8 +152,24 @@ def _check_published(folder: Path) -> None:
     for entry in stale:
         typer.echo(f"stale: {entry}")
     if stale:
+        kinds = [s.kind for s in stale]
+        typer.echo(
+            f"{folder}: {kinds.count('measurement')} measurement-stale (rerun at full size), "
+            f"{kinds.count('judgement')} judgement-stale (`{REJUDGE}`)"
+        )
         raise typer.Exit(code=1)
     typer.echo(f"{folder}: every published experiment matches the current source")
+
+
+def _rejudge_published(folder: Path) -> None:
+    try:
+        done = rejudge(folder)
+    except ValueError as err:
+        fail(str(err))
+    if done:
+        typer.echo(f"{folder}: judged again (now exploratory): {', '.join(done)}")
+    else:
+        typer.echo(f"{folder}: no experiment is judgement-stale; nothing judged again")
 
 
 def register_command(

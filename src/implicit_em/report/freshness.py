@@ -121,6 +121,8 @@ def stale_experiments(
             reason = "is no longer an experiment of the report"
             stale.append(Stale(entry["id"], "measurement", reason, command))
             continue
+        if entry.get("error"):
+            continue  # it measured nothing: a gap of the publication, not a stale result
         measured = _measurement_reasons(entry, experiment, root)
         if measured:
             stale.append(Stale(entry["id"], "measurement", "; ".join(measured), command))
@@ -142,5 +144,5 @@ def _measurement_reasons(entry: Mapping[str, Any], experiment: Experiment, root:
     if recorded is None:
         return [LEGACY]
     device = recorded.get("device", entry.get("config", {}).get("device", "cpu"))
-    config = {**experiment.configs["full"], "device": device}
+    config = {**experiment.configs[entry.get("size") or "full"], "device": device}
     return measurement_changes(recorded, config, experiment.configs["control"], root)

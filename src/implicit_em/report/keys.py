@@ -253,9 +253,9 @@ def _data_paths(*configs: Mapping[str, Any]) -> set[Path]:
 def _file_of(name: str, root: Path) -> str:
     """A module's file as a reader looks for it: `implicit_em/mixture/estimator.py`."""
     path = module_file(name, root)
-    if path is None or not path.is_relative_to(root):
+    if path is None:
         return name.replace(".", "/") + ".py"
-    return path.relative_to(root).as_posix()
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
 
 
 def run_measurement(

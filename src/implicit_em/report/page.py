@@ -340,7 +340,7 @@ def render_html(document: Mapping[str, Any], root: Path) -> str:
     partial = " (partial)" if (meta.get("publication") or {}).get("partial") else ""
     body = f"""<h1>implicit-em claims report{partial}</h1>
 <p class="meta">Size {_esc(meta["size"])} · {_esc(meta["date"])} · implicit-em {_esc(meta["version"])} ·
-{_esc(meta["machine"])} · {meta["seconds"]:.0f} s of experiments</p>
+{_esc(meta["machine"])} · {meta["seconds"]:.0f} s of experiments{_esc(_published_from(meta))}</p>
 <p class="meta">{_esc(comparison_line(meta))}</p>
 {_contents(experiments)}
 <h2 id="how-to-read">How to read this report</h2>
@@ -358,3 +358,15 @@ planted).</p>
 <tbody>{summary_rows}</tbody></table>
 {sections}"""
     return page("implicit-em claims report", body)
+
+
+def _published_from(meta: Mapping[str, Any]) -> str:
+    """Where a publication comes from: its commit and whether the tree was clean, and when it
+    was judged again (empty for a report that is not published)."""
+    publication = meta.get("publication") or {}
+    if not publication.get("commit"):
+        return ""
+    tree = "clean tree" if publication.get("clean") else "uncommitted changes"
+    rejudged = "; ".join(r["date"] for r in publication.get("rejudged", []))
+    again = f"; judged again {rejudged}" if rejudged else ""
+    return f" · published from commit {publication['commit']} ({tree}){again}"

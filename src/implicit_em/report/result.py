@@ -9,8 +9,8 @@ from typing import Any
 
 from implicit_em.report.controls import status_of
 from implicit_em.report.judging import Judgement
-from implicit_em.report.keys import judgement_record, keyed
-from implicit_em.report.registration import ProtocolStatus
+from implicit_em.report.keys import digest, judgement_record, keyed
+from implicit_em.report.registration import ProtocolStatus, exploratory_reason
 from implicit_em.report.registration import status as protocol_status
 from implicit_em.report.registry import Experiment, Outcome
 
@@ -93,8 +93,24 @@ class Result:
 
     @property
     def exploratory(self) -> bool:
-        """Whether the verdict rests on an amendment made after its seeds' data were seen."""
-        return self.registration.exploratory(self.config.get("seeds") or [])
+        """Whether the verdict rests on any change made after its seeds' data were seen."""
+        return self.exploratory_reason is not None
+
+    @cached_property
+    def exploratory_reason(self) -> str | None:
+        """Why the verdict is exploratory: an amendment made after its seeds' data were seen,
+        or a change of its measurement or judgement key since they were first seen."""
+        seeds = self.config.get("seeds") or []
+        if self.registration.exploratory(seeds):
+            return "its protocol was amended after data of its seeds were seen"
+        measured = keyed(self.measurement)
+        return exploratory_reason(
+            self.experiment.id,
+            self.size,
+            seeds,
+            None if measured is None else measured["key"],
+            digest(judgement_record(self.experiment.protocol)),
+        )
 
     @property
     def gates(self) -> list[dict[str, Any]]:
@@ -117,6 +133,7 @@ class Result:
             "gates": self.gates,
             "verdict": self.judgement.verdict,
             "exploratory": self.exploratory,
+            "exploratory_reason": self.exploratory_reason,
             "protocol": self.protocol,
             "started": self.started,
             "reason": self.judgement.reason,
