@@ -134,6 +134,17 @@ def test_a_complete_full_run_is_published_with_its_provenance_and_is_fresh(tmp_p
     assert "Size full; 3 seeds; measured time" in page and f"cache key {key}" in page
     assert "| X1: synthetic X1 | **holds** |" in (dest / "summary.md").read_text()
     assert stale_experiments(document, two) == []
+    publication = document["meta"]["publication"]
+    assert publication["clean"] is True and len(publication["commit"]) == 12
+    assert f"published from commit {publication['commit']} (clean tree)" in page
+
+
+def test_a_dirty_checkout_is_refused_in_one_line(tmp_path, two):
+    source = _report(tmp_path / "run", two)
+    (publishing.CHECKOUT / "src" / "implicit_em" / "new.py").write_text("X = 1\n")
+    with pytest.raises(ValueError, match=r"^publish: the checkout .* is not clean \(src/"):
+        publish(source, tmp_path / "dest", experiments=two)
+    assert not (tmp_path / "dest").exists()
 
 
 def test_a_changed_source_makes_its_experiment_stale_and_names_the_command(tmp_path, two):

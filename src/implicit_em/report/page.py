@@ -161,9 +161,12 @@ def _protocol_line(e: Mapping[str, Any]) -> str:
         )
         lines.append(f"Amendment of {a['date']}: {a['reason']} ({after}).")
     if e.get("exploratory"):
+        why = (
+            e.get("exploratory_reason") or "an amendment was made after these seeds' data were seen"
+        )
         lines.append(
-            "This verdict is EXPLORATORY: an amendment was made after these seeds' data were "
-            "seen; it stands only once rerun on fresh confirmation seeds."
+            f"This verdict is EXPLORATORY: {why}; it stands only once rerun on fresh "
+            "confirmation seeds."
         )
     return " ".join(lines)
 
@@ -364,9 +367,8 @@ def _published_from(meta: Mapping[str, Any]) -> str:
     """Where a publication comes from: its commit and whether the tree was clean, and when it
     was judged again (empty for a report that is not published)."""
     publication = meta.get("publication") or {}
-    if not publication.get("commit"):
-        return ""
     tree = "clean tree" if publication.get("clean") else "uncommitted changes"
+    commit = publication.get("commit")
+    source = f" · published from commit {commit} ({tree})" if commit else ""
     rejudged = "; ".join(r["date"] for r in publication.get("rejudged", []))
-    again = f"; judged again {rejudged}" if rejudged else ""
-    return f" · published from commit {publication['commit']} ({tree}){again}"
+    return source + (f" · judged again {rejudged}" if rejudged else "")
