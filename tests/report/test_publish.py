@@ -316,3 +316,27 @@ def test_publish_refuses_a_run_whose_protocol_was_registered_late_or_never(
     with pytest.raises(ValueError, match="never registered"):
         publish(source, tmp_path / "dest", experiments=two)
     assert not (tmp_path / "dest").exists()
+
+
+def test_a_cached_result_whose_measurement_changed_is_measured_again(tmp_path, two):
+    lines: list[str] = []
+    run_experiments(two, "smoke", tmp_path, log=lines.append)
+    (entry,) = (tmp_path / "cache").glob("X1-*.json")
+    cached = json.loads(entry.read_text())
+    assert cached["measurement"]["modules"]  # its own module at least
+    cached["measurement"]["versions"]["numpy"] = "0.0.1"  # as if measured with another numpy
+    entry.write_text(json.dumps(cached))
+    again: list[str] = []
+    run_experiments(two, "smoke", tmp_path, log=again.append)
+    assert again[0] == "2 experiment(s) at size 'smoke', 1 to run (about 6.0 s: budgets for X1)"
+
+
+def test_the_cli_rejudge_says_what_it_did_or_why_not(tmp_path, two):
+    runner = CliRunner()
+    missing = runner.invoke(app, ["publish", "--rejudge", "--to", str(tmp_path / "none")])
+    assert missing.exit_code == 2
+    assert missing.stderr.strip() == (
+        f"error: --to {tmp_path / 'none'}: no published report to judge again"
+    )
+    both = runner.invoke(app, ["publish", "--rejudge", "--check"])
+    assert both.exit_code == 2 and "choose one of --check and --rejudge" in both.stderr
