@@ -143,6 +143,6 @@ def _measurement_reasons(entry: Mapping[str, Any], experiment: Experiment, root:
     recorded = (entry.get("measurement") or {}).get("record")
     if recorded is None:
         return [LEGACY]
-    device = recorded.get("device", entry.get("config", {}).get("device", "cpu"))
+    device = recorded["config"]["run"].get("device", entry.get("config", {}).get("device", "cpu"))
     config = {**experiment.configs[entry.get("size") or "full"], "device": device}
     return measurement_changes(recorded, config, experiment.configs["control"], root)

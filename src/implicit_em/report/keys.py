@@ -125,8 +125,17 @@ def measurement_record(
         "config": {"size": size, "run": config, "control": control},
         "data": data_hashes(config, control),
         "versions": library_versions(n for n in LIBRARIES if n in sys.modules),
-        "device": str(config.get("device", "cpu")),
+        "device": device_kind(str(config.get("device", "cpu"))),
     }
+
+
+def device_kind(device: str) -> str:
+    """The device a run measured on: `cpu`, or a CUDA device with its model
+    (`cuda (NVIDIA H100 80GB HBM3)`)."""
+    torch = sys.modules.get("torch")
+    if not device.startswith("cuda") or torch is None or not torch.cuda.is_available():
+        return device
+    return f"{device} ({torch.cuda.get_device_name(torch.device(device))})"
 
 
 def measurement_changes(
@@ -158,8 +167,9 @@ def measurement_changes(
     for name, version in sorted(recorded["versions"].items()):
         if current[name] != version:
             changes.append(f"{name} {version} at the run, {current[name]} here")
-    if recorded.get("device") != str(config.get("device", "cpu")):
-        changes.append(f"device {recorded.get('device')} at the run, {config.get('device')} now")
+    device = str(config.get("device", "cpu"))
+    if str(recorded.get("device", "")).split(" (")[0] != device:
+        changes.append(f"device {recorded.get('device')} at the run, {device} now")
     return changes
 
 
