@@ -19,7 +19,7 @@ import pytest
 from implicit_em.report import registration as reg
 from implicit_em.report.build import write_report
 from implicit_em.report.freshness import LEGACY, REJUDGE, published_document, stale_experiments
-from implicit_em.report.imports import SOURCE_ROOT, imports_of
+from implicit_em.report.imports import SOURCE_ROOT, closure, imports_of, module_hash
 from implicit_em.report.keys import (
     measurement_changes,
     measurement_modules,
@@ -61,6 +61,35 @@ def _edit(root: Path, module: str, text: str) -> None:
 
 def _document(folder: Path) -> dict:
     return published_document(folder)
+
+
+def test_the_import_graph_follows_lazy_relative_and_re_exported_imports(tmp_path):
+    package = tmp_path / "implicit_em"
+    (package / "lib").mkdir(parents=True)
+    files = {
+        "__init__.py": "",
+        "lib/__init__.py": "from implicit_em.lib.deep import Thing\n",
+        "lib/deep.py": "from . import leaf\n\nclass Thing:\n    pass\n",
+        "lib/leaf.py": "X = 1\n",
+        "lazy.py": "def f():\n    import implicit_em.hidden\n",
+        "hidden.py": "Y = 2\n",
+        "start.py": "from implicit_em.lib import Thing\nfrom implicit_em import lazy\n",
+    }
+    for name, text in files.items():
+        (package / name).write_text(text)
+    assert imports_of("implicit_em.start", tmp_path) == {"implicit_em.lib.deep", "implicit_em.lazy"}
+    assert closure(["implicit_em.start"], tmp_path) == {
+        "implicit_em.start",
+        "implicit_em.lib.deep",
+        "implicit_em.lib.leaf",
+        "implicit_em.lazy",
+        "implicit_em.hidden",
+    }
+    before = module_hash("implicit_em.lib.leaf", tmp_path)
+    (package / "lib" / "leaf.py").write_text('"""A docstring."""\n\nX = 1  # a comment\n')
+    assert module_hash("implicit_em.lib.leaf", tmp_path) == before
+    (package / "lib" / "leaf.py").write_text("X = 2\n")
+    assert module_hash("implicit_em.lib.leaf", tmp_path) != before
 
 
 def test_the_record_holds_what_the_run_used(published):

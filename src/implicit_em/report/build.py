@@ -24,6 +24,7 @@ import implicit_em
 from implicit_em.machine import summary as machine_summary
 from implicit_em.report.files import write_atomic
 from implicit_em.report.page import render_html
+from implicit_em.report.provenance import tree_state
 from implicit_em.report.registry import select
 from implicit_em.report.render import render_markdown, report_document
 from implicit_em.report.result import Result
@@ -117,10 +118,17 @@ def write_report(
         "machine": machine_summary(device),
         "device": device,
         "seconds": sum(r.seconds for r in results),
+        **_tree(),
     }
     full = _published(published) if size != "full" else None
     document = report_document([r.as_dict() for r in results], meta, full)
     return _write(document, out, list(results))
+
+
+def _tree() -> dict[str, Any]:
+    """The commit the report runs from and whether its checkout is clean."""
+    state = tree_state()
+    return {"commit": state.commit, "clean": state.clean}
 
 
 def _published(path: Path | str | None) -> dict | None:

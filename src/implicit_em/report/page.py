@@ -364,11 +364,12 @@ planted).</p>
 
 
 def _published_from(meta: Mapping[str, Any]) -> str:
-    """Where a publication comes from: its commit and whether the tree was clean, and when it
-    was judged again (empty for a report that is not published)."""
+    """Where a report comes from: the commit it was published (or run) from and whether the
+    tree was clean, and when it was judged again."""
     publication = meta.get("publication") or {}
-    tree = "clean tree" if publication.get("clean") else "uncommitted changes"
-    commit = publication.get("commit")
-    source = f" · published from commit {commit} ({tree})" if commit else ""
+    where = publication if publication.get("commit") else meta
+    tree = "clean tree" if where.get("clean") else "uncommitted changes"
+    verb = "published from" if where is publication else "run from"
+    source = f" · {verb} commit {where['commit']} ({tree})" if where.get("commit") else ""
     rejudged = "; ".join(r["date"] for r in publication.get("rejudged", []))
     return source + (f" · judged again {rejudged}" if rejudged else "")

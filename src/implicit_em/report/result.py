@@ -103,12 +103,13 @@ class Result:
         seeds = self.config.get("seeds") or []
         if self.registration.exploratory(seeds):
             return "its protocol was amended after data of its seeds were seen"
-        measured = keyed(self.measurement)
+        if self.measurement is None:
+            return None  # nothing was measured
         return exploratory_reason(
             self.experiment.id,
             self.size,
             seeds,
-            None if measured is None else measured["key"],
+            digest(self.measurement),
             digest(judgement_record(self.experiment.protocol)),
         )
 
