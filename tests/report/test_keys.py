@@ -74,10 +74,12 @@ def test_the_import_graph_follows_lazy_relative_and_re_exported_imports(tmp_path
         "lazy.py": "def f():\n    import implicit_em.hidden\n",
         "hidden.py": "Y = 2\n",
         "start.py": "from implicit_em.lib import Thing\nfrom implicit_em import lazy\n",
+        "viaattr.py": "import implicit_em as iem\n\nZ = iem.hidden.Y\n",
     }
     for name, text in files.items():
         (package / name).write_text(text)
     assert imports_of("implicit_em.start", tmp_path) == {"implicit_em.lib.deep", "implicit_em.lazy"}
+    assert imports_of("implicit_em.viaattr", tmp_path) == {"implicit_em", "implicit_em.hidden"}
     assert closure(["implicit_em.start"], tmp_path) == {
         "implicit_em.start",
         "implicit_em.lib.deep",

@@ -5,7 +5,8 @@ The import graph is read from the source files under a `root` (the folder that h
 `from ... import` in its file, at module level and inside functions (lazy imports) alike,
 resolved to the module that defines the imported name (`from implicit_em.report import Outcome`
 leads to `implicit_em.report.registry`, where `Outcome` is defined, through the package's
-re-export). `closure` follows these edges from a start module; what it reaches is an
+re-export), and a submodule read as an attribute of an imported package (`iem.trace`, which the
+package loads on first access) is an edge too. `closure` follows these edges from a start module; what it reaches is an
 over-approximation of the code that can run, never an under-approximation of what is imported.
 
 A module's hash is the SHA-256 (16 hex digits) of its syntax tree with its docstrings left out:
@@ -91,6 +92,9 @@ def imports_of(name: str, root: Path = SOURCE_ROOT) -> set[str]:
             continue
         for alias in node.names:
             found.add(_defining(base, alias.name, root) if alias.name != "*" else base)
+    for base, attribute in _module_attributes(str(path), path.stat().st_mtime_ns):
+        if _ours(base) and module_file(f"{base}.{attribute}", root) is not None:
+            found.add(f"{base}.{attribute}")  # `iem.trace`: a submodule loaded on access
     found.discard(name)
     return found
 
@@ -122,6 +126,28 @@ def _import_nodes(path: str, mtime_ns: int) -> tuple[ast.Import | ast.ImportFrom
     except SyntaxError:
         return ()
     return tuple(n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom))
+
+
+@cache
+def _module_attributes(path: str, mtime_ns: int) -> tuple[tuple[str, str], ...]:
+    """Each `(module, attribute)` the file reads as `alias.attribute`, where `alias` is bound by
+    a plain `import module [as alias]`."""
+    try:
+        tree = ast.parse(Path(path).read_bytes())
+    except SyntaxError:
+        return ()
+    aliases = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                aliases[a.asname or a.name.split(".")[0]] = (
+                    a.name if a.asname else a.name.split(".")[0]
+                )
+    return tuple(
+        (aliases[n.value.id], n.attr)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in aliases
+    )
 
 
 def _absolute(name: str, is_package: bool, module: str | None, level: int) -> str | None:
