@@ -27,6 +27,7 @@ from implicit_em.report.controls import Control, Controls
 from implicit_em.report.freshness import published_document, refresh_command, stale_experiments
 from implicit_em.report.protocol import Protocol
 from implicit_em.report.publish import publish
+from implicit_em.report.registry import select
 from implicit_em.report.runner import run_experiments
 
 QUIET = {"log": lambda line: None}
@@ -340,3 +341,25 @@ def test_the_cli_rejudge_says_what_it_did_or_why_not(tmp_path, two):
     )
     both = runner.invoke(app, ["publish", "--rejudge", "--check"])
     assert both.exit_code == 2 and "choose one of --check and --rejudge" in both.stderr
+
+
+def test_the_cli_check_lists_legacy_entries_and_fails_unless_allowed(tmp_path):
+    (e1,) = select(["E1"])
+    dest = tmp_path / "published"
+    dest.mkdir()
+    legacy = {"id": "E1", "size": "full", "config": {**e1.configs["full"], "device": "cpu"}}
+    document = {"meta": {"size": "full"}, "experiments": [legacy]}
+    (dest / "results.json").write_text(json.dumps(document))
+    runner = CliRunner()
+    strict = runner.invoke(app, ["publish", "--check", "--to", str(dest)])
+    assert strict.exit_code == 1
+    assert strict.stdout.startswith(
+        "stale: E1: measurement-stale: measurement key not recorded: published before "
+        "measurement keys; rerun; refresh with"
+    )
+    allowed = runner.invoke(app, ["publish", "--check", "--allow-legacy", "--to", str(dest)])
+    assert allowed.exit_code == 0
+    assert allowed.stdout.splitlines()[0] == strict.stdout.splitlines()[0]  # still listed
+    assert "1 experiment(s) published before measurement keys" in allowed.stdout
+    alone = runner.invoke(app, ["publish", "--allow-legacy", "--to", str(dest)])
+    assert alone.exit_code == 2 and "--allow-legacy: only with --check" in alone.stderr

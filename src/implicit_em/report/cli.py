@@ -16,7 +16,7 @@ import typer
 
 from implicit_em.arguments import check_device, check_writable_folder, fail, names
 from implicit_em.report.build import run_report
-from implicit_em.report.freshness import REJUDGE, published_document, stale_experiments
+from implicit_em.report.freshness import LEGACY, REJUDGE, published_document, stale_experiments
 from implicit_em.report.publish import PUBLISHED, publish
 from implicit_em.report.registration import register, unregistered
 from implicit_em.report.registry import select
@@ -106,6 +106,12 @@ def publish_command(
         "--check",
         help="Publish nothing: say whether the published experiments match the current source.",
     ),
+    allow_legacy: bool = typer.Option(
+        False,
+        "--allow-legacy",
+        help="With --check: list, but do not fail on, experiments published before "
+        "measurement keys were recorded.",
+    ),
     rejudge_: bool = typer.Option(
         False,
         "--rejudge",
@@ -115,8 +121,10 @@ def publish_command(
     """Publish a finished full-size report into results/full (or check the published one)."""
     if check and rejudge_:
         fail("choose one of --check and --rejudge")
+    if allow_legacy and not check:
+        fail("--allow-legacy: only with --check")
     if check:
-        _check_published(to)
+        _check_published(to, allow_legacy)
         return
     if rejudge_:
         _rejudge_published(to)
@@ -140,7 +148,7 @@ def publish_command(
         typer.echo(f"{publication.readme}: full-size column updated")
 
 
-def _check_published(folder: Path) -> None:
+def _check_published(folder: Path, allow_legacy: bool = False) -> None:
     try:
         document = published_document(folder)
     except ValueError as err:
@@ -151,6 +159,13 @@ def _check_published(folder: Path) -> None:
     stale = stale_experiments(document)
     for entry in stale:
         typer.echo(f"stale: {entry}")
+    legacy = [s.id for s in stale if s.reason == LEGACY]
+    if allow_legacy and legacy and len(legacy) == len(stale):
+        typer.echo(
+            f"{folder}: {len(legacy)} experiment(s) published before measurement keys, listed "
+            "above; allowed by --allow-legacy, but stale until rerun and published again"
+        )
+        return
     if stale:
         kinds = [s.kind for s in stale]
         typer.echo(
