@@ -363,3 +363,17 @@ def test_the_cli_check_lists_legacy_entries_and_fails_unless_allowed(tmp_path):
     assert "1 experiment(s) published before measurement keys" in allowed.stdout
     alone = runner.invoke(app, ["publish", "--allow-legacy", "--to", str(dest)])
     assert alone.exit_code == 2 and "--allow-legacy: only with --check" in alone.stderr
+
+
+def test_a_rerun_after_a_change_on_seeds_already_seen_is_exploratory(tmp_path, two):
+    publish(_report(tmp_path / "run", two), tmp_path / "dest", experiments=two)
+    seen = reg.read_registry()["X1"]["data_seen"]["full"]
+    assert seen["seeds"] == [1000, 1001, 1002] and len(seen["measurement"]) == 16
+    module = tmp_path / "x1_run.py"
+    module.write_text(module.read_text() + "\nEDITED = 1\n", encoding="utf-8")
+    rerun = {e["id"]: e for e in published_document(_report(tmp_path / "run", two))["experiments"]}
+    assert rerun["X1"]["exploratory"] is True and rerun["X2"]["exploratory"] is False
+    assert rerun["X1"]["exploratory_reason"].startswith(
+        "its measurement (code, data, libraries or configuration) changed after its full data "
+        "were first seen"
+    )
