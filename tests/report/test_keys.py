@@ -102,6 +102,9 @@ def test_the_record_holds_what_the_run_used(published):
     assert "implicit_em.report.judging" not in record["modules"]  # judged, not measured
     assert record["config"]["size"] == "smoke" and record["device"] == "cpu"
     assert "torch" in record["versions"] and record["data"] == {}
+    import sklearn  # noqa: F401  (loaded in this process, but not by E1's code)
+
+    assert "sklearn" not in measurement_record(E1_MODULE, "smoke", {}, {})["versions"]
     judged = entry["judgement"]["record"]["modules"]
     assert {"implicit_em.report.judging", "implicit_em.report.stats"} <= set(judged)
     assert stale_experiments(_document(published), select(["E1"])) == []

@@ -24,7 +24,15 @@ from pathlib import Path
 
 import implicit_em
 
-__all__ = ["PACKAGE", "SOURCE_ROOT", "closure", "imports_of", "module_file", "module_hash"]
+__all__ = [
+    "PACKAGE",
+    "SOURCE_ROOT",
+    "closure",
+    "imported_packages",
+    "imports_of",
+    "module_file",
+    "module_hash",
+]
 
 PACKAGE = "implicit_em"
 SOURCE_ROOT = Path(implicit_em.__file__).resolve().parent.parent
@@ -97,6 +105,21 @@ def imports_of(name: str, root: Path = SOURCE_ROOT) -> set[str]:
             found.add(f"{base}.{attribute}")  # `iem.trace`: a submodule loaded on access
     found.discard(name)
     return found
+
+
+def imported_packages(name: str, root: Path = SOURCE_ROOT) -> set[str]:
+    """The top-level packages outside `implicit_em` that module `name` imports anywhere in its
+    file (`torch`, `sklearn`, ...)."""
+    path = module_file(name, root)
+    if path is None:
+        return set()
+    found = set()
+    for node in _import_nodes(str(path), path.stat().st_mtime_ns):
+        if isinstance(node, ast.Import):
+            found.update(a.name.split(".")[0] for a in node.names)
+        elif node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return {f for f in found if f != PACKAGE}
 
 
 def closure(

@@ -4,8 +4,9 @@
 the `implicit_em` package the experiment can use (`measurement_modules`: the import closure of
 its module, found from the source, united with the package's modules first imported while it
 ran), its `config` (the run's size and configuration, device included, and its controls'
-configuration), the hash of every `data` file its configuration names (`data_files`), the
-`versions` of the numerical libraries loaded after the run, and its `device`. Its **measurement
+configuration), the hash of every `data` file its configuration names (`data_hashes`), the
+`versions` of the numerical libraries those modules import (`libraries_used`), and its
+`device`. Its **measurement
 key** is `digest(record)`; a change to any of them calls for a rerun.
 
 **Judgement record**: the hashes of the judging and statistics modules (`judgement_modules`:
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sys
 from collections.abc import Iterable, Mapping
 from functools import cache
@@ -31,7 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from implicit_em.data import data_set_files
-from implicit_em.report.imports import SOURCE_ROOT, closure, module_file, module_hash
+from implicit_em.report.imports import (
+    SOURCE_ROOT,
+    closure,
+    imported_packages,
+    module_file,
+    module_hash,
+)
 from implicit_em.report.protocol import Protocol, content_hash
 from implicit_em.report.registry import Experiment
 
@@ -124,7 +132,7 @@ def measurement_record(
         "modules": {m: module_hash(m, root) for m in modules},
         "config": {"size": size, "run": config, "control": control},
         "data": data_hashes(config, control),
-        "versions": library_versions(n for n in LIBRARIES if n in sys.modules),
+        "versions": library_versions(libraries_used(modules, root)),
         "device": device_kind(str(config.get("device", "cpu"))),
     }
 
@@ -203,6 +211,31 @@ def judgement_changes(
     if recorded.get("rule") != current["rule"]:
         changes.append(f"its rule (criteria, gates, thresholds) changed: {protocol.id}.json")
     return changes
+
+
+def libraries_used(modules: Iterable[str], root: Path = SOURCE_ROOT) -> set[str]:
+    """The `LIBRARIES` that `modules` import, with the `LIBRARIES` those require in turn (as
+    their installed distributions declare: scikit-learn requires numpy and scipy)."""
+    found = {p for m in modules for p in imported_packages(m, root)} & set(LIBRARIES)
+    todo = list(found)
+    while todo:
+        for name in _required(LIBRARIES[todo.pop()]):
+            if name not in found:
+                found.add(name)
+                todo.append(name)
+    return found
+
+
+@cache
+def _required(distribution: str) -> tuple[str, ...]:
+    """The `LIBRARIES` (import names) that an installed distribution requires."""
+    try:
+        requirements = metadata.requires(distribution) or []
+    except metadata.PackageNotFoundError:
+        return ()
+    needed = [r for r in requirements if "extra" not in r.partition(";")[2]]  # not optional
+    names = {re.split(r"[\s;<>=!~\[(]", r, maxsplit=1)[0].lower() for r in needed}
+    return tuple(n for n, d in LIBRARIES.items() if d in names)
 
 
 def library_versions(names: Iterable[str]) -> dict[str, str]:
