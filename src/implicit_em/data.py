@@ -32,7 +32,9 @@ __all__ = [
     "DataNotFoundError",
     "IDXFormatError",
     "ImageData",
+    "data_set_files",
     "fashion_mnist_dirs",
+    "fashion_mnist_files",
     "load_dataset",
     "load_digits",
     "load_fashion_mnist",
@@ -195,6 +197,36 @@ def _find(folder: Path, stem: str) -> Path | None:
     return None
 
 
+def fashion_mnist_files(root: str | os.PathLike | None = None) -> dict[str, Path]:
+    """The four Fashion-MNIST files (`x_train`, `y_train`, `x_test`, `y_test`) in the first
+    folder that holds all four: `root`, or those of `fashion_mnist_dirs` when None.
+
+    Raises `DataNotFoundError` (saying how to get the data) when no folder holds them.
+    """
+    folders = [Path(root)] if root is not None else fashion_mnist_dirs()
+    for folder in folders:
+        found = {key: _find(folder, stem) for key, stem in _FASHION_FILES.items()}
+        paths = {key: p for key, p in found.items() if p is not None}
+        if len(paths) == len(_FASHION_FILES):
+            return paths
+    looked = ", ".join(str(f) for f in folders)
+    raise DataNotFoundError(
+        f"Fashion-MNIST is not on this machine (looked in {looked}). {HOW_TO_GET_FASHION_MNIST}"
+    )
+
+
+def data_set_files(name: str) -> list[Path]:
+    """The files `load_dataset(name)` reads on this machine: Fashion-MNIST's four IDX files
+    (none when they are not here), and none for `digits` (bundled with scikit-learn) or any
+    other name."""
+    if name != "fashion-mnist":
+        return []
+    try:
+        return sorted(fashion_mnist_files().values())
+    except DataNotFoundError:
+        return []
+
+
 def load_fashion_mnist(root: str | os.PathLike | None = None) -> ImageData:
     """Fashion-MNIST: 60,000 training and 10,000 test images, 784 pixels in $[0, 1]$.
 
@@ -216,17 +248,9 @@ def load_fashion_mnist(root: str | os.PathLike | None = None) -> ImageData:
         When a file is malformed or the files disagree (image and label counts, 28 x 28
         images, labels in 0..9).
     """
-    folders = [Path(root)] if root is not None else fashion_mnist_dirs()
-    for folder in folders:
-        paths = {key: _find(folder, stem) for key, stem in _FASHION_FILES.items()}
-        if all(p is not None for p in paths.values()):
-            break
-    else:
-        looked = ", ".join(str(f) for f in folders)
-        raise DataNotFoundError(
-            f"Fashion-MNIST is not on this machine (looked in {looked}). {HOW_TO_GET_FASHION_MNIST}"
-        )
-    arrays = {key: read_idx(p) for key, p in paths.items() if p is not None}
+    paths = fashion_mnist_files(root)
+    folder = paths["x_train"].parent
+    arrays = {key: read_idx(p) for key, p in paths.items()}
     for split in ("train", "test"):
         x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
         if x.ndim != 3 or x.shape[1:] != (28, 28) or x.dtype != np.uint8:

@@ -299,7 +299,7 @@ def test_bad_registries_are_refused():
 
 def test_rejudging_a_published_report_is_stable_and_reads_every_item(tmp_path):
     from implicit_em.report.page import render_html
-    from implicit_em.report.rejudge import rejudge
+    from implicit_em.report.rejudge import rejudge_document as rejudge
 
     document = json.loads((ROOT / "results" / "full" / "results.json").read_text("utf-8"))
     once = rejudge(document)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import implicit_em.report.publish as publishing
 from implicit_em.cli import app
 from implicit_em.report import Experiment
 from implicit_em.report import registration as reg
@@ -25,6 +27,7 @@ from implicit_em.report.controls import Control, Controls
 from implicit_em.report.freshness import published_document, refresh_command, stale_experiments
 from implicit_em.report.protocol import Protocol
 from implicit_em.report.publish import publish
+from implicit_em.report.registry import select
 from implicit_em.report.runner import run_experiments
 
 QUIET = {"log": lambda line: None}
@@ -95,11 +98,25 @@ def _report(out: Path, experiments: list[Experiment], size: str = "full") -> Pat
     return out
 
 
+def clean_checkout(folder: Path) -> Path:
+    """A git checkout of a (tiny) implicit-em with nothing uncommitted: what `publish` needs."""
+    (folder / "src" / "implicit_em").mkdir(parents=True)
+    (folder / "src" / "implicit_em" / "__init__.py").write_text('__version__ = "0"\n')
+    for args in (
+        ["init", "-q"],
+        ["add", "-A"],
+        ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a clean checkout"],
+    ):
+        subprocess.run(["git", "-C", str(folder), *args], check=True, capture_output=True)
+    return folder
+
+
 @pytest.fixture
 def two(tmp_path, monkeypatch) -> list[Experiment]:
     """Two synthetic experiments whose protocols are registered (in a registry of the test's
-    own) before anything runs."""
+    own) before anything runs, published from a clean checkout of the test's own."""
     experiments = [_experiment(tmp_path, "X1"), _experiment(tmp_path, "X2")]
+    monkeypatch.setattr(publishing, "CHECKOUT", clean_checkout(tmp_path / "checkout"))
     monkeypatch.setattr(reg, "REGISTRY", tmp_path / "registry.json")
     reg.register([e.protocol for e in experiments], when="2026-01-01 00:00:00 UTC")
     return experiments
@@ -123,6 +140,17 @@ def test_a_complete_full_run_is_published_with_its_provenance_and_is_fresh(tmp_p
     assert "Size full; 3 seeds; measured time" in page and f"cache key {key}" in page
     assert "| X1: synthetic X1 | **holds** |" in (dest / "summary.md").read_text()
     assert stale_experiments(document, two) == []
+    publication = document["meta"]["publication"]
+    assert publication["clean"] is True and len(publication["commit"]) == 12
+    assert f"published from commit {publication['commit']} (clean tree)" in page
+
+
+def test_a_dirty_checkout_is_refused_in_one_line(tmp_path, two):
+    source = _report(tmp_path / "run", two)
+    (publishing.CHECKOUT / "src" / "implicit_em" / "new.py").write_text("X = 1\n")
+    with pytest.raises(ValueError, match=r"^publish: the checkout .* is not clean \(src/"):
+        publish(source, tmp_path / "dest", experiments=two)
+    assert not (tmp_path / "dest").exists()
 
 
 def test_a_changed_source_makes_its_experiment_stale_and_names_the_command(tmp_path, two):
@@ -132,7 +160,7 @@ def test_a_changed_source_makes_its_experiment_stale_and_names_the_command(tmp_p
     module.write_text(module.read_text() + "\nTHRESHOLD = 2\n", encoding="utf-8")
     stale = stale_experiments(published_document(dest), two)
     assert [s.id for s in stale] == ["X1"]
-    assert "X1: published with key" in str(stale[0])
+    assert str(stale[0]).startswith(f"X1: measurement-stale: {module} changed; refresh with")
     assert stale[0].command == (
         "implicit-em report --full --out report/full && implicit-em publish --from report/full"
     )
@@ -157,8 +185,12 @@ def test_a_stale_or_smaller_report_is_refused(tmp_path, two):
         publish(smoke, tmp_path / "dest", experiments=two)
     source = _report(tmp_path / "run", two)
     module = tmp_path / "x2_run.py"
-    module.write_text(module.read_text() + "\n# edited\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"X2 changed since the run .*rerun: implicit-em report"):
+    module.write_text(module.read_text() + "\n# a comment is not code\n", encoding="utf-8")
+    assert stale_experiments(published_document(source), two) == []
+    module.write_text(module.read_text() + "\nEDITED = 1\n", encoding="utf-8")
+    with pytest.raises(
+        ValueError, match=r"X2 \(measurement\) changed since the run .*rerun: implicit-em report"
+    ):
         publish(source, tmp_path / "dest", experiments=two)
     with pytest.raises(ValueError, match=r"no results\.json"):
         publish(tmp_path / "nothing", tmp_path / "dest", experiments=two)
@@ -244,7 +276,7 @@ def test_the_cli_check_says_what_is_stale_and_exits_1(tmp_path, two):
     done = runner.invoke(app, ["publish", "--check", "--to", str(dest)])
     assert done.exit_code == 1  # X1 and X2 are not experiments of the report's registry
     assert done.stdout.splitlines()[0] == (
-        "stale: X1: is no longer an experiment of the report; refresh with "
+        "stale: X1: measurement-stale: is no longer an experiment of the report; refresh with "
         "`implicit-em report --full --out report/full && "
         "implicit-em publish --from report/full`"
     )
@@ -291,3 +323,63 @@ def test_publish_refuses_a_run_whose_protocol_was_registered_late_or_never(
     with pytest.raises(ValueError, match="never registered"):
         publish(source, tmp_path / "dest", experiments=two)
     assert not (tmp_path / "dest").exists()
+
+
+def test_a_cached_result_whose_measurement_changed_is_measured_again(tmp_path, two):
+    lines: list[str] = []
+    run_experiments(two, "smoke", tmp_path, log=lines.append)
+    (entry,) = (tmp_path / "cache").glob("X1-*.json")
+    cached = json.loads(entry.read_text())
+    assert cached["measurement"]["modules"]  # its own module at least
+    cached["measurement"]["versions"]["numpy"] = "0.0.1"  # as if measured with another numpy
+    entry.write_text(json.dumps(cached))
+    again: list[str] = []
+    run_experiments(two, "smoke", tmp_path, log=again.append)
+    assert again[0] == "2 experiment(s) at size 'smoke', 1 to run (about 6.0 s: budgets for X1)"
+
+
+def test_the_cli_rejudge_says_what_it_did_or_why_not(tmp_path, two):
+    runner = CliRunner()
+    missing = runner.invoke(app, ["publish", "--rejudge", "--to", str(tmp_path / "none")])
+    assert missing.exit_code == 2
+    assert missing.stderr.strip() == (
+        f"error: --to {tmp_path / 'none'}: no published report to judge again"
+    )
+    both = runner.invoke(app, ["publish", "--rejudge", "--check"])
+    assert both.exit_code == 2 and "choose one of --check and --rejudge" in both.stderr
+
+
+def test_the_cli_check_lists_legacy_entries_and_fails_unless_allowed(tmp_path):
+    (e1,) = select(["E1"])
+    dest = tmp_path / "published"
+    dest.mkdir()
+    legacy = {"id": "E1", "size": "full", "config": {**e1.configs["full"], "device": "cpu"}}
+    document = {"meta": {"size": "full"}, "experiments": [legacy]}
+    (dest / "results.json").write_text(json.dumps(document))
+    runner = CliRunner()
+    strict = runner.invoke(app, ["publish", "--check", "--to", str(dest)])
+    assert strict.exit_code == 1
+    assert strict.stdout.startswith(
+        "stale: E1: measurement-stale: measurement key not recorded: published before "
+        "measurement keys; rerun; refresh with"
+    )
+    allowed = runner.invoke(app, ["publish", "--check", "--allow-legacy", "--to", str(dest)])
+    assert allowed.exit_code == 0
+    assert allowed.stdout.splitlines()[0] == strict.stdout.splitlines()[0]  # still listed
+    assert "1 experiment(s) published before measurement keys" in allowed.stdout
+    alone = runner.invoke(app, ["publish", "--allow-legacy", "--to", str(dest)])
+    assert alone.exit_code == 2 and "--allow-legacy: only with --check" in alone.stderr
+
+
+def test_a_rerun_after_a_change_on_seeds_already_seen_is_exploratory(tmp_path, two):
+    publish(_report(tmp_path / "run", two), tmp_path / "dest", experiments=two)
+    seen = reg.read_registry()["X1"]["data_seen"]["full"]
+    assert seen["seeds"] == [1000, 1001, 1002] and len(seen["measurement"]) == 16
+    module = tmp_path / "x1_run.py"
+    module.write_text(module.read_text() + "\nEDITED = 1\n", encoding="utf-8")
+    rerun = {e["id"]: e for e in published_document(_report(tmp_path / "run", two))["experiments"]}
+    assert rerun["X1"]["exploratory"] is True and rerun["X2"]["exploratory"] is False
+    assert rerun["X1"]["exploratory_reason"].startswith(
+        "its measurement (code, data, libraries or configuration) changed after its full data "
+        "were first seen"
+    )

@@ -27,6 +27,7 @@ from implicit_em.machine import summary as machine_summary
 from implicit_em.report.executors import Executor
 from implicit_em.report.files import write_atomic
 from implicit_em.report.page import render_html
+from implicit_em.report.provenance import tree_state
 from implicit_em.report.registry import select
 from implicit_em.report.render import render_markdown, report_document
 from implicit_em.report.replication import Replication, seed_lists
@@ -140,6 +141,7 @@ def write_report(
         "machine": machine_summary(device),
         "device": device,
         "seconds": sum(r.seconds for r in results),
+        **_tree(),
     }
     if replication is not None:
         measured = [s for r in results for s in seed_lists(r.config)]
@@ -147,6 +149,12 @@ def write_report(
     full = _published(published) if size != "full" or replication else None
     document = report_document([r.as_dict() for r in results], meta, full)
     return _write(document, out, list(results))
+
+
+def _tree() -> dict[str, Any]:
+    """The commit the report runs from and whether its checkout is clean."""
+    state = tree_state()
+    return {"commit": state.commit, "clean": state.clean}
 
 
 def _published(path: Path | str | None) -> dict | None:

@@ -1,5 +1,6 @@
 """`implicit-em report`: run the claims report and print where the page is; `implicit-em
-publish`: publish a finished full-size report into `results/full/`, or check the published one;
+publish`: publish a finished full-size report into `results/full/`, check the published one, or
+judge its samples again under changed rules (`--rejudge`);
 `implicit-em register`: register the experiments' protocols (or check that they are).
 
 Every argument is checked before any experiment runs; a bad one is one line naming the option
@@ -16,11 +17,11 @@ import typer
 from implicit_em.arguments import check_device, check_writable_folder, fail, names
 from implicit_em.report.build import PUBLISHED_FULL, run_report
 from implicit_em.report.executors import check_executor, make_executor
-from implicit_em.report.freshness import published_document, stale_experiments
+from implicit_em.report.freshness import LEGACY, REJUDGE, published_document, stale_experiments
 from implicit_em.report.publish import PUBLISHED, publish
 from implicit_em.report.registration import register, unregistered
 from implicit_em.report.registry import select
-from implicit_em.report.rejudge import rejudge_folder
+from implicit_em.report.rejudge import rejudge_folder, rejudge_publication
 from implicit_em.report.render import NO_FULL_RUN
 from implicit_em.report.replication import replication
 from implicit_em.report.runner import Interrupted
@@ -177,10 +178,28 @@ def publish_command(
         "--check",
         help="Publish nothing: say whether the published experiments match the current source.",
     ),
+    allow_legacy: bool = typer.Option(
+        False,
+        "--allow-legacy",
+        help="With --check: list, but do not fail on, experiments published before "
+        "measurement keys were recorded.",
+    ),
+    rejudge_: bool = typer.Option(
+        False,
+        "--rejudge",
+        help="Judge the published samples again where only judging code or rules changed.",
+    ),
 ) -> None:
     """Publish a finished full-size report into results/full (or check the published one)."""
+    if check and rejudge_:
+        fail("choose one of --check and --rejudge")
+    if allow_legacy and not check:
+        fail("--allow-legacy: only with --check")
     if check:
-        _check_published(to)
+        _check_published(to, allow_legacy)
+        return
+    if rejudge_:
+        _rejudge_published(to)
         return
     if source is None:
         fail("--from: expected the --out folder of a finished `implicit-em report --full`")
@@ -201,7 +220,7 @@ def publish_command(
         typer.echo(f"{publication.readme}: full-size column updated")
 
 
-def _check_published(folder: Path) -> None:
+def _check_published(folder: Path, allow_legacy: bool = False) -> None:
     try:
         document = published_document(folder)
     except ValueError as err:
@@ -212,9 +231,32 @@ def _check_published(folder: Path) -> None:
     stale = stale_experiments(document)
     for entry in stale:
         typer.echo(f"stale: {entry}")
+    legacy = [s.id for s in stale if s.reason == LEGACY]
+    if allow_legacy and legacy and len(legacy) == len(stale):
+        typer.echo(
+            f"{folder}: {len(legacy)} experiment(s) published before measurement keys, listed "
+            "above; allowed by --allow-legacy, but stale until rerun and published again"
+        )
+        return
     if stale:
+        kinds = [s.kind for s in stale]
+        typer.echo(
+            f"{folder}: {kinds.count('measurement')} measurement-stale (rerun at full size), "
+            f"{kinds.count('judgement')} judgement-stale (`{REJUDGE}`)"
+        )
         raise typer.Exit(code=1)
     typer.echo(f"{folder}: every published experiment matches the current source")
+
+
+def _rejudge_published(folder: Path) -> None:
+    try:
+        done = rejudge_publication(folder)
+    except ValueError as err:
+        fail(str(err))
+    if done:
+        typer.echo(f"{folder}: judged again (now exploratory): {', '.join(done)}")
+    else:
+        typer.echo(f"{folder}: no experiment is judgement-stale; nothing judged again")
 
 
 def register_command(

@@ -1,11 +1,20 @@
-"""Whether a published full-size report still matches the source that would produce it.
+"""Whether a published full-size report still matches the inputs that would produce it.
 
-Every published experiment records the cache key its run computed, a hash of its id, size,
-full-size configuration (device included) and the source of its module and helpers
-(`runner.cache_key`). An experiment is **stale** when the key that the current source and the
-current full configuration give differs from the recorded one, or when it is no longer an
-experiment of the report: its published numbers then describe code that is not there any more.
-Each stale experiment comes with the command that refreshes the publication.
+Every published experiment records two keys (`implicit_em.report.keys`): its **measurement**
+record (the hashes of the package modules it used, its configuration, its data files, the
+versions of its libraries, its device) and its **judgement** record (the hashes of the judging
+and statistics code and of its registered rule). An experiment is
+
+* **measurement-stale** when an input of its measurement differs now (each changed module file,
+  data file, library version or configuration is named), when the publication predates the
+  measurement record, or when it is no longer an experiment of the report: its numbers describe
+  code, data or libraries that are not there any more, and the fix is to rerun it at full size
+  (`refresh_command`);
+* **judgement-stale** when only its judging code or its rule changed: its per-seed samples still
+  hold, and `implicit-em publish --rejudge` computes its verdict again under the current rule
+  (marking it exploratory).
+
+A change to the documentation touches neither key.
 """
 
 from __future__ import annotations
@@ -16,10 +25,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from implicit_em.report.imports import SOURCE_ROOT
+from implicit_em.report.keys import judgement_changes, measurement_changes
 from implicit_em.report.registry import Experiment, select
-from implicit_em.report.runner import cache_key
 
-__all__ = ["REFRESH_OUT", "Stale", "published_document", "refresh_command", "stale_experiments"]
+__all__ = [
+    "REFRESH_OUT",
+    "REJUDGE",
+    "Stale",
+    "published_document",
+    "refresh_command",
+    "stale_experiments",
+]
+
+REJUDGE = "implicit-em publish --rejudge"
+"""The command that judges the published samples again under the current rules."""
+
+LEGACY = "measurement key not recorded: published before measurement keys; rerun"
 
 REFRESH_OUT = "report/full"
 """The folder the refresh command runs the full report in (kept, so a second refresh reruns
@@ -28,14 +50,17 @@ only what changed)."""
 
 @dataclass(frozen=True)
 class Stale:
-    """A published experiment whose numbers no longer match the source: why, and the fix."""
+    """A published experiment whose verdict no longer matches its inputs: which kind of stale
+    (`measurement` or `judgement`), what changed, and the fix."""
 
     id: str
+    kind: str
     reason: str
     command: str
 
     def __str__(self) -> str:
-        return f"{self.id}: {self.reason}; refresh with `{self.command}`"
+        fix = "refresh with" if self.kind == "measurement" else "fix with"
+        return f"{self.id}: {self.kind}-stale: {self.reason}; {fix} `{self.command}`"
 
 
 def published_document(folder: Path | str) -> dict[str, Any] | None:
@@ -69,10 +94,13 @@ def refresh_command(
 
 
 def stale_experiments(
-    document: Mapping[str, Any], experiments: Sequence[Experiment] | None = None
+    document: Mapping[str, Any],
+    experiments: Sequence[Experiment] | None = None,
+    root: Path = SOURCE_ROOT,
 ) -> list[Stale]:
-    """The experiments of a published full-size `document` whose recorded key differs from
-    `cache_key(experiment, "full", its full config)` computed from the current source.
+    """The experiments of a published full-size `document` whose recorded measurement or
+    judgement record differs from what the current source under `root` (the folder holding
+    the `implicit_em` package), data files, libraries and protocols give.
 
     `experiments` is the report's registry (all listed experiments when None).
     """
@@ -90,20 +118,31 @@ def stale_experiments(
     for entry in entries:
         experiment = registry.get(entry["id"])
         if experiment is None:
-            stale.append(Stale(entry["id"], "is no longer an experiment of the report", command))
+            reason = "is no longer an experiment of the report"
+            stale.append(Stale(entry["id"], "measurement", reason, command))
             continue
-        config = {
-            **experiment.configs["full"],
-            "device": entry.get("config", {}).get("device", "cpu"),
-        }
-        current = cache_key(experiment, "full", config)
-        if entry.get("key") != current:
-            stale.append(
-                Stale(
-                    entry["id"],
-                    f"published with key {entry.get('key')}, but its current source and full "
-                    f"configuration give {current}",
-                    command,
-                )
-            )
+        if entry.get("error"):
+            continue  # it measured nothing: a gap of the publication, not a stale result
+        measured = _measurement_reasons(entry, experiment, root)
+        if measured:
+            stale.append(Stale(entry["id"], "measurement", "; ".join(measured), command))
+            continue
+        judged = judgement_changes(_record(entry, "judgement"), experiment.protocol, root)
+        if judged:
+            stale.append(Stale(entry["id"], "judgement", "; ".join(judged), REJUDGE))
     return stale
+
+
+def _record(entry: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    return (entry.get(kind) or {}).get("record") or {"modules": {}, "rule": None}
+
+
+def _measurement_reasons(entry: Mapping[str, Any], experiment: Experiment, root: Path) -> list[str]:
+    """What changed in the measurement of a published `entry` (its legacy state when it
+    records no measurement)."""
+    recorded = (entry.get("measurement") or {}).get("record")
+    if recorded is None:
+        return [LEGACY]
+    device = recorded["config"]["run"].get("device", entry.get("config", {}).get("device", "cpu"))
+    config = {**experiment.configs[entry.get("size") or "full"], "device": device}
+    return measurement_changes(recorded, config, experiment.configs["control"], root)

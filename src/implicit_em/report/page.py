@@ -199,9 +199,12 @@ def _protocol_line(e: Mapping[str, Any]) -> str:
         )
         lines.append(f"Amendment of {a['date']}: {a['reason']} ({after}).")
     if e.get("exploratory"):
+        why = (
+            e.get("exploratory_reason") or "an amendment was made after these seeds' data were seen"
+        )
         lines.append(
-            "This verdict is EXPLORATORY: an amendment was made after these seeds' data were "
-            "seen; it stands only once rerun on fresh confirmation seeds."
+            f"This verdict is EXPLORATORY: {why}; it stands only once rerun on fresh "
+            "confirmation seeds."
         )
     return " ".join(lines)
 
@@ -413,7 +416,7 @@ def render_html(document: Mapping[str, Any], root: Path) -> str:
     partial = " (partial)" if (meta.get("publication") or {}).get("partial") else ""
     body = f"""<h1>implicit-em claims report{partial}</h1>
 <p class="meta">Size {_esc(meta["size"])} · {_esc(meta["date"])} · implicit-em {_esc(meta["version"])} ·
-{_esc(meta["machine"])} · {meta["seconds"]:.0f} s of experiments</p>
+{_esc(meta["machine"])} · {meta["seconds"]:.0f} s of experiments{_esc(_published_from(meta))}</p>
 <p class="meta">{_esc(comparison_line(meta))}</p>
 {_contents(experiments)}
 <h2 id="how-to-read">How to read this report</h2>
@@ -432,3 +435,15 @@ planted).</p>
 <tbody>{summary_rows}</tbody></table>
 {sections}"""
     return page("implicit-em claims report", body)
+
+
+def _published_from(meta: Mapping[str, Any]) -> str:
+    """Where a report comes from: the commit it was published (or run) from and whether the
+    tree was clean, and when it was judged again."""
+    publication = meta.get("publication") or {}
+    where = publication if publication.get("commit") else meta
+    tree = "clean tree" if where.get("clean") else "uncommitted changes"
+    verb = "published from" if where is publication else "run from"
+    source = f" · {verb} commit {where['commit']} ({tree})" if where.get("commit") else ""
+    rejudged = "; ".join(r["date"] for r in publication.get("rejudged", []))
+    return source + (f" · judged again {rejudged}" if rejudged else "")

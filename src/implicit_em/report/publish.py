@@ -3,12 +3,17 @@
 `publish(source)` reads the report that `implicit-em report --full --out SOURCE` wrote and
 writes its `results.json`, `summary.md` and self-contained `index.html` into `results/full/`.
 It refuses, with one line naming the reason, a report that is not full size, one whose
-experiments no longer match the current source (`freshness.stale_experiments`), one whose
-protocols were not registered before its run started (`registration.check_run`), and one that is
-incomplete (an experiment of the report missing, `not run` or `invalid`) unless `partial` is
-set; a partial publication is marked as such on the page, in `summary.md` and in every report
-compared with it. Every published experiment carries its size, seeds, commit, machine line,
-measured time and the runner's cache key.
+experiments no longer match the current source, data, libraries or rules
+(`freshness.stale_experiments`: measurement- or judgement-stale), one whose protocols were not
+registered before its run started (`registration.check_run`), one that is incomplete (an
+experiment of the report missing, `not run` or `invalid`) unless `partial` is set, and any
+report while the checkout it is published from has uncommitted changes (the publication names
+the commit it was published from, which must hold what it describes). A partial publication is
+marked as such on the page, in `summary.md` and in every report compared with it. Every
+published experiment carries its size, seeds, commit, machine line, measured time, the runner's
+cache key and its measurement and judgement keys; the publication carries the package version,
+the commit and whether the tree was clean. Publishing records in the protocol registry when each
+experiment's full-size data were first seen (`registration.record_data_seen`).
 """
 
 from __future__ import annotations
@@ -23,9 +28,9 @@ from typing import Any
 from implicit_em.report.build import PUBLISHED_FULL, write_document
 from implicit_em.report.files import write_atomic
 from implicit_em.report.freshness import published_document, stale_experiments
-from implicit_em.report.provenance import source_commit
+from implicit_em.report.provenance import CHECKOUT, TreeState, tree_state
 from implicit_em.report.readme import full_size_column
-from implicit_em.report.registration import check_run
+from implicit_em.report.registration import check_run, record_data_seen
 from implicit_em.report.registry import Experiment, select
 
 __all__ = ["PUBLISHED", "Publication", "gaps", "publish"]
@@ -63,6 +68,7 @@ def publish(
     partial: bool = False,
     readme: Path | str | None = None,
     experiments: Sequence[Experiment] | None = None,
+    checkout: Path | str | None = None,
 ) -> Publication:
     """Publish the full-size report in `source` into `dest`.
 
@@ -81,12 +87,15 @@ def publish(
         (`readme.full_size_column`).
     experiments : sequence of Experiment, optional
         The report's experiments (the registry when None).
+    checkout : path, optional
+        The git checkout published from (this package's, `CHECKOUT`, when None); it must be
+        clean.
 
     Raises
     ------
     ValueError
         One line, naming `source`: not a report, not full size, stale, or incomplete without
-        `partial`.
+        `partial`; or naming the checkout when it has uncommitted changes.
     """
     source, dest = Path(source), Path(dest)
     registry = select() if experiments is None else list(experiments)
@@ -103,8 +112,8 @@ def publish(
     stale = stale_experiments(document, registry)
     if stale:
         raise ValueError(
-            f"--from {source}: {', '.join(s.id for s in stale)} changed since the run (source or "
-            f"full configuration); rerun: {stale[0].command}"
+            f"--from {source}: {', '.join(f'{s.id} ({s.kind})' for s in stale)} changed since "
+            f"the run ({stale[0].id}: {stale[0].reason}); rerun: {_rerun(stale[0].command)}"
         )
     unregistered = check_run(document["experiments"])
     if unregistered:
@@ -118,13 +127,31 @@ def publish(
             f"--from {source}: not a complete full run ({'; '.join(lacking)}); "
             "--partial publishes it marked as partial"
         )
-    published = _with_provenance(document, lacking)
+    checkout = CHECKOUT if checkout is None else Path(checkout)
+    tree = tree_state(checkout)
+    if not tree.clean:
+        shown = ", ".join(tree.changed[:3]) + (" ..." if len(tree.changed) > 3 else "")
+        raise ValueError(
+            f"publish: the checkout {checkout} is not clean ({shown}); commit first, so that "
+            "the publication names the commit that holds what it describes"
+        )
+    published = _with_provenance(document, lacking, tree)
     readme = None if readme is None else Path(readme)
     text = None if readme is None else _readme_with(readme, published)
     write_document(published, dest, figures=source)
     if readme is not None and text is not None:
         write_atomic(readme, text)
+    record_data_seen(published["experiments"], "full")
     return Publication(dest, lacking, readme)
+
+
+def _rerun(command: str) -> str:
+    """The command that refreshes a run: a judgement-stale run is rebuilt from its cache."""
+    if command.startswith("implicit-em publish --rejudge"):
+        return (
+            "the same `implicit-em report --full` (cached numbers: its verdicts are judged again)"
+        )
+    return command
 
 
 def _readme_with(readme: Path, published: Mapping[str, Any]) -> str:
@@ -136,7 +163,9 @@ def _readme_with(readme: Path, published: Mapping[str, Any]) -> str:
         raise ValueError(f"--readme {readme}: {err}") from err
 
 
-def _with_provenance(document: Mapping[str, Any], lacking: list[str]) -> dict[str, Any]:
+def _with_provenance(
+    document: Mapping[str, Any], lacking: list[str], tree: TreeState
+) -> dict[str, Any]:
     """The document with each experiment's size, seeds, commit, machine, time and key, and the
     publication's date and gaps.
 
@@ -146,7 +175,7 @@ def _with_provenance(document: Mapping[str, Any], lacking: list[str]) -> dict[st
     """
     published = json.loads(json.dumps(document))
     meta = published["meta"]
-    commit = source_commit()
+    commit = tree.commit
     for entry in published["experiments"]:
         entry.setdefault("seeds", entry["config"].get("seeds"))
         entry.setdefault("machine", meta["machine"])
@@ -162,5 +191,8 @@ def _with_provenance(document: Mapping[str, Any], lacking: list[str]) -> dict[st
         "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "partial": bool(lacking),
         "gaps": lacking,
+        "version": meta.get("version"),
+        "commit": tree.commit,
+        "clean": tree.clean,
     }
     return published

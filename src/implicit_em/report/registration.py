@@ -7,10 +7,16 @@ r"""The registry of protocols: which protocol versions were registered, when, an
   `amendment` that made it: `date`, `reason`, whether it was made `after_data` (after
   confirmatory data of this protocol had been seen), what the data showed then (`seen`) and the
   seeds whose results had been seen (`seeds_seen`);
-* `history`: amendments made before the registry existed, recorded with the same fields.
+* `history`: amendments made before the registry existed, recorded with the same fields;
+* `data_seen`: for each size whose data were published (`record_data_seen`), when they were
+  first seen (the run's start), on which seeds, and the measurement and judgement keys
+  (`implicit_em.report.keys`) of that run.
 
-A verdict is **exploratory** when an amendment made after data were seen touches the seeds it was
-measured on: its rule was chosen knowing those seeds' numbers. It stops being exploratory when the
+A verdict is **exploratory** when it rests on any change made after its data were seen
+(`exploratory_reason`): an amendment made after data were seen that touches the seeds it was
+measured on (its rule was chosen knowing those seeds' numbers), or a measurement or judgement key
+that differs from the one its seeds' data were first seen with (its measurement code, data,
+libraries, judging code, rule or thresholds changed since). It stops being exploratory when the
 protocol moves to fresh seeds (a new registered version) and is rerun on them.
 
 `implicit-em publish` refuses a full run whose protocol was never registered or was registered
@@ -35,8 +41,10 @@ __all__ = [
     "Amendment",
     "ProtocolStatus",
     "check_run",
+    "exploratory_reason",
     "now",
     "read_registry",
+    "record_data_seen",
     "register",
     "status",
     "unregistered",
@@ -205,3 +213,54 @@ def check_run(
                 f"{ident}: protocol {recorded} was registered {when}, after the run started {started}"
             )
     return problems
+
+
+def record_data_seen(
+    entries: Sequence[Mapping[str, Any]], size: str, path: Path | None = None
+) -> list[str]:
+    """Record, for each experiment `entry` (of a report's `results.json`) whose data at `size`
+    were not recorded yet, when its run started, its seeds and its measurement and judgement
+    keys. Returns the ids recorded; what was recorded first stays."""
+    path = REGISTRY if path is None else path
+    registry = read_registry(path)
+    done = []
+    for entry in entries:
+        seen = registry.setdefault(entry["id"], {"history": [], "versions": []})
+        seen = seen.setdefault("data_seen", {})
+        if size in seen:
+            continue
+        seen[size] = {
+            "when": entry.get("started"),
+            "seeds": [int(s) for s in entry.get("seeds") or []],
+            "measurement": (entry.get("measurement") or {}).get("key"),
+            "judgement": (entry.get("judgement") or {}).get("key"),
+        }
+        done.append(entry["id"])
+    if done:
+        write_atomic(path, json.dumps(registry, indent=1, ensure_ascii=False) + "\n")
+    return done
+
+
+def exploratory_reason(
+    experiment_id: str,
+    size: str,
+    seeds: Sequence[int],
+    measurement_key: str | None,
+    judgement_key: str | None,
+    registry: Mapping[str, Any] | None = None,
+) -> str | None:
+    """Why a verdict of `experiment_id` measured at `size` on `seeds` with these keys is
+    exploratory because something changed after its data were seen (None when nothing did, or
+    when no data of these seeds at this size were recorded as seen)."""
+    registry = read_registry() if registry is None else registry
+    seen = registry.get(experiment_id, {}).get("data_seen", {}).get(size)
+    if not seen or not {int(s) for s in seeds} & set(seen["seeds"]):
+        return None
+    changed = []
+    if measurement_key != seen["measurement"]:
+        changed.append("its measurement (code, data, libraries or configuration)")
+    if judgement_key != seen["judgement"]:
+        changed.append("its judging code or rule")
+    if not changed:
+        return None
+    return f"{' and '.join(changed)} changed after its {size} data were first seen ({seen['when']})"

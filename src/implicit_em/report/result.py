@@ -9,7 +9,8 @@ from typing import Any
 
 from implicit_em.report.controls import status_of
 from implicit_em.report.judging import Judgement
-from implicit_em.report.registration import ProtocolStatus
+from implicit_em.report.keys import digest, judgement_record, keyed
+from implicit_em.report.registration import ProtocolStatus, exploratory_reason
 from implicit_em.report.registration import status as protocol_status
 from implicit_em.report.registry import Experiment, Outcome
 
@@ -43,6 +44,8 @@ class Result:
     control_values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     units: dict[str, Any] | None = None
     """What its units took (`runner.unit_summary`); None when it ran no timed unit."""
+    measurement: dict[str, Any] | None = None
+    """Its measurement record (`keys.measurement_record`); None when it did not run."""
 
     @property
     def meaning(self) -> str:
@@ -90,8 +93,25 @@ class Result:
 
     @property
     def exploratory(self) -> bool:
-        """Whether the verdict rests on an amendment made after its seeds' data were seen."""
-        return self.registration.exploratory(self.config.get("seeds") or [])
+        """Whether the verdict rests on any change made after its seeds' data were seen."""
+        return self.exploratory_reason is not None
+
+    @cached_property
+    def exploratory_reason(self) -> str | None:
+        """Why the verdict is exploratory: an amendment made after its seeds' data were seen,
+        or a change of its measurement or judgement key since they were first seen."""
+        seeds = self.config.get("seeds") or []
+        if self.registration.exploratory(seeds):
+            return "its protocol was amended after data of its seeds were seen"
+        if self.measurement is None:
+            return None  # nothing was measured
+        return exploratory_reason(
+            self.experiment.id,
+            self.size,
+            seeds,
+            digest(self.measurement),
+            digest(judgement_record(self.experiment.protocol)),
+        )
 
     @property
     def gates(self) -> list[dict[str, Any]]:
@@ -114,6 +134,7 @@ class Result:
             "gates": self.gates,
             "verdict": self.judgement.verdict,
             "exploratory": self.exploratory,
+            "exploratory_reason": self.exploratory_reason,
             "protocol": self.protocol,
             "started": self.started,
             "reason": self.judgement.reason,
@@ -131,6 +152,8 @@ class Result:
             "seeds": self.config.get("seeds"),
             "config": self.config,
             "key": self.key,
+            "measurement": keyed(self.measurement),
+            "judgement": keyed(judgement_record(e.protocol)),
             "seconds": self.seconds,
             "units": self.units,
             "machine": self.provenance.machine,

@@ -11,7 +11,9 @@ killed report resumes at the units in progress, and aggregates the experiment he
 figures are written (`drive`). One report at a time holds the output folder (`lock`). The verdict is never cached: it is computed
 from the cached numbers and samples by the experiment's rule on every load. A cache entry also
 keeps the machine line and the commit it was measured on, so a result read back from the cache
-still says where its numbers and its time come from.
+still says where its numbers and its time come from, and its measurement record
+(`implicit_em.report.keys`): an entry whose library code, data files or library versions
+changed since is measured again.
 
 The console says what is resumed (finished experiments read from the cache, an experiment's
 kept units), draws the run's progress line only on a terminal (`progress.on_terminal`; plain
@@ -40,6 +42,7 @@ from implicit_em.report.drive import Interrupted, Job, LogWarnings, announce, dr
 from implicit_em.report.executors import Executor, LocalExecutor
 from implicit_em.report.files import as_new_file, json_default, write_atomic, write_json
 from implicit_em.report.judging import Judgement
+from implicit_em.report.keys import run_measurement, still_measured
 from implicit_em.report.lock import hold
 from implicit_em.report.plan import alarms_off_console, warning_lines
 from implicit_em.report.progress import duration, progress
@@ -124,6 +127,8 @@ def _load(
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    if not still_measured(data.get("measurement"), experiment, config):
+        return None  # its code, data or libraries changed since (or it predates the record)
     return Result(
         experiment,
         size,
@@ -137,6 +142,7 @@ def _load(
         started=data.get("started"),
         control_values=data.get("controls", {}),
         units=data.get("units"),
+        measurement=data["measurement"],
     )
 
 
@@ -155,8 +161,10 @@ def _store(
     started: str,
     controls: dict[str, dict[str, list[float]]],
     units: dict[str, Any] | None,
+    measurement: dict[str, Any],
 ) -> None:
     data = {
+        "measurement": measurement,
         "units": units,
         "started": started,
         "controls": controls,
@@ -255,8 +263,13 @@ def _finish(job: Job, size: str, out: Path, here: Provenance, log_warnings: LogW
     as_new_file(work_dir)
     os.replace(work_dir, final_dir)
     timed = unit_summary(unit_times(job.folder), job.resumed, unit_places(job.folder))
+    # units may have run in other processes (Ray): the record is the import closure read from
+    # the source, which covers what they import
+    measurement = run_measurement(experiment, size, config, set())
     cache = out / "cache" / f"{experiment.id}-{key}.json"
-    _store(cache, outcome, job.seconds, here, job.started or utc_now(), controls, timed)
+    _store(
+        cache, outcome, job.seconds, here, job.started or utc_now(), controls, timed, measurement
+    )
     shutil.rmtree(job.folder, ignore_errors=True)
     return Result(
         experiment,
@@ -270,6 +283,7 @@ def _finish(job: Job, size: str, out: Path, here: Provenance, log_warnings: LogW
         started=job.started,
         control_values=controls,
         units=timed,
+        measurement=measurement,
     )
 
 
