@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 import torch
+from typer.testing import CliRunner
 
+from implicit_em.cli import app
 from implicit_em.windtunnel.config import RunConfig
 from implicit_em.windtunnel.seeds import seed_dir, train_seeds
 from implicit_em.windtunnel.seeds_checkpoint import SEEDS_CHECKPOINT, SEEDS_STATE
@@ -156,3 +158,46 @@ def test_adamw_gives_each_seed_its_own_rate() -> None:
     optimizer.step(params, {"w": torch.ones(2, 3)}, {"all": [0.1, 0.0]}, {"all": 0.0})
     assert torch.allclose(params["w"][0], torch.full((3,), 0.9))  # Adam's first step is lr
     assert torch.equal(params["w"][1], torch.ones(3))  # rate 0: unmoved
+
+
+def test_cli_trains_seeds_together_as_one_run_each(tmp_path: Path) -> None:
+    common = [
+        "windtunnel",
+        "--task",
+        "bijection",
+        "--scale",
+        "reference-cpu",
+        "--steps",
+        "3",
+        "--batch-size",
+        "2",
+    ]
+    together = CliRunner().invoke(
+        app, [*common, "--seed", "4", "--seeds", "2", "--out", str(tmp_path / "a")]
+    )
+    assert together.exit_code == 0, together.output
+    alone = CliRunner().invoke(app, [*common, "--seed", "5", "--out", str(tmp_path / "b")])
+    assert alone.exit_code == 0, alone.output
+    (folder,) = (tmp_path / "a").iterdir()
+    assert folder.name.startswith("bijection-transformer-ce-quick-seeds4-5-")
+    (single,) = (tmp_path / "b").iterdir()
+    a = json.loads((seed_dir(folder, 5) / "result.json").read_text())
+    b = json.loads((single / "result.json").read_text())
+    assert _comparable(a) == _comparable(b)
+    assert (folder / "positions.png").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["--seeds", "2", "--compare"], "--seeds"),
+        (["--seeds", "2", "--trace"], "--seeds"),
+        (["--compile"], "--compile"),
+        (["--seeds", "0"], "--seeds"),
+    ],
+)
+def test_cli_bad_seeds_name_the_option(tmp_path: Path, args: list[str], option: str) -> None:
+    out = CliRunner().invoke(app, ["windtunnel", *args, "--out", str(tmp_path)])
+    assert out.exit_code == 2
+    assert option in out.output
+    assert not any(tmp_path.iterdir())
