@@ -1,7 +1,7 @@
 """Wind tunnel: training steps per second of 10 seeds trained together, against one after another.
 
-The `reference-cpu` scale's transformer on the bijection (V = 20, L = 19, batch 64, RMSNorm),
-on one torch thread. Each repeat times `--steps` training steps (after `--warmup` untimed ones)
+The `reference-cpu` scale's transformer (or `--model`, an MLP matched to it) on the bijection
+(V = 20, L = 19, batch 64, RMSNorm), on one torch thread. Each repeat times `--steps` training steps (after `--warmup` untimed ones)
 of every seed, two ways, in alternating order (ABAB... so that a shared machine's drift falls
 on both):
 
@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from implicit_em.machine import summary
-from implicit_em.windtunnel.config import RunConfig, build_model, preset
+from implicit_em.windtunnel.config import MODELS, RunConfig, build_model, preset
 from implicit_em.windtunnel.optim import make_optimizer
 from implicit_em.windtunnel.seeds import _Seed, _train_step
 from implicit_em.windtunnel.stacked import StackedModel, parameter_groups
@@ -86,10 +86,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--model", default="transformer", choices=list(MODELS))
     parser.add_argument("--compile", action="store_true", help="also time the compiled forward")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    config = preset("bijection", "reference-cpu")
+    config = preset("bijection", "reference-cpu", model=args.model)
     seeds = list(range(args.seeds))
     ways = {
         "together": _together(config, seeds, compile=False),
@@ -100,7 +101,7 @@ def main() -> None:
     print(summary("cpu"))
     print(f"load average (1, 5, 15 min): {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     print(
-        f"reference-cpu bijection transformer ({config.n_layer} x {config.n_embd}, batch "
+        f"reference-cpu bijection {config.model} (transformer {config.n_layer} x {config.n_embd}, batch "
         f"{config.batch_size}), {args.seeds} seeds, {args.steps} timed steps, "
         f"{args.repeats} alternated repeats"
     )

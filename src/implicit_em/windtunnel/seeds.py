@@ -98,7 +98,10 @@ def _train_step(
     batches = [task.sample(config.batch_size, s.data).to(device) for s in seeds]
     logits = model(torch.stack([b.tokens for b in batches]))
     losses = torch.stack(
-        [loss_fn(logits[i], b, config.objective, config.targets) for i, b in enumerate(batches)]
+        [
+            loss_fn(rows, b, config.objective, config.targets)
+            for rows, b in zip(logits.unbind(0), batches, strict=True)
+        ]
     )
     names = list(model.params)
     grads = {  # contiguous, as a model's own gradients: the norms then sum in the same order

@@ -7,6 +7,12 @@ r"""S seeds of one wind-tunnel model as one set of stacked parameters.
 the model's own forward on its own rows. `seed_view(i)` is seed `i`'s model alone (for the
 held-out evaluation), reading the stacked tensors.
 
+The CPU attention kernel (`scaled_dot_product_attention`) has no vmap batching rule: vmap
+would run it once per seed and, in the backward, add up a full-size zero gradient per seed.
+`StackedAttention` runs it once on the seeds' rows laid side by side in the batch axis
+instead, `[S, B, H, T, D] -> [S B, H, T, D]`: each (sequence, head) row is computed by the same
+kernel as alone, so the results are the same bit for bit (tested).
+
 With `compile=True` the vmapped forward goes through `torch.compile`: fused kernels, equal to
 the eager forward to float tolerance (not bit for bit).
 """
@@ -16,19 +22,60 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 import torch
+import torch._C._functorch as functorch
 from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
+from torch.nn import functional as F
+from torch.overrides import TorchFunctionMode
 
 from implicit_em.windtunnel.config import RunConfig, build_model
 from implicit_em.windtunnel.optim import part_of
 from implicit_em.windtunnel.tasks import Task
 
-__all__ = ["StackedModel", "parameter_groups"]
+__all__ = ["StackedAttention", "StackedModel", "parameter_groups"]
 
-# vmap runs the CPU SDPA kernel once per seed (no batching rule yet): correct, and warned once.
+# Under torch.compile, vmap runs the CPU SDPA kernel once per seed: correct, and warned once.
 warnings.filterwarnings("ignore", message=".*batching rule for aten::_scaled_dot_product")
+
+
+class StackedAttention(TorchFunctionMode):
+    """Under `vmap`, run `F.scaled_dot_product_attention` once on all seeds' rows (see the
+    module); anything else, and attention whose inputs are not all batched at one level, as is."""
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        if func is F.scaled_dot_product_attention:
+            stacked = _unbatch(args[:3])
+            if stacked is not None:
+                level, qkv = stacked
+                flat = [t.reshape(-1, *t.shape[2:]) for t in qkv]
+                out = func(*flat, *args[3:], **kwargs)
+                return functorch._add_batch_dim(out.view(*qkv[2].shape[:-1], -1), 0, level)
+        return func(*args, **kwargs)
+
+
+def _unbatch(tensors: tuple[Tensor, ...]) -> tuple[int, list[Tensor]] | None:
+    """The vmap level of `tensors` and their plain values with the seed axis first, when all
+    are batched at the same level; else None."""
+    if not all(functorch.is_batchedtensor(t) for t in tensors):
+        return None
+    level = functorch.maybe_get_level(tensors[0])
+    plain = []
+    for t in tensors:
+        if functorch.maybe_get_level(t) != level:
+            return None
+        value, dim = functorch._unwrap_batched(t, level)
+        plain.append(value.movedim(dim, 0))
+    return level, plain
 
 
 def parameter_groups(config: RunConfig, names: Sequence[str]) -> dict[str, str]:
@@ -66,6 +113,7 @@ class StackedModel:
         self.params: dict[str, Tensor] = params
         self.buffers: dict[str, Tensor] = buffers
         forward = vmap(self._one)
+        self.compiled = compile
         self._forward: Callable[..., Tensor] = torch.compile(forward) if compile else forward
 
     def _one(self, params: dict[str, Tensor], buffers: dict[str, Tensor], tokens: Tensor) -> Tensor:
@@ -79,7 +127,10 @@ class StackedModel:
 
     def __call__(self, tokens: Tensor) -> Tensor:
         """`tokens[S, B, T] -> logits[S, B, T, K]`, seed by seed."""
-        return self._forward(self.params, self.buffers, tokens)
+        if self.compiled:
+            return self._forward(self.params, self.buffers, tokens)
+        with StackedAttention():
+            return self._forward(self.params, self.buffers, tokens)
 
     def seed_view(self, row: int) -> nn.Module:
         """The model of the seed at `row` (reads the current stacked tensors, no copy)."""
