@@ -130,6 +130,10 @@ def test_finished_seeds_are_reloaded_and_read_by_run(tmp_path: Path) -> None:
     first = train_seeds(TINY, SEEDS, tmp_path, progress=False)
     assert train_seeds(TINY, SEEDS[::-1], tmp_path, progress=False) == first[::-1]
     assert run(replace(TINY, seed=3), seed_dir(tmp_path, 3), progress=False) == first[1]
+    more = train_seeds(TINY, [*SEEDS, 7], tmp_path, progress=False)  # only seed 7 trains
+    assert more[:3] == first
+    alone = run(replace(TINY, seed=7), tmp_path / "alone", progress=False)
+    assert _comparable(more[3]) == _comparable(alone)
 
 
 def test_another_configuration_or_other_seeds_are_refused(tmp_path: Path) -> None:

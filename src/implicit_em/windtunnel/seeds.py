@@ -179,6 +179,18 @@ def _save(
     save_seeds(out, cfg, state)
 
 
+def _retire(
+    finished: list[int], active: list[_Seed], model: StackedModel, optimizer: StackedAdamW
+) -> list[_Seed]:
+    """Drop the rows `finished` from the stack; the seeds that go on."""
+    keep = [r for r in range(len(active)) if r not in finished]
+    if keep:
+        rows = torch.tensor(keep, dtype=torch.long, device=next(iter(model.params.values())).device)
+        model.keep(rows)
+        optimizer.keep(rows)
+    return [active[r] for r in keep]
+
+
 def _interrupted(seed: _Seed) -> dict[str, Any]:
     return {
         "status": "interrupted",
@@ -252,11 +264,7 @@ def train_seeds(
                 account()
                 for r in finished:
                     results[active[r].seed] = _finish(active[r], model, r, task, out, device)
-                keep = [r for r in range(len(active)) if r not in finished]
-                rows = torch.tensor(keep, dtype=torch.long, device=device)
-                model.keep(rows)
-                optimizer.keep(rows)
-                active = [active[r] for r in keep]
+                active = _retire(finished, active, model, optimizer)
                 if not active:
                     break
                 _save(out, cfg, model, optimizer, active)

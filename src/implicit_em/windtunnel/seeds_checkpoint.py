@@ -82,7 +82,8 @@ def load_seeds(
     there is none).
 
     The checkpoint may also hold seeds in `finished` (a stop between writing a seed's result
-    and the next checkpoint): their rows are dropped. `ValueError` when it belongs to another
+    and the next checkpoint): their rows are dropped; one that holds only such seeds is done
+    with (None). `ValueError` when it belongs to another
     configuration or trains other seeds.
     """
     meta_path = directory / SEEDS_STATE
@@ -91,6 +92,8 @@ def load_seeds(
     meta = json.loads(meta_path.read_text())
     refuse_other(meta_path, meta["config"], config)
     saved_seeds: list[int] = meta["seeds"]
+    if all(s in finished for s in saved_seeds):
+        return None  # every seed it held has its result: nothing to resume
     if [s for s in saved_seeds if s not in finished] != unfinished:
         raise ValueError(
             f"{meta_path} trains seeds {saved_seeds}, not the unfinished seeds asked for "

@@ -37,9 +37,14 @@ _CLIP_EPS = 1e-6
 
 
 def _per_seed(values: list[float], like: Tensor) -> Tensor:
-    """`values` (one per seed) as a float tensor broadcasting against `like[S, ...]`."""
-    shape = (len(values),) + (1,) * (like.dim() - 1)
-    return torch.tensor(values, dtype=torch.float64).to(like.dtype).view(shape).to(like.device)
+    """`values` (one per seed, computed in float64 as Python floats are) in `like`'s dtype and
+    on its device, `[S]`."""
+    return torch.tensor(values, dtype=torch.float64).to(like.dtype).to(like.device)
+
+
+def _rows(values: Tensor, like: Tensor) -> Tensor:
+    """`values[S]` shaped to broadcast against `like[S, ...]`."""
+    return values.view((values.shape[0],) + (1,) * (like.dim() - 1))
 
 
 @torch.no_grad()
@@ -93,16 +98,18 @@ class StackedAdamW:
         self.steps += 1
         correction1 = 1 - beta1**self.steps
         correction2_sqrt = (1 - beta2**self.steps) ** 0.5
+        like = next(iter(params.values()))
+        shrink = {g: _per_seed([1 - r * decays[g] for r in lr], like) for g, lr in rates.items()}
+        sizes = {g: _per_seed([-r / correction1 for r in lr], like) for g, lr in rates.items()}
         for name, p in params.items():
             group = self.groups[name]
-            lr, decay = rates[group], decays[group]
             g, m, v = grads[name], self.exp_avg[name], self.exp_avg_sq[name]
-            if decay != 0:
-                p.mul_(_per_seed([1 - r * decay for r in lr], p))
+            if decays[group] != 0:
+                p.mul_(_rows(shrink[group], p))
             m.lerp_(g, 1 - beta1)
             v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
             denom = (v.sqrt() / correction2_sqrt).add_(self.eps)
-            p.add_(_per_seed([-r / correction1 for r in lr], p) * m / denom)
+            p.add_(_rows(sizes[group], p) * m / denom)
 
     def state_dict(self) -> dict[str, object]:
         """The moments and the step count (tensors and an int: loadable with `weights_only`)."""
