@@ -29,6 +29,7 @@ import torch
 
 from implicit_em.machine import summary
 from implicit_em.windtunnel.config import MODELS, RunConfig, build_model, preset
+from implicit_em.windtunnel.models import count_parameters
 from implicit_em.windtunnel.optim import make_optimizer
 from implicit_em.windtunnel.seeds import _Seed, _train_step
 from implicit_em.windtunnel.stacked import StackedModel, parameter_groups
@@ -100,9 +101,10 @@ def main() -> None:
         ways["together, compiled"] = _together(config, seeds, compile=True)
     print(summary("cpu"))
     print(f"load average (1, 5, 15 min): {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
+    n_parameters = count_parameters(build_model(config, config.make_task()))
     print(
-        f"reference-cpu bijection {config.model} (transformer {config.n_layer} x {config.n_embd}, batch "
-        f"{config.batch_size}), {args.seeds} seeds, {args.steps} timed steps, "
+        f"reference-cpu bijection, {config.model} ({n_parameters:,} parameters), batch "
+        f"{config.batch_size}, {args.seeds} seeds, {args.steps} timed steps, "
         f"{args.repeats} alternated repeats"
     )
     for train in ways.values():
