@@ -206,3 +206,13 @@ def test_cli_bad_seeds_name_the_option(tmp_path: Path, args: list[str], option: 
     assert out.exit_code == 2
     assert option in out.output
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_the_compiled_forward_trains_the_same_seeds_to_float_tolerance(tmp_path: Path) -> None:
+    eager = train_seeds(TINY, SEEDS, tmp_path / "eager", progress=False)
+    compiled = train_seeds(TINY, SEEDS, tmp_path / "compiled", progress=False, compile=True)
+    for a, b in zip(eager, compiled, strict=True):
+        for key in ("loss", "eval_kl"):
+            for x, y in zip(a["history"][key], b["history"][key], strict=True):
+                assert math.isclose(x, y, rel_tol=1e-4)

@@ -37,9 +37,6 @@ from implicit_em.windtunnel.tasks import Task
 
 __all__ = ["StackedAttention", "StackedModel", "parameter_groups"]
 
-# Under torch.compile, vmap runs the CPU SDPA kernel once per seed: correct, and warned once.
-warnings.filterwarnings("ignore", message=".*batching rule for aten::_scaled_dot_product")
-
 
 class StackedAttention(TorchFunctionMode):
     """Under `vmap`, run `F.scaled_dot_product_attention` once on all seeds' rows (see the
@@ -127,8 +124,10 @@ class StackedModel:
 
     def __call__(self, tokens: Tensor) -> Tensor:
         """`tokens[S, B, T] -> logits[S, B, T, K]`, seed by seed."""
-        if self.compiled:
-            return self._forward(self.params, self.buffers, tokens)
+        if self.compiled:  # vmap runs the attention kernel once per seed there, and warns
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*batching rule for aten::_scaled_dot")
+                return self._forward(self.params, self.buffers, tokens)
         with StackedAttention():
             return self._forward(self.params, self.buffers, tokens)
 
