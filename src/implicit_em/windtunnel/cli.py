@@ -3,7 +3,8 @@
 Each configuration runs in its own directory under `--out` (named by task, model, objective,
 scale, seed and a hash of the full configuration, and `-trace<N>` for a run traced every N
 steps), so rerunning the same command resumes an interrupted run and returns a finished one at
-once. Every argument is checked before training starts; a bad one is one line naming the option
+once. `--seeds N` trains seeds `--seed` to `--seed + N - 1` together in one loop (`seeds`), in one
+directory named by `-seeds<first>-<last>`, each seed's result in its `seed-<s>` folder. Every argument is checked before training starts; a bad one is one line naming the option
 and exit status 2. A stop at `--time-budget` is planned: it exits 0 and says how to resume.
 """
 
@@ -23,9 +24,10 @@ import typer
 
 from implicit_em.arguments import SEED_RANGE, check_device, check_writable_folder, fail
 from implicit_em.windtunnel.config import MODELS, RunConfig, preset
+from implicit_em.windtunnel.seeds import seed_dir, train_seeds
 from implicit_em.windtunnel.train import RESULT, run
 
-__all__ = ["COMPARE_MODELS", "compare_table", "run_dir", "windtunnel"]
+__all__ = ["COMPARE_MODELS", "compare_table", "run_dir", "seeds_dir", "windtunnel"]
 
 COMPARE_MODELS = MODELS
 """Rows of `--compare`: the transformer, the prefix MLP, the position-wise MLP."""
@@ -75,6 +77,15 @@ def run_dir(out: Path, config: RunConfig, scale: str, trace_every: int | None = 
     digest = hashlib.sha1(json.dumps(asdict(config), sort_keys=True).encode()).hexdigest()[:8]
     name = f"{config.task}-{config.model}-{config.objective}-{scale}-s{config.seed}-{digest}"
     return out / (name if trace_every is None else f"{name}-trace{trace_every}")
+
+
+def seeds_dir(out: Path, config: RunConfig, scale: str, seeds: list[int]) -> Path:
+    """The directory of `config`'s `seeds` trained together: readable fields, the first and
+    last seed, and a hash of the configuration without its seed."""
+    fields = {k: v for k, v in asdict(config).items() if k != "seed"}
+    digest = hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:8]
+    name = f"{config.task}-{config.model}-{config.objective}-{scale}"
+    return out / f"{name}-seeds{seeds[0]}-{seeds[-1]}-{digest}"
 
 
 def _traced(config: RunConfig, trace_every: int | None) -> int | None:
@@ -180,6 +191,38 @@ def _train(
     return result
 
 
+def _train_seeds(
+    config: RunConfig,
+    seeds: list[int],
+    directory: Path,
+    device: str,
+    budget: float | None,
+    compile: bool,
+) -> list[dict[str, Any]]:
+    started = time.perf_counter()
+    try:
+        results = train_seeds(
+            config, seeds, directory, device=device, time_budget_s=budget, compile=compile
+        )
+    except ValueError as err:
+        fail(str(err))
+    if any(r["status"] != "complete" for r in results):
+        planned = budget is not None and time.perf_counter() - started >= budget
+        reason = "the --time-budget is spent" if planned else "interrupted"
+        steps = min(r["steps"] for r in results)
+        typer.echo(
+            f"stopped at step {steps}/{config.steps} ({reason}); checkpoint in "
+            f"{directory}. Rerun the same command to resume."
+        )
+        raise typer.Exit(code=0 if planned else 130)
+    from implicit_em.windtunnel.figures import plot_positions, plot_training
+
+    labels = [f"seed {s}" for s in seeds]
+    plot_positions(results, labels, directory / "positions.png")
+    plot_training(results, labels, directory / "training.png")
+    return results
+
+
 def windtunnel(
     task: TaskName = typer.Option(TaskName.bijection, help="Which wind-tunnel task."),
     model: ModelName = typer.Option(
@@ -244,6 +287,20 @@ def windtunnel(
         None,
         help="Stop (checkpointed, resumable; exit status 0) after this many seconds, > 0.",
     ),
+    seeds: int = typer.Option(
+        1,
+        "--seeds",
+        min=1,
+        help="Train N seeds (--seed to --seed + N - 1) together in one loop, their models "
+        "stacked; each seed equals its run alone (bit for bit with RMSNorm, to float tolerance "
+        "with LayerNorm).",
+    ),
+    compile_forward: bool = typer.Option(
+        False,
+        "--compile",
+        help="With --seeds: compile the stacked forward (torch.compile; equal to float "
+        "tolerance, not bit for bit).",
+    ),
 ) -> None:
     """Train on a Bayesian wind-tunnel task and report the error in bits against the exact posterior."""
     if quick and scale is not None:
@@ -252,6 +309,12 @@ def windtunnel(
         fail(f"--lr must be a finite number > 0, got {lr}")
     if time_budget is not None and not time_budget > 0:
         fail(f"--time-budget must be > 0 seconds, got {time_budget}")
+    if seeds > 1 and (compare or trace):
+        fail("--seeds trains one configuration without tracing: not with --compare or --trace")
+    if compile_forward and seeds == 1:
+        fail("--compile applies to --seeds N with N > 1")
+    if seed + seeds - 1 > SEED_RANGE["max"]:
+        fail(f"--seeds: the last seed {seed + seeds - 1} passes {SEED_RANGE['max']}")
     if trace and not compare and model.value != "transformer":
         fail("--trace reads attention sites: it needs --model transformer (or --compare)")
     device = check_device(device)
@@ -273,6 +336,16 @@ def windtunnel(
         _check_run_dir(directory, _traced(config, traced))
     check_writable_folder(out, "--out")
     torch.set_num_threads(threads)
+    if seeds > 1:
+        trained = list(range(seed, seed + seeds))
+        directory = seeds_dir(out, base, scale_name, trained)
+        for s, result in zip(
+            trained,
+            _train_seeds(base, trained, directory, device, time_budget, compile_forward),
+            strict=True,
+        ):
+            typer.echo(_summary(result, seed_dir(directory, s) / RESULT))
+        return
     if not compare:
         result = _train(configs[0], directories[0], device, time_budget, traced)
         typer.echo(_summary(result, directories[0] / RESULT))

@@ -35,7 +35,14 @@ from torch import nn
 
 from implicit_em.windtunnel.config import RunConfig
 
-__all__ = ["PARTS", "learning_rate", "make_optimizer", "part_of", "set_learning_rates"]
+__all__ = [
+    "PARTS",
+    "group_rate",
+    "learning_rate",
+    "make_optimizer",
+    "part_of",
+    "set_learning_rates",
+]
 
 PARTS = ("routing", "values", "rest")
 _FROZEN = {"routing": ("routing",), "rest": ("values", "rest")}
@@ -100,11 +107,18 @@ def make_optimizer(model: nn.Module, config: RunConfig) -> torch.optim.AdamW:
     )
 
 
+def group_rate(
+    config: RunConfig, part: str, lr_mult: float, step: int, decay_from: int | None = None
+) -> float:
+    """The rate of the group of `part` (multiplier `lr_mult`) at `step`: the schedule times the
+    multiplier, 0 when the part is frozen."""
+    frozen = _FROZEN.get(config.freeze, ()) if step >= config.freeze_at else ()
+    return 0.0 if part in frozen else learning_rate(config, step, decay_from) * lr_mult
+
+
 def set_learning_rates(
     optimizer: torch.optim.Optimizer, config: RunConfig, step: int, decay_from: int | None = None
 ) -> None:
-    """Give each group its rate for `step`: the schedule, its multiplier, 0 when frozen."""
-    base = learning_rate(config, step, decay_from)
-    frozen = _FROZEN.get(config.freeze, ()) if step >= config.freeze_at else ()
+    """Give each group its rate for `step` (`group_rate`)."""
     for group in optimizer.param_groups:
-        group["lr"] = 0.0 if group["part"] in frozen else base * group["lr_mult"]
+        group["lr"] = group_rate(config, group["part"], group["lr_mult"], step, decay_from)
