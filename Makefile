@@ -36,9 +36,11 @@ test: setup
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
 
-# The published full-size report (results/full) still matches the source that produced it.
+# The published full-size report (results/full) still matches the code that produced it: its
+# measurement and judgement keys. A publication from before the keys were recorded is listed as
+# such (stale until run and published again) and does not fail it; any other drift does.
 publish-check: setup
-	$(BIN)/implicit-em publish --check
+	$(BIN)/implicit-em publish --check --allow-legacy
 
 # Fashion-MNIST for the claims report (quick and full) and its known-answer controls: Debian's
 # dataset-fashion-mnist package puts its IDX files in /usr/share/datasets/fashion-mnist.

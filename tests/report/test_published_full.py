@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from implicit_em.report.freshness import published_document, stale_experiments
+from implicit_em.report.freshness import LEGACY, published_document, stale_experiments
 from implicit_em.report.readme import full_size_column
 from implicit_em.report.render import NO_FULL_RUN
 
@@ -20,12 +20,18 @@ PUBLISHED = ROOT / "results" / "full"
 README = ROOT / "README.md"
 
 
-def test_every_published_experiment_matches_the_current_source():
+def test_every_published_experiment_matches_the_current_source_or_predates_the_keys():
+    """A keyed publication must match the current code; one published before the measurement
+    keys is reported as such (stale until run and published again, which the README and
+    docs/results-full.md say), never as matching."""
     document = published_document(PUBLISHED)
     if document is None:
         pytest.skip(NO_FULL_RUN)
     stale = stale_experiments(document)
-    assert not stale, "results/full is stale:\n" + "\n".join(map(str, stale))
+    keyed = [s for s in stale if s.reason != LEGACY]
+    assert not keyed, "results/full is stale:\n" + "\n".join(map(str, keyed))
+    unkeyed = {e["id"] for e in document["experiments"] if not e.get("measurement")}
+    assert {s.id for s in stale} == unkeyed
 
 
 def test_the_readme_full_size_column_is_what_results_full_says():
