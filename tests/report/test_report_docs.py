@@ -45,3 +45,20 @@ def test_guide_lists_every_gate_and_how_each_criterion_could_have_failed():
             assert f"Gate: `{gate.number} " in section, (experiment.id, gate.number)
         for criterion in experiment.rule.criteria:
             assert criterion.how_it_could_fail in section, (experiment.id, criterion.number)
+
+
+def test_the_theory_page_lists_where_each_item_is_checked_as_registered():
+    from implicit_em.report.items.table import check_page, items_table, with_table
+
+    page = Path(__file__).resolve().parents[2] / "docs" / "theory.md"
+    assert check_page(page), (
+        "docs/theory.md's items table differs from items.json: write it with "
+        "`python -m implicit_em.report.items.table docs/theory.md`"
+    )
+    table = items_table()
+    assert table.count("\n| C11 |") == 1 and "`E11:sigmoid_over_ce` (refutes)" in table
+    edited = with_table(
+        "a\n<!-- items table: written from report/protocols/items.json -->\nSTALE-ROW\n"
+        "<!-- end of items table -->\nb"
+    )
+    assert "STALE-ROW" not in edited and table in edited

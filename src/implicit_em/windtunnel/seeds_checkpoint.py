@@ -25,7 +25,9 @@ from implicit_em.windtunnel.checkpoint import Progress, refuse_other, save_atomi
 __all__ = ["SEEDS_CHECKPOINT", "SEEDS_STATE", "SeedsState", "load_seeds", "save_seeds"]
 
 SEEDS_CHECKPOINT = "seeds.pt"
+"""The tensors of seeds trained together (loaded with `weights_only=True`)."""
 SEEDS_STATE = "seeds.json"
+"""Beside it, as JSON: the configuration and the seeds in training."""
 
 
 @dataclass
