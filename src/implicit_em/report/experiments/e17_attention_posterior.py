@@ -107,10 +107,7 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
         rows.append((w, numbers[f"tv_{w}"], numbers[f"kl_{w}"], numbers[f"accuracy_{w}"]))
     rows.append(("posterior (Bayes)", 0.0, 0.0, numbers["bayes_accuracy"]))
     per_seed = tuple(
-        (s, *(r[w]["tv"] for w in kr.WEIGHTINGS))
-        for s, r in zip(
-            seeds, [{w: runs[w][i] for w in kr.WEIGHTINGS} for i in range(len(seeds))], strict=True
-        )
+        (seed, *(runs[w][i]["tv"] for w in kr.WEIGHTINGS)) for i, seed in enumerate(seeds)
     )
     return Outcome(
         numbers=numbers,
