@@ -10,7 +10,11 @@ pass answers the items they verify `verified (algebra)`:
   (`nll_gradient`, `cross_entropy_gradient`);
 * C2 (§3.2): a parameter's gradient is the responsibility-weighted sum Σ_j r_j ∂d_j/∂θ
   (`attention_values`, `hopfield_query`, `volume_gradient`: values, a query and whitening
-  factors, each updated in proportion to its responsibilities).
+  factors, each updated in proportion to its responsibilities);
+* R2 (attention's real gradients): ∂L/∂v_j = Σ_i α_ij g_i and the advantage law
+  ∂L/∂s_ij = α_ij (a_ij − ā_i) (`attention_values`, `attention_scores`): the objection's
+  statement is true, and is the derivation C5 needs;
+* C5's "values receive responsibility-weighted updates" (`attention_values`).
 
 Nothing here can come out either way, so the experiment holds exactly when every gate passes.
 """
@@ -28,6 +32,10 @@ from implicit_em.report.registry import Experiment, Figure, Outcome, Table
 
 RESPONSIBILITY_WEIGHTED = ("attention_values", "hopfield_query", "volume_gradient")
 """The identities whose closed form is a parameter gradient Σ_j r_j ∂d_j/∂θ (C2)."""
+ATTENTION_GRADIENTS = ("attention_values", "attention_scores")
+"""The identities stating attention's real gradients, values and scores (R2)."""
+VALUE_UPDATES = ("attention_values",)
+"""The identity stating that values receive responsibility-weighted updates (C5)."""
 
 
 def _seed(seed: int) -> list[list[Any]]:
@@ -74,6 +82,8 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
             "c1_max_abs_error": _worst(rows, lambda _, claims: "C1" in _claims(claims)),
             "r4_max_abs_error": _worst(rows, lambda _, claims: "R4" in _claims(claims)),
             "c2_max_abs_error": _worst(rows, lambda name, _: name in RESPONSIBILITY_WEIGHTED),
+            "r2_max_abs_error": _worst(rows, lambda name, _: name in ATTENTION_GRADIENTS),
+            "c5_values_max_abs_error": _worst(rows, lambda name, _: name in VALUE_UPDATES),
             "identities": len(names),
             "seeds": len(config["seeds"]),
         },
@@ -96,11 +106,12 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
 EXPERIMENT = Experiment(
     id="E1",
     title="The executable identities",
-    claims=("C1", "C2", "R4"),
+    claims=("C1", "C2", "C5", "R2", "R4"),
     hypothesis=(
         "The identities the theory rests on hold to float64 rounding: ∂L/∂d = −r (C1), its "
-        "signs under the minimized NLL and cross-entropy (R4), and parameter gradients that are "
-        "responsibility-weighted sums (C2)."
+        "signs under the minimized NLL and cross-entropy (R4), parameter gradients that are "
+        "responsibility-weighted sums (C2), and attention's value and score gradients (R2; "
+        "C5's value updates)."
     ),
     setup=(
         "Each identity of implicit_em.identities compares a closed form with autograd on random "
@@ -113,7 +124,8 @@ EXPERIMENT = Experiment(
     meaning={
         "holds": (
             "Every identity holds to rounding: C1, C2 (the responsibility-weighted form of a "
-            "gradient) and R4's signs are verified by algebra. What they imply for training "
+            "gradient), R4's signs, R2's attention gradients and C5's value updates are "
+            "verified by algebra. What they imply for training "
             "dynamics is for the other experiments to measure."
         ),
         "partly": "Not reachable: the rule has gates only (it holds or is invalid).",
