@@ -105,7 +105,7 @@ def test_html_has_a_section_per_experiment_and_embeds_every_figure(smoke_report)
         assert units["count"] >= 1 and units["longest_seconds"] <= units["seconds"]
         assert f"{units['count']} units of work" in text and units["longest"] in text
         for place, used in units["where"].items():  # where they ran: host (device)
-            assert f"ran on {place} {used['units']} units" in text
+            assert f"ran on {place}: {used['units']} unit" in text
 
 
 def test_results_json_and_summary_agree(smoke_report):

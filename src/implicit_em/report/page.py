@@ -285,7 +285,8 @@ def _where_line(where: Mapping[str, Mapping[str, float]]) -> str:
     if not where:
         return ""
     places = "; ".join(
-        f"{_esc(place)} {int(used['units'])} units, {used['seconds']:.1f} s"
+        f"{_esc(place)}: {int(used['units'])} unit{'' if used['units'] == 1 else 's'}, "
+        f"{used['seconds']:.1f} s"
         for place, used in sorted(where.items())
     )
     return f"; ran on {places}"
