@@ -6,7 +6,7 @@ separation), with $d_{tj} = \lVert x_t-\mu_j\rVert^2 / 2\sigma^2$:
 * `lse` (normalized): $\ell_t = -\log\sum_j e^{-d_{tj}}$;
 * `correntropy` (no normalization): $\ell_t = \sum_j \bigl(1 - e^{-d_{tj}}\bigr)$;
 * `student_t` (a normalized heavy-tailed rival, used by the controls in correntropy's place):
-  the equal-weight Student-t mixture, $d_{tj} = \tfrac{\nu+p}{2}\log(1 + \lVert x_t-\mu_j\rVert^2
+  the equal-weight Student-t mixture in the plane ($p = 2$), $d_{tj} = \tfrac{\nu+p}{2}\log(1 + \lVert x_t-\mu_j\rVert^2
   / \nu\sigma^2)$ inside the same $-\log\sum_j e^{-d_{tj}}$.
 
 Every (width, model) pair is trained at once: the prototypes of all pairs form one tensor
@@ -44,24 +44,39 @@ from torch import Tensor
 from implicit_em.report.experiments._clusters import Clusters, with_outliers
 from implicit_em.report.experiments._competition import coverage, one_cluster_start
 
-__all__ = ["MODELS", "batched_loss", "cell_flags", "cell_shares", "sweep", "valid_cells"]
+__all__ = [
+    "MODELS",
+    "batched_loss",
+    "cell_flags",
+    "cell_shares",
+    "squared_distances",
+    "sweep",
+    "valid_cells",
+]
 
 MODELS = ("lse", "correntropy")
 """The two models of the map; the controls may put `student_t` in correntropy's place."""
 
 
-def batched_loss(family: str, x: Tensor, prototypes: Tensor, widths: Tensor, dof: float) -> Tensor:
-    """The mean loss over the rows `x[N, p]` of `family` for each of `V` prototype sets
-    `prototypes[V, K, p]` at the kernel widths `widths[V]` (absolute), `[V]`."""
-    squared = ((x[None, :, None, :] - prototypes[:, None, :, :]) ** 2).sum(-1)
+def squared_distances(x: Tensor, prototypes: Tensor) -> Tensor:
+    r"""$\lVert x_t - \mu_{vj}\rVert^2$ `[V, N, K]` for the rows `x[N, p]` and the prototype sets
+    `prototypes[V, K, p]` (expanded as $\lVert x\rVert^2 - 2x\cdot\mu + \lVert\mu\rVert^2$,
+    clamped at 0)."""
+    cross = torch.einsum("np,vkp->vnk", x, prototypes)
+    norms = (x * x).sum(-1)[None, :, None] + (prototypes * prototypes).sum(-1)[:, None, :]
+    return (norms - 2 * cross).clamp_min(0.0)
+
+
+def batched_loss(family: str, squared: Tensor, widths: Tensor, dof: float) -> Tensor:
+    """The mean loss over the rows of `family` for each of `V` prototype sets, from their squared
+    distances `squared[V, N, K]` at the kernel widths `widths[V]` (absolute), `[V]`."""
     scale2 = widths[:, None, None] ** 2
     if family == "lse":
         return -torch.logsumexp(-squared / (2 * scale2), -1).mean(-1)
     if family == "correntropy":
         return (1 - torch.exp(-squared / (2 * scale2))).sum(-1).mean(-1)
     if family == "student_t":
-        p = x.shape[-1]
-        d = 0.5 * (dof + p) * torch.log1p(squared / (dof * scale2))
+        d = 0.5 * (dof + 2) * torch.log1p(squared / (dof * scale2))
         return -torch.logsumexp(-d, -1).mean(-1)
     raise ValueError(f"family must be one of lse, correntropy, student_t, got {family!r}")
 
@@ -84,10 +99,9 @@ def _train(
     optimizer = torch.optim.Adam([prototypes], lr=config["lr"] * delta)
     for _ in range(config["steps"]):
         optimizer.zero_grad(set_to_none=True)
+        squared = squared_distances(x, prototypes)
         total = sum(
-            batched_loss(
-                f, x, prototypes[i * n : (i + 1) * n], scales, config["student_t_dof"]
-            ).sum()
+            batched_loss(f, squared[i * n : (i + 1) * n], scales, config["student_t_dof"]).sum()
             for i, (_, f) in enumerate(blocks)
         )
         total.backward()

@@ -28,6 +28,8 @@ the mixture NLL at the same kernel width over a map of widths and outlier shares
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -301,23 +303,36 @@ def _pull_control(number: str, outliers: bool) -> Callable[[Config], list[float]
     return measure
 
 
-def _map_control(number: str, rival: str, planted: bool) -> Callable[[Config], list[float]]:
-    """The map criterion `number` with `rival` in correntropy's place: on four blobs at the
-    control size (`planted` False), or on the planted clusters with every prototype started on
-    the centre cluster, outliers (5%) at 5Δ and kernels of at most 0.2Δ (`planted` True)."""
+PLANTED_MAP = {
+    "sweep_outlier_radius": 5.0,
+    "sweep_outlier_shares": [0.05],
+    "sweep_widths": [0.1, 0.2],
+}
+"""The map's planted control: 5% outliers at 5Δ, kernels of at most 0.2Δ."""
 
-    def measure(config: Config) -> list[float]:
-        cfg = dict(config)
-        if planted:
-            cfg.update(
-                sweep_outlier_radius=5.0, sweep_outlier_shares=[0.05], sweep_widths=[0.1, 0.2]
-            )
-        units = [
+
+@functools.cache
+def _control_map(config_json: str, rival: str, planted: bool) -> list[dict[str, Any]]:
+    """The map's units per seed of the control configuration (JSON) with `rival` in
+    correntropy's place: on four blobs at the control size (`planted` False), or on the planted
+    clusters with every prototype started on the centre cluster, 5% outliers at 5Δ and kernels
+    of at most 0.2Δ (`planted` True). Cached: the criteria read the same runs."""
+    cfg = json.loads(config_json)
+    if planted:
+        cfg.update(PLANTED_MAP)
+        return [
             ks.sweep(planted_clusters(120, s), s, cfg, ("lse", rival), cluster=0)
-            if planted
-            else ks.sweep(four_blobs(cfg["n_blobs"], s), s, cfg, ("lse", rival))
             for s in cfg["seeds"]
         ]
+    return [ks.sweep(four_blobs(cfg["n_blobs"], s), s, cfg, ("lse", rival)) for s in cfg["seeds"]]
+
+
+def _map_control(number: str, rival: str, planted: bool) -> Callable[[Config], list[float]]:
+    """The map criterion `number` read on `_control_map`'s units."""
+
+    def measure(config: Config) -> list[float]:
+        units = _control_map(json.dumps(dict(config), sort_keys=True), rival, planted)
+        cfg = {**config, **(PLANTED_MAP if planted else {})}
         return ks.cell_shares(units, cfg, rival)[MAP_FLAG_OF[number]]
 
     return measure
