@@ -428,6 +428,6 @@ EXPERIMENT = Experiment(
         ),
         "fails": "None of the predicted contrasts between normalized and unnormalized objectives appears.",
     },
-    minutes={"smoke": 0.1, "quick": 0.5, "full": 8.0},
+    minutes={"smoke": 0.5, "quick": 1.0, "full": 15.0},
     controls=_controls(),
 )
