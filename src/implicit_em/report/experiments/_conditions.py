@@ -1,4 +1,4 @@
-r"""C3's four arms: the objective with one of the paper's three conditions removed at a time.
+r"""C3's five arms: the softmax objective with everything, and with one condition removed at a time.
 
 The model is the same in every arm: $K$ prototypes $\mu_j$ in the data space, distances
 $d_{tj} = \lVert x_t - \mu_j\rVert^2 / 2s^2$ at a fixed bandwidth $s$, trained by full-batch
