@@ -100,7 +100,9 @@ def map_figure(
         state = np.where(valid, 1 + robust.astype(int) + 2 * alone.astype(int), 0)
         ax.imshow(state, cmap=ListedColormap(COLOURS), vmin=0, vmax=len(STATES) - 1, origin="lower")
         for (i, j), s in np.ndenumerate(state):
-            ax.text(j, i, STATES[s], ha="center", va="center", fontsize=5)
+            colour = "white" if s == len(STATES) - 1 else "black"
+            label = STATES[s].replace(" ", "\n", 1)
+            ax.text(j, i, label, ha="center", va="center", fontsize=5, color=colour)
         ax.set_xticks(range(len(widths)), [f"{w:g}Δ" for w in widths], fontsize=7)
         ax.set_yticks(range(len(shares)), [f"{s:.0%}" for s in shares], fontsize=7)
         ax.set_xlabel("kernel width", fontsize=8)
