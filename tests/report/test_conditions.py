@@ -53,3 +53,37 @@ def test_unnormalized_prototypes_stay_in_their_cluster_and_softmax_ones_leave_it
     spread = cd.train("softmax", x, start, 1.0, 2.0, 200)
     assert cd.coverage(stuck) == 0.25
     assert cd.coverage(spread) >= 0.75
+
+
+def test_gradient_free_arm_fits_the_softmax_objective_within_its_budget():
+    x = cd.clusters(200, 0, 0.5)
+    start = cd.collapsed_start(x, 4, 0, 0.1)
+    frozen = cd.train("gradient_free", x, start, 1.0, 0.0, 40)
+    torch.testing.assert_close(frozen, start)
+    fitted = cd.train("gradient_free", x, start, 1.0, 2.0, 40)
+    before = cd.mean_objective("softmax", x, start, 1.0)
+    assert cd.mean_objective("softmax", x, fitted, 1.0) < before
+    calls = []
+    saved = cd.OBJECTIVES["softmax"]
+
+    def counted(d):
+        calls.append(1)
+        return saved(d)
+
+    cd.OBJECTIVES["softmax"] = counted
+    try:
+        cd.train("gradient_free", x, start, 1.0, 2.0, 5)
+    finally:
+        cd.OBJECTIVES["softmax"] = saved
+    assert len(calls) <= cd.EVALUATIONS_PER_STEP * 5 + 1
+
+
+def test_loss_drop_reads_the_arms_own_objective():
+    from implicit_em.report.experiments import e15_conditions as e15
+
+    config = {"n": 200, "spread": 0.5, "jitter": 0.1, "learning_rate": 2.0, "steps": 40}
+    x = cd.clusters(200, 0, 0.5)
+    start = cd.collapsed_start(x, 4, 0, 0.1)
+    assert e15.loss_drop(config, 0, "softmax", start, 1.0) == 0.0
+    end = e15.trained(config, 0, "softmax", bandwidth=1.0)
+    assert e15.loss_drop(config, 0, "softmax", end, 1.0) > 0.05

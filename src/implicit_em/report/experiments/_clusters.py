@@ -41,8 +41,8 @@ class Clusters:
 
 @dataclass(frozen=True)
 class Variant:
-    """One objective at one scale: `family` (`gaussian`, `correntropy`, `student_t`,
-    `background`) and its scale as a fraction of the cluster separation."""
+    """One objective at one scale: `family` (`gaussian`, `student_t`, `background`) and its
+    scale as a fraction of the cluster separation."""
 
     name: str
     family: str
@@ -63,15 +63,12 @@ def four_blobs(n: int, seed: int) -> Clusters:
 
 
 def variants(config: Config) -> dict[str, list[Variant]]:
-    """The objectives compared, by group: `lse` (the Gaussian mixture NLL), `correntropy` (one
-    per swept bandwidth) and `heavy_tailed` (the two normalized rivals)."""
+    """The objectives compared at one scale, by group: `lse` (the Gaussian mixture NLL) and
+    `heavy_tailed` (the two normalized rivals); correntropy is swept over widths in
+    `_kernel_sweep`."""
     f = config["bandwidth_fraction"]
     return {
         "lse": [Variant("mixture NLL", "gaussian", f)],
-        "correntropy": [
-            Variant(f"correntropy σ = {c:g}Δ", "correntropy", c)
-            for c in config["correntropy_bandwidths"]
-        ],
         "heavy_tailed": [
             Variant("Student-t mixture", "student_t", f),
             Variant("mixture + uniform background", "background", f),
@@ -87,9 +84,6 @@ def loss(
     scale = variant.fraction * delta
     if variant.family == "gaussian":
         return objectives.mixture_nll(squared_euclidean(x, prototypes) / (2 * scale**2))
-    if variant.family == "correntropy":
-        distance = squared_euclidean(x, prototypes).clamp_min(1e-12).sqrt()
-        return objectives.correntropy(distance, sigma=scale * math.sqrt(2))
     if variant.family == "student_t":
         return student_t_nll(x, prototypes, scale, config["student_t_dof"])
     if variant.family == "background":

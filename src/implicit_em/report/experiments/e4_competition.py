@@ -6,8 +6,6 @@ between true centres):
 
 * the Gaussian mixture NLL $-\log\sum_j e^{-\lVert x_t-\mu_j\rVert^2/(2s^2)}$, $s = f\Delta$
   (normalized: responsibilities, competition);
-* correntropy $\sum_j 1 - e^{-\lVert x_t-\mu_j\rVert^2/(2\sigma^2)}$ (no partition function), at
-  several bandwidths $\sigma$, each a fraction of $\Delta$;
 * two normalized heavy-tailed rivals with the scale $s$ (`_heavy_tailed`): a Student-t mixture
   and a Gaussian mixture with a uniform background component.
 
@@ -21,12 +19,17 @@ Two measurements, each per data set and seed:
   on the rows plus far outliers (a ring at a multiple of $\Delta$ around the data's centre),
   matched one to one; the mean distance between matched prototypes, in units of $\Delta$.
 
-Correntropy and the rivals separate the two ways correntropy differs from the mixture NLL:
-no normalization (no competition) and bounded tails (robustness).
+The rivals separate the two ways correntropy differs from the mixture NLL: no normalization
+(no competition) and bounded tails (robustness). Correntropy itself,
+$\sum_j 1 - e^{-\lVert x_t-\mu_j\rVert^2/(2\sigma^2)}$ (no partition function), is read against
+the mixture NLL at the same kernel width over a map of widths and outlier shares
+(`_kernel_sweep`), only in the cells where both fit the inliers (C7).
 """
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -36,6 +39,7 @@ import torch
 from torch import Tensor
 
 from implicit_em.report.controls import Control, Controls
+from implicit_em.report.experiments import _kernel_sweep as ks
 from implicit_em.report.experiments._clusters import (
     Clusters,
     Config,
@@ -47,6 +51,7 @@ from implicit_em.report.experiments._clusters import (
     wine_2d,
     with_outliers,
 )
+from implicit_em.report.experiments._kernel_map import map_figure, map_tables
 from implicit_em.report.figures import new_figure, save
 from implicit_em.report.plan import Unit
 from implicit_em.report.readings import per_data_set
@@ -54,16 +59,20 @@ from implicit_em.report.registry import Experiment, Figure, Outcome, Table
 
 GROUP_OF = {
     "lse_gain_one_cluster": ("gain", "lse", min),
-    "correntropy_gain_one_cluster": ("gain", "correntropy", max),
     "heavy_tailed_gain_one_cluster": ("gain", "heavy_tailed", min),
-    "lse_outlier_pull": ("pull", "lse", min),
-    "correntropy_outlier_pull": ("pull", "correntropy", max),
     "heavy_tailed_outlier_pull": ("pull", "heavy_tailed", max),
 }
-"""Each criterion's number: the measurement, the group of objectives it reads, and how a
-unit's value is taken over the group (correntropy: its largest gain and pull over the swept
-bandwidths, the sweep's best chance against the claim; the heavy-tailed rivals: the smaller gain
-and the larger pull, so that both rivals must show it)."""
+"""Each criterion's number at one scale: the measurement, the group of objectives it reads, and
+how a unit's value is taken over the group (the heavy-tailed rivals: the smaller gain and the
+larger pull, so that both rivals must show it)."""
+
+MAP_FLAG_OF = {
+    "correntropy_trade_off_share": "both",
+    "correntropy_robust_share": "robust",
+    "correntropy_no_competition_share": "no_competition",
+}
+"""The criteria read on the map (`_kernel_sweep`): each the share of a data set's counted cells
+where its flag holds, per seed."""
 
 
 def group_value(number: str, measured: dict[str, float], config: Config) -> float:
@@ -108,6 +117,7 @@ def _unit(config: Config, data_name: str, seed: int) -> dict[str, Any]:
     return {
         "gain": measure_gains(groups, data, seed, config),
         "pull": measure_pulls(groups, data, contaminated, seed, config),
+        "map": ks.sweep(data, seed, config),
     }
 
 
@@ -141,7 +151,13 @@ def aggregate(config: Config, results: Mapping[str, Any], out: Path) -> Outcome:
             )
         if seed == config["seeds"][0]:
             first[data_name] = measured["pull"]
+    maps = {d: [results[f"{d}-seed{s}"]["map"] for s in config["seeds"]] for d in data_sets}
+    shares = {d: ks.cell_shares(units, config) for d, units in maps.items()}
+    for number, flag in MAP_FLAG_OF.items():
+        samples[number] = [v for d in data_sets for v in shares[d][flag]]
     numbers: dict[str, Any] = {k: float(np.mean(v)) for k, v in samples.items()}
+    for d in data_sets:
+        numbers[f"counted_cells|{d}"] = int(ks.valid_cells(maps[d], config, "correntropy").sum())
     for v in every:
         key = v.name
         numbers[f"gain|{key}"] = float(np.mean([r[0] for d in data_sets for r in rows[(d, key)]]))
@@ -163,31 +179,41 @@ def aggregate(config: Config, results: Mapping[str, Any], out: Path) -> Outcome:
             for (d, name), values in rows.items()
         ),
     )
+    cells = len(config["sweep_widths"]) * len(config["sweep_outlier_shares"])
     notes = [
         f"From every prototype in one cluster, the share of the other clusters gained: mixture "
-        f"NLL {numbers['lse_gain_one_cluster']:.2f}; correntropy at most "
-        f"{numbers['correntropy_gain_one_cluster']:.2f} over the bandwidths "
-        f"{', '.join(f'{c:g}Δ' for c in config['correntropy_bandwidths'])}; the normalized "
-        f"heavy-tailed rivals at least {numbers['heavy_tailed_gain_one_cluster']:.2f}.",
-        f"With {config['outlier_share']:.0%} outliers at {config['outlier_radius']:g}Δ from the "
-        f"data's centre the prototypes move by {numbers['lse_outlier_pull']:.3f}Δ (mixture NLL), "
-        f"at most {numbers['correntropy_outlier_pull']:.3f}Δ (correntropy) and at most "
-        f"{numbers['heavy_tailed_outlier_pull']:.3f}Δ (the normalized heavy-tailed rivals).",
+        f"NLL {numbers['lse_gain_one_cluster']:.2f}; the normalized heavy-tailed rivals at "
+        f"least {numbers['heavy_tailed_gain_one_cluster']:.2f}. With "
+        f"{config['outlier_share']:.0%} outliers at {config['outlier_radius']:g}Δ from the "
+        f"data's centre the rivals' prototypes move by at most "
+        f"{numbers['heavy_tailed_outlier_pull']:.3f}Δ.",
+        "Correntropy against the mixture NLL over the map (outliers at "
+        f"{config['sweep_outlier_radius']:g}Δ): counted cells (both fit the inliers) "
+        + ", ".join(f"{d} {numbers[f'counted_cells|{d}']} of {cells}" for d in data_sets)
+        + "; mean share of the counted cells where correntropy is more robust "
+        f"{numbers['correntropy_robust_share']:.2f}, shows no competition "
+        f"{numbers['correntropy_no_competition_share']:.2f}, both "
+        f"{numbers['correntropy_trade_off_share']:.2f}.",
     ]
     shown = [variants(config)["lse"][0], *variants(config)["heavy_tailed"]]
-    middle = variants(config)["correntropy"][len(config["correntropy_bandwidths"]) // 2]
-    figure = _plot(first, data_sets, [shown[0], middle, *shown[1:]], config, out)
+    figure = _plot(first, data_sets, shown, config, out)
     return Outcome(
         numbers=numbers,
         samples=per_data_set(samples, [d for d, _ in jobs]),
-        tables=[table],
+        tables=[table, *map_tables(maps, config)],
         figures=[
             Figure(
                 figure,
                 "Prototypes after training from the same random rows (first seed): clean "
                 "data (filled) and with far outliers (open; the outliers lie outside the "
                 "view). Crosses: true centres.",
-            )
+            ),
+            Figure(
+                map_figure(maps, config, out),
+                "Correntropy against the mixture NLL per kernel width and outlier share: grey "
+                "cells are excluded (a model does not fit the inliers); elsewhere which of "
+                "'more robust' and 'no competition' holds in most seeds.",
+            ),
         ],
         notes=notes,
     )
@@ -277,40 +303,81 @@ def _pull_control(number: str, outliers: bool) -> Callable[[Config], list[float]
     return measure
 
 
+PLANTED_MAP = {
+    "sweep_outlier_radius": 5.0,
+    "sweep_outlier_shares": [0.05],
+    "sweep_widths": [0.1, 0.2],
+}
+"""The map's planted control: 5% outliers at 5Δ, kernels of at most 0.2Δ."""
+
+
+@functools.cache
+def _control_map(config_json: str, rival: str, planted: bool) -> list[dict[str, Any]]:
+    """The map's units per seed of the control configuration (JSON) with `rival` in
+    correntropy's place: on four blobs at the control size (`planted` False), or on the planted
+    clusters with every prototype started on the centre cluster, 5% outliers at 5Δ and kernels
+    of at most 0.2Δ (`planted` True). Cached: the criteria read the same runs."""
+    cfg = json.loads(config_json)
+    if planted:
+        cfg.update(PLANTED_MAP)
+        return [
+            ks.sweep(planted_clusters(120, s), s, cfg, ("lse", rival), cluster=0)
+            for s in cfg["seeds"]
+        ]
+    return [ks.sweep(four_blobs(cfg["n_blobs"], s), s, cfg, ("lse", rival)) for s in cfg["seeds"]]
+
+
+def _map_control(number: str, rival: str, planted: bool) -> Callable[[Config], list[float]]:
+    """The map criterion `number` read on `_control_map`'s units."""
+
+    def measure(config: Config) -> list[float]:
+        units = _control_map(json.dumps(dict(config), sort_keys=True), rival, planted)
+        cfg = {**config, **(PLANTED_MAP if planted else {})}
+        return ks.cell_shares(units, cfg, rival)[MAP_FLAG_OF[number]]
+
+    return measure
+
+
 FACING = "each prototype of the start cluster faces its own outer cluster within reach"
 EMPTY = "the other clusters hold no rows: nothing to gain"
 NEAR = "three times as many outliers as rows, all at the data's centre between the clusters"
 NONE = "no outliers: both runs see the same rows"
+PLANTED = (
+    "start-cluster prototypes each facing an outer cluster, 5% outliers at 5Δ, kernels of at "
+    "most 0.2Δ: neither the outliers nor the outer clusters are within correntropy's reach"
+)
+STUDENT = "a normalized Student-t mixture (ν = 1) in correntropy's place, same widths and rows"
+MIXTURE = "the mixture NLL itself in correntropy's place, same widths and rows"
 
 
 def _controls() -> dict[str, Controls]:
-    spreads = Controls(
-        positive=Control(FACING, _gain_control("lse_gain_one_cluster", 120)),
-        negative=Control(EMPTY, _gain_control("lse_gain_one_cluster", 0)),
-    )
-    return {
-        "lse_gain_one_cluster": spreads,
+    gains = {
+        "lse_gain_one_cluster": Controls(
+            positive=Control(FACING, _gain_control("lse_gain_one_cluster", 120)),
+            negative=Control(EMPTY, _gain_control("lse_gain_one_cluster", 0)),
+        ),
         "heavy_tailed_gain_one_cluster": Controls(
             positive=Control(FACING, _gain_control("heavy_tailed_gain_one_cluster", 120)),
             negative=Control(EMPTY, _gain_control("heavy_tailed_gain_one_cluster", 0)),
-        ),
-        "correntropy_gain_one_cluster": Controls(
-            positive=Control(EMPTY, _gain_control("correntropy_gain_one_cluster", 0)),
-            negative=Control(FACING, _gain_control("correntropy_gain_one_cluster", 120)),
-        ),
-        "lse_outlier_pull": Controls(
-            positive=Control(NEAR, _pull_control("lse_outlier_pull", True)),
-            negative=Control(NONE, _pull_control("lse_outlier_pull", False)),
-        ),
-        "correntropy_outlier_pull": Controls(
-            positive=Control(NONE, _pull_control("correntropy_outlier_pull", False)),
-            negative=Control(NEAR, _pull_control("correntropy_outlier_pull", True)),
         ),
         "heavy_tailed_outlier_pull": Controls(
             positive=Control(NONE, _pull_control("heavy_tailed_outlier_pull", False)),
             negative=Control(NEAR, _pull_control("heavy_tailed_outlier_pull", True)),
         ),
     }
+    rival = {
+        "correntropy_trade_off_share": (STUDENT, "student_t"),
+        "correntropy_robust_share": (MIXTURE, "lse"),
+        "correntropy_no_competition_share": (STUDENT, "student_t"),
+    }
+    maps = {
+        number: Controls(
+            positive=Control(PLANTED, _map_control(number, "correntropy", planted=True)),
+            negative=Control(says, _map_control(number, family, planted=False)),
+        )
+        for number, (says, family) in rival.items()
+    }
+    return {**gains, **maps}
 
 
 EXPERIMENT = Experiment(
@@ -319,8 +386,8 @@ EXPERIMENT = Experiment(
     claims=("C4", "C7"),
     hypothesis=(
         "Under the normalized mixture NLL, prototypes started together in one cluster spread "
-        "out to the others and are pulled by far outliers; under correntropy, at any bandwidth "
-        "set against the cluster separation, they stay where they started and ignore the "
+        "out to the others and are pulled by outliers; under correntropy at the same kernel "
+        "width, wherever both fit the inliers, they stay where they started and ignore the "
         "outliers. Normalized heavy-tailed mixtures (Student-t, or a uniform background "
         "component) tell whether the robustness needs the absence of normalization."
     ),
@@ -328,8 +395,11 @@ EXPERIMENT = Experiment(
         "Prototypes take full-batch Adam steps on four 2-D blobs (std 0.6, side 5) and wine "
         "(PCA 2-D, cultivar means as centres); every scale is a fraction of the cluster "
         "separation Δ (the smallest distance between true centres). Objectives: the Gaussian "
-        "mixture NLL, correntropy at three bandwidths, a Student-t mixture and a Gaussian "
-        "mixture with a uniform background, the last two at the mixture's scale. Gain: all K "
+        "mixture NLL, a Student-t mixture and a Gaussian mixture with a uniform background at one "
+        "scale, and correntropy against the mixture NLL at the same kernel width over a map of "
+        "widths (0.1Δ to 0.5Δ) and outlier shares (2%, 10%, 30% on a ring at 1.5Δ); a cell "
+        "counts only where both fit the inliers (prototypes within 0.25Δ of a true centre on "
+        "average, clean rows). Gain: all K "
         "prototypes start on rows of one cluster; a cluster is covered when a prototype lies "
         "within Δ/2 of its centre. Pull: from the same K random rows, trained on the clean rows "
         "and with 5% outliers on a ring at 5Δ from the data's centre, the mean distance between "
@@ -339,24 +409,25 @@ EXPERIMENT = Experiment(
     aggregate=aggregate,
     headline=(
         "lse_gain_one_cluster",
-        "correntropy_gain_one_cluster",
-        "lse_outlier_pull",
+        "correntropy_trade_off_share",
+        "correntropy_robust_share",
+        "correntropy_no_competition_share",
         "heavy_tailed_outlier_pull",
     ),
     meaning={
         "holds": (
             "C4 and C7 as the paper states them: normalization makes prototypes compete and "
-            "spread from a shared start at the price of robustness; without it each prototype "
-            "climbs its own density and ignores far points."
+            "spread from a shared start at the price of robustness; without it, wherever both "
+            "fit the data, each prototype climbs its own density and ignores the outliers."
         ),
         "partly": (
             "Some of the predicted contrasts appear and some do not; the criteria not met say "
             "which of the spreading, the lack of competition or the robustness needs a "
-            "qualifier, and the heavy-tailed rivals say whether robustness needs the absence "
-            "of normalization."
+            "qualifier, the map says in which cells of width and outlier share each holds, and "
+            "the heavy-tailed rivals say whether robustness needs the absence of normalization."
         ),
         "fails": "None of the predicted contrasts between normalized and unnormalized objectives appears.",
     },
-    minutes={"smoke": 0.1, "quick": 0.5, "full": 8.0},
+    minutes={"smoke": 0.5, "quick": 1.0, "full": 15.0},
     controls=_controls(),
 )
