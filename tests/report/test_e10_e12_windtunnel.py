@@ -116,7 +116,7 @@ def test_e12_smoke_reports_excess_kl_at_every_freeze_step(tmp_path) -> None:
     steps = config["e12"]["steps"]
     assert 0 <= n["t_attention_argmax"] <= steps and 0 <= n["t_kl"] <= steps
     intervention, necessity, reference, timescales = outcome.tables
-    assert len(intervention.rows) == 3 and len(timescales.rows) == 3
+    assert len(intervention.rows) == 3 and len(timescales.rows) == 5
     # The routing-necessity number is the excess KL of the run with Q/K kept at initialization.
     (row,) = necessity.rows
     assert float(row[1].split()[0]) == pytest.approx(n["routing_init_cost_bits"], rel=1e-3)

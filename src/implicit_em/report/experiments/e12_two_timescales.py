@@ -156,6 +156,7 @@ def _interventions_unit(config: dict[str, Any], seed: int) -> dict[str, Any]:
             **{k: full[k] for k in ("converged", "plateau_fall_floor", "uniform_kl_bits")},
             "attention": attention_timescales(base, directory, e12["probe"]),
             "t_kl": kl_settling_step(history),
+            "t90_weights": found["t90"],
             "done_by": done_by(history, e12["freeze_at"]),
         }
 
@@ -197,6 +198,12 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
         ),
         "attention entropy (within 10%)": wt.per_seed(units, lambda u: u["attention"]["t_entropy"]),
         "held-out KL (within 10% of its fall)": wt.per_seed(units, lambda u: u["t_kl"]),
+        **{
+            f"{part} weights (within 10% of their displacement)": wt.per_seed(
+                units, lambda u, part=part: u["t90_weights"][part]
+            )
+            for part in ("routing", "values")
+        },
     }
     numbers: dict[str, Any] = {
         "unconverged_runs": float(sum(not u["converged"] for u in units.values())),
@@ -211,6 +218,10 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
         "t_attention_argmax": float(np.mean(timescale["attention argmax (90% of rows final)"])),
         "t_attention_entropy": float(np.mean(timescale["attention entropy (within 10%)"])),
         "t_kl": float(np.mean(timescale["held-out KL (within 10% of its fall)"])),
+        **{
+            f"t_{part}_weights": float(np.mean([u["t90_weights"][part] for u in units.values()]))
+            for part in ("routing", "values")
+        },
         "steps": config["e12"]["steps"],
         "seeds": list(config["seeds"]),
     }
