@@ -88,3 +88,33 @@ def test_the_wind_tunnel_protocols_mark_their_requirements():
         any(r["says"] == "not testable on this task" for r in m["requires"])
         for m in protocol_marks("E12").values()
     )
+
+
+def test_c11_reads_inconclusive_not_converged_from_an_unconverged_wind_tunnel():
+    """The registered marks (attached from E10's and E11's protocols) and the registered items:
+    an unconverged run opens C11 whatever its intervals say; converged, its criteria fall to
+    their own standings (here: trivial negative controls, no vote)."""
+    from implicit_em.report.items.marks import attach_marks
+    from implicit_em.report.items.registry import load_registry
+
+    def experiments(unconverged: float) -> list[dict]:
+        out = []
+        for eid in ("E10", "E11"):
+            criteria = [
+                {**_criterion("met"), "number": n, "requires": []} for n in protocol_marks(eid)
+            ]
+            out.append(
+                {
+                    "id": eid,
+                    "verdict": "holds",
+                    "criteria": criteria,
+                    "gates": [],
+                    "numbers": {"unconverged_runs": unconverged},
+                }
+            )
+        return attach_marks(out)
+
+    (stuck,) = claim_verdicts(["C11"], experiments(1.0), load_registry())
+    assert verdict_label(stuck) == "inconclusive (not converged)"
+    (done,) = claim_verdicts(["C11"], experiments(0.0), load_registry())
+    assert done["verdict"] == "not tested" and "not converged" not in verdict_label(done)
