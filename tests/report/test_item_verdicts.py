@@ -281,7 +281,7 @@ def test_every_criterion_classifies_its_negative_control():
             if kind["kind"] == "realistic":
                 realistic.add(c["number"])
     assert "wrong_concentration" not in realistic  # planted uniform repulsion
-    assert "sigmoid_over_ce" not in realistic  # an untrained transformer
+    assert "sigmoid_minus_ce_bits" not in realistic  # an untrained transformer
 
 
 def test_bad_registries_are_refused():
