@@ -69,6 +69,12 @@ def test_e10_smoke_reports_every_task_and_the_analytic_floor(tmp_path) -> None:
         assert len(over) == len(config["seeds"])
         assert over[0] == pytest.approx(n[f"{task}_transformer_kl_bits"] / n[f"{task}_floor_bits"])
     assert 0 <= n["unconverged_runs"] <= 9
+    assert 0 <= n["prefix_parameter_mismatch"] <= 0.1
+    for task in wt.TASKS:
+        (excess,) = outcome.samples[f"{task}_prefix_minus_transformer_bits"]
+        kl = (n[f"{task}_mlp_prefix_kl_bits"], n[f"{task}_transformer_kl_bits"])
+        assert excess == pytest.approx(kl[0] - kl[1])
+        assert n[f"{task}_mlp_pos_entropy_mae_bits"] >= 0
     # smoke runs live in each unit's temporary folder, removed with it, not among the figures
     assert not (tmp_path / "runs").exists()
     (table,) = outcome.tables
@@ -83,12 +89,13 @@ def test_e10_smoke_reports_every_task_and_the_analytic_floor(tmp_path) -> None:
 def test_e11_smoke_reports_the_four_cells(tmp_path) -> None:
     outcome = E11.run({**E11.configs["smoke"], "device": "cpu"}, tmp_path)
     n = outcome.numbers
-    (ratio,) = outcome.samples["brier_over_softmax_brier"]
-    assert ratio == pytest.approx(
-        n["transformer_brier_kl_bits"] / n["transformer_softmax_brier_kl_bits"]
+    (excess,) = outcome.samples["brier_minus_softmax_brier_bits"]
+    assert excess == pytest.approx(
+        n["transformer_brier_kl_bits"] - n["transformer_softmax_brier_kl_bits"]
     )
-    (ratio,) = outcome.samples["sigmoid_over_ce"]
-    assert ratio == pytest.approx(n["transformer_sigmoid_kl_bits"] / n["transformer_ce_kl_bits"])
+    (excess,) = outcome.samples["sigmoid_minus_ce_bits"]
+    assert excess == pytest.approx(n["transformer_sigmoid_kl_bits"] - n["transformer_ce_kl_bits"])
+    assert all(n[f"transformer_{o}_entropy_mae_bits"] >= 0 for o in ("ce", "sigmoid", "brier"))
     assert n["sigmoid_sigma_sum_gap"] >= 0 and n["brier_sigma_sum_gap"] >= 0
     (table,) = outcome.tables
     assert [row[:2] for row in table.rows] == [
@@ -108,8 +115,13 @@ def test_e12_smoke_reports_excess_kl_at_every_freeze_step(tmp_path) -> None:
         assert math.isfinite(gap) and n[f"cost_gap_{name}"] == pytest.approx(gap)
     steps = config["e12"]["steps"]
     assert 0 <= n["t_attention_argmax"] <= steps and 0 <= n["t_kl"] <= steps
-    intervention, timescales = outcome.tables
-    assert len(intervention.rows) == 3 and len(timescales.rows) == 3
+    intervention, necessity, reference, timescales = outcome.tables
+    assert len(intervention.rows) == 3 and len(timescales.rows) == 5
+    # The routing-necessity number is the excess KL of the run with Q/K kept at initialization.
+    (row,) = necessity.rows
+    assert float(row[1].split()[0]) == pytest.approx(n["routing_init_cost_bits"], rel=1e-3)
+    assert [r[0] for r in reference.rows][:2] == ["values at 1x", "values at 10x"]
+    assert n["sticky_base_converged"] + n["sticky_fast_values_converged"] <= 2
     # The gap column is the difference of the two cost columns over the floor (one seed).
     routing, rest, gap = (float(cell.split()[0]) for cell in intervention.rows[1][2:5])
     floor = (rest - routing) / gap
@@ -132,3 +144,37 @@ def test_the_fall_is_read_over_the_rule_s_own_windows() -> None:
     assert wt.plateau_fall_floor(_judged_run(kl, floor=2.0)) == pytest.approx((kl[6] - kl[8]) / 2)
     summaries = [{"converged": True, "plateau_fall_floor": 0.008}, {"converged": False}]
     assert wt.converged_text(summaries) == "1/2 (≤ 0.8%)"
+
+
+def test_the_prefix_mlp_is_matched_and_the_mismatch_is_the_largest() -> None:
+    from implicit_em.report.experiments.e10_windtunnel_bayes import parameter_mismatch
+
+    def unit(transformer: int, prefix: int) -> dict:
+        return {
+            "transformer": {"n_parameters": transformer},
+            "mlp-prefix": {"n_parameters": prefix},
+        }
+
+    units = {"bijection": {0: unit(100, 105)}, "hmm": {0: unit(100, 88), 1: unit(100, 100)}}
+    assert parameter_mismatch(units) == pytest.approx(0.12)
+
+
+def test_steps_to_converge_is_the_first_evaluation_at_the_threshold() -> None:
+    from implicit_em.report.experiments._sticky_reference import steps_to_converge, sticky_summary
+
+    steps, kl = [0, 20, 40, 60], [0.5, 0.03, 0.02, 0.01]
+    assert steps_to_converge(steps, kl, 0.02) == 40
+    assert math.isnan(steps_to_converge(steps, kl, 0.001))
+    units = {
+        0: {
+            "base": {"steps_to_converge": 400.0, "kl_bits": 0.01},
+            "fast_values": {"steps_to_converge": 100.0, "kl_bits": 0.01},
+        },
+        1: {
+            "base": {"steps_to_converge": math.nan, "kl_bits": 0.05},
+            "fast_values": {"steps_to_converge": 300.0, "kl_bits": 0.01},
+        },
+    }
+    got = sticky_summary({}, units)
+    assert got["sticky_base_steps"] == 400 and got["sticky_base_converged"] == 1
+    assert got["sticky_fast_values_steps"] == 200 and got["sticky_speedup"] == 2.0

@@ -239,10 +239,10 @@ def test_c11_is_judged_whole_in_the_registry():
         for task in ("bijection", "hmm", "dice")
         for what, status in (
             ("transformer_over_floor", "met"),
-            ("prefix_over_transformer", "not met"),
+            ("prefix_minus_transformer_bits", "not met"),
         )
     ]
-    e11 = [_c("sigmoid_over_ce", "met"), _c("brier_over_ce", "met")]
+    e11 = [_c("sigmoid_minus_ce_bits", "met"), _c("brier_minus_ce_bits", "met")]
     got = {
         c["id"]: c
         for c in claim_verdicts(["C11", "T1"], [_e("E10", *e10), _e("E11", *e11)], load_registry())
@@ -294,7 +294,7 @@ def test_every_criterion_classifies_its_negative_control():
             if kind["kind"] == "realistic":
                 realistic.add(c["number"])
     assert "wrong_concentration" not in realistic  # planted uniform repulsion
-    assert "sigmoid_over_ce" not in realistic  # an untrained transformer
+    assert "sigmoid_minus_ce_bits" not in realistic  # an untrained transformer
 
 
 def test_bad_registries_are_refused():

@@ -56,7 +56,7 @@ def test_the_theory_page_lists_where_each_item_is_checked_as_registered():
         "`python -m implicit_em.report.items.table docs/theory.md`"
     )
     table = items_table()
-    assert table.count("\n| C11 |") == 1 and "`E11:sigmoid_over_ce` (refutes)" in table
+    assert table.count("\n| C11 |") == 1 and "`E11:sigmoid_minus_ce_bits` (refutes)" in table
     edited = with_table(
         "a\n<!-- items table: written from report/protocols/items.json -->\nSTALE-ROW\n"
         "<!-- end of items table -->\nb"

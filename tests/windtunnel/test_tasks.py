@@ -305,3 +305,24 @@ def test_make_task_and_validation() -> None:
         Bijection(5, n_pairs=6)
     with pytest.raises(ValueError, match="n_pairs"):
         Bijection(5, n_pairs=0)
+
+
+def test_the_sticky_chain_s_posterior_is_the_transition_row_of_the_last_symbol() -> None:
+    from implicit_em.windtunnel.tasks import StickyMarkov
+
+    task = StickyMarkov(n_symbols=8, length=12, stay=0.3)
+    p = task.transitions()
+    assert torch.allclose(p.sum(1), torch.ones(8, dtype=torch.float64))
+    assert torch.allclose(p.diag(), torch.full((8,), 0.3, dtype=torch.float64))
+    assert torch.equal(p, StickyMarkov(n_symbols=8, length=3).transitions())
+    batch = task.sample(4000, torch.Generator().manual_seed(0))
+    assert torch.equal(batch.posterior, p[batch.tokens]) and bool(batch.mask.all())
+    assert torch.equal(batch.tokens[:, 1:], batch.target[:, :-1])
+    # The drawn next symbols follow the rows: empirical transition frequencies match P.
+    counts = torch.zeros(8, 8, dtype=torch.float64)
+    counts.index_put_(
+        (batch.tokens.flatten(), batch.target.flatten()), torch.ones(1).double(), accumulate=True
+    )
+    assert torch.allclose(counts / counts.sum(1, keepdim=True), p, atol=0.02)
+    with pytest.raises(ValueError, match="stay"):
+        StickyMarkov(stay=1.0)

@@ -8,7 +8,8 @@ decides a verdict, fixed before the confirmatory run:
   only shown: its prose (`means`, `quote`, `how_it_could_fail`) and the gap between its modes
   (`modes_gap`);
   besides, the marks that say how an item reads it (`ITEM_MARKS`: `by_construction`, the kind
-  of its `negative_control`, the `baseline` a comparison needs working), which
+  of its `negative_control`, the `baseline` a comparison needs working, the conditions it
+  `requires` to be read at all), which
   `implicit_em.report.items.marks` reads;
 * `gates`: number, op, threshold, and the theory item a gate verifies by algebra (`verifies`);
 * `sizes`: the configuration at each size of `SIZES` (`smoke`, `quick`, `full`) and of the
@@ -57,7 +58,7 @@ CONFIRMATION_SEEDS = 1000
 
 _PROSE = ("means", "quote", "how_it_could_fail", "modes_gap")
 """What a verdict does not read: left out of `Protocol.hash`."""
-ITEM_MARKS = ("by_construction", "negative_control", "baseline")
+ITEM_MARKS = ("by_construction", "negative_control", "baseline", "requires")
 """Criterion keys read by the item verdicts, not by the experiment's rule."""
 
 

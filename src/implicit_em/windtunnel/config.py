@@ -62,7 +62,9 @@ class RunConfig:
     """Everything that determines a run's result (the device and thread count aside)."""
 
     task: str = "bijection"
-    task_params: dict[str, int | bool | None] = field(default_factory=lambda: {"n_symbols": 10})
+    task_params: dict[str, int | bool | float | None] = field(
+        default_factory=lambda: {"n_symbols": 10}
+    )
     model: str = "transformer"
     objective: str = "ce"
     targets: str = "sample"
@@ -149,7 +151,9 @@ class RunConfig:
         return make_task(self.task, **self.task_params)
 
 
-_TASK_SIZES: dict[str, dict[str, dict[str, int | bool]]] = {
+_SCALE_NAMES = ("quick", "default", "paper", "reference", "reference-cpu")
+
+_TASK_SIZES: dict[str, dict[str, dict[str, int | bool | float]]] = {
     "bijection": {
         "quick": {"n_symbols": 10},
         "default": {"n_symbols": 10},
@@ -177,9 +181,10 @@ _TASK_SIZES: dict[str, dict[str, dict[str, int | bool]]] = {
         "reference": {"n_faces": 6, "length": 64},
         "reference-cpu": {"n_faces": 3, "length": 24},
     },
+    "sticky": {scale: {"n_symbols": 8, "length": 16, "stay": 0.3} for scale in _SCALE_NAMES},
 }
 
-_TARGETS = {"bijection": "sample", "hmm": "posterior", "dice": "posterior"}
+_TARGETS = {"bijection": "sample", "hmm": "posterior", "dice": "posterior", "sticky": "sample"}
 """Default targets per task: the reference protocol trains the bijection on sampled answers and
 the HMM on the exact filter."""
 

@@ -30,6 +30,7 @@ __all__ = [
     "Bijection",
     "DiceCounting",
     "HMMFilter",
+    "StickyMarkov",
     "Task",
     "forward_filter",
     "make_task",
@@ -407,11 +408,75 @@ class DiceCounting:
         return Batch(tokens, mask, rolls, posterior)
 
 
-_TASKS: dict[str, type] = {"bijection": Bijection, "hmm": HMMFilter, "dice": DiceCounting}
+@dataclass(frozen=True)
+class StickyMarkov:
+    r"""A sticky Markov chain on `n_symbols` symbols: the two-timescale reference task.
+
+    One transition matrix $P$ for the whole task (fixed by `matrix_seed`): each row keeps
+    `stay` on its own symbol and spreads $1 - $ `stay` over the others by a draw from the flat
+    Dirichlet. Each sequence starts from a uniform symbol and follows the chain; the model reads
+    $x_1..x_t$ and predicts $x_{t+1}$, whose exact posterior is the transition row of the last
+    symbol, $p(x_{t+1} = j \mid x_{1..t}) = P_{x_t j}$ (the chain is Markov), at every position.
+    """
+
+    n_symbols: int = 8
+    length: int = 16
+    stay: float = 0.3
+    matrix_seed: int = 0
+    name: ClassVar[str] = "sticky"
+
+    def __post_init__(self) -> None:
+        if self.n_symbols < 2 or self.length < 1:
+            raise ValueError("n_symbols must be >= 2 and length >= 1")
+        if not 0.0 <= self.stay < 1.0:
+            raise ValueError(f"stay must be in [0, 1), got {self.stay}")
+
+    @property
+    def vocab_size(self) -> int:
+        return self.n_symbols
+
+    @property
+    def seq_len(self) -> int:
+        return self.length
+
+    @property
+    def n_classes(self) -> int:
+        return self.n_symbols
+
+    def transitions(self) -> Tensor:
+        """`P[n, n]` (float64): `stay` on the diagonal, the rest of each row on the others."""
+        n = self.n_symbols
+        fixed = torch.Generator().manual_seed(self.matrix_seed)
+        spread = _uniform_simplex((n,), n - 1, fixed)
+        off = ~torch.eye(n, dtype=torch.bool)
+        p = torch.diag(torch.full((n,), self.stay, dtype=torch.float64))
+        p[off] = (1.0 - self.stay) * spread.reshape(-1)
+        return p
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
+        p = self.transitions()
+        x = torch.randint(0, self.n_symbols, (batch_size,), generator=generator)
+        chain = [x]
+        for _ in range(self.length):
+            x = torch.multinomial(p[x], 1, generator=generator)[:, 0]
+            chain.append(x)
+        symbols = torch.stack(chain, dim=1)
+        tokens, target = symbols[:, :-1], symbols[:, 1:]
+        mask = torch.ones_like(tokens, dtype=torch.bool)
+        return Batch(tokens, mask, target, p[tokens])
 
 
-def make_task(name: str, **params: int | bool | None) -> Task:
-    """The task called `name` (`bijection` | `hmm` | `dice`) with its size parameters."""
+_TASKS: dict[str, type] = {
+    "bijection": Bijection,
+    "hmm": HMMFilter,
+    "dice": DiceCounting,
+    "sticky": StickyMarkov,
+}
+
+
+def make_task(name: str, **params: int | bool | float | None) -> Task:
+    """The task called `name` (`bijection` | `hmm` | `dice` | `sticky`) with its size
+    parameters."""
     if name not in _TASKS:
         raise ValueError(f"unknown task {name!r}; choose from {sorted(_TASKS)}")
     return _TASKS[name](**params)

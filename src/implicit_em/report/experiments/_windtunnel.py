@@ -97,6 +97,17 @@ def train(
     return [summary(r) for r in _run(config, out, configs, workers, **run_options)]
 
 
+def run_results(
+    config: dict[str, Any],
+    out: Path,
+    configs: Sequence[RunConfig],
+    workers: Executor | None,
+    **run_options: Any,
+) -> list[dict[str, Any]]:
+    """Train (or reuse) `configs`; each run's whole result, its evaluation history included."""
+    return _run(config, out, configs, workers, **run_options)
+
+
 def train_all(
     config: dict[str, Any],
     out: Path,

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from implicit_em.report.controls import Control, Controls
+from implicit_em.report.experiments import _sticky_reference as sticky
 from implicit_em.report.experiments import _windtunnel as wt
 from implicit_em.report.figures import new_figure, save
 from implicit_em.report.plan import Unit
@@ -68,6 +69,12 @@ def base_run(config: dict[str, Any], seed: int) -> RunConfig:
         min_steps=0,
         seed=seed,
     )
+
+
+def routing_at_init(base: RunConfig) -> RunConfig:
+    """The routing-necessity run: `base` with its query/key projections frozen at their
+    initialization (from step 0), the rest training to the same end."""
+    return replace(base, freeze="routing", freeze_at=0)
 
 
 def cost_gap(kl_routing_frozen: float, kl_rest_frozen: float, floor: float) -> float:
@@ -139,33 +146,35 @@ def _interventions_unit(config: dict[str, Any], seed: int) -> dict[str, Any]:
             pool=workers,
         )
         (full,) = wt.train(config, out, [base], workers, **keep)
+        (frozen,) = wt.train(config, out, [routing_at_init(base)], workers)
         directory = run_dir(wt.runs_dir(config, out), base, config["label"])
         history = json.loads((directory / "result.json").read_text())["history"]
         return {
             **{k: found[k] for k in ("kl_initial", "kl_full", "freeze_at")},
             **{f"kl_{p}_frozen": found[f"kl_{p}_frozen"] for p in ("routing", "rest")},
+            "kl_routing_at_init": frozen["kl_bits"],
             **{k: full[k] for k in ("converged", "plateau_fall_floor", "uniform_kl_bits")},
             "attention": attention_timescales(base, directory, e12["probe"]),
             "t_kl": kl_settling_step(history),
+            "t90_weights": found["t90"],
             "done_by": done_by(history, e12["freeze_at"]),
         }
 
 
 def plan(config: dict[str, Any]) -> list[Unit]:
-    """One unit per seed (the constant-rate run, its interventions and timescales)."""
+    """One unit per seed (the constant-rate run, its interventions and timescales), and one
+    per seed of the reference arm (the sticky chain, values at 1x and at 10x the rate)."""
+    threads = config.get("workers", 1)
+    args = [{"config": config, "seed": seed} for seed in config["seeds"]]
     return [
-        Unit(
-            f"interventions-seed{seed}",
-            _interventions_unit,
-            {"config": config, "seed": seed},
-            threads=config.get("workers", 1),
-        )
-        for seed in config["seeds"]
+        *(Unit(f"interventions-seed{a['seed']}", _interventions_unit, a, threads) for a in args),
+        *(Unit(f"sticky-seed{a['seed']}", sticky.sticky_unit, a, threads) for a in args),
     ]
 
 
 def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> Outcome:
     units = {seed: results[f"interventions-seed{seed}"] for seed in config["seeds"]}
+    sticky_units = {seed: results[f"sticky-seed{seed}"] for seed in config["seeds"]}
     freeze_at = config["e12"]["freeze_at"]
     samples = {
         f"cost_gap_{name}": wt.per_seed(
@@ -189,22 +198,36 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
         ),
         "attention entropy (within 10%)": wt.per_seed(units, lambda u: u["attention"]["t_entropy"]),
         "held-out KL (within 10% of its fall)": wt.per_seed(units, lambda u: u["t_kl"]),
+        **{
+            f"{part} weights (within 10% of their displacement)": wt.per_seed(
+                units, lambda u, part=part: u["t90_weights"][part]
+            )
+            for part in ("routing", "values")
+        },
     }
     numbers: dict[str, Any] = {
         "unconverged_runs": float(sum(not u["converged"] for u in units.values())),
         "kl_gain_min": min(
             (u["kl_initial"] - u["kl_full"]) / u["kl_initial"] for u in units.values()
         ),
+        "routing_init_cost_bits": float(
+            np.mean([u["kl_routing_at_init"] - u["kl_full"] for u in units.values()])
+        ),
         "freeze_at": list(freeze_at),
         "final_kl": float(np.mean([u["kl_full"] for u in units.values()])),
         "t_attention_argmax": float(np.mean(timescale["attention argmax (90% of rows final)"])),
         "t_attention_entropy": float(np.mean(timescale["attention entropy (within 10%)"])),
         "t_kl": float(np.mean(timescale["held-out KL (within 10% of its fall)"])),
+        **{
+            f"t_{part}_weights": float(np.mean([u["t90_weights"][part] for u in units.values()]))
+            for part in ("routing", "values")
+        },
         "steps": config["e12"]["steps"],
         "seeds": list(config["seeds"]),
     }
     for name, values in samples.items():
         numbers[name] = float(np.mean(values))
+    numbers |= sticky.sticky_summary(config, sticky_units)
     intervention_rows = tuple(
         (
             f"{POINTS[i]} (t = {t})",
@@ -234,6 +257,30 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
                     "gap / floor (criterion)",
                 ),
                 intervention_rows,
+            ),
+            Table(
+                "Routing necessity: the excess held-out KL over the full run's (bits) when the "
+                "query/key projections stay at their initialization for the whole run (C12 is "
+                "read only where this cost is at least 0.01 bits; else C12 is not testable on "
+                "this task)",
+                ("run", "excess KL (bits)"),
+                (
+                    (
+                        "routing frozen at initialization",
+                        wt.interval_text(
+                            wt.per_seed(units, lambda u: u["kl_routing_at_init"] - u["kl_full"])
+                        ),
+                    ),
+                ),
+            ),
+            Table(
+                "Reference arm: steps to converge on the sticky Markov chain (8 symbols, "
+                "self-transition 0.3), the values at 1x or at "
+                f"{config['e12']['sticky']['value_lr_mult']:g}x the routing's rate; the "
+                "reference's published numbers (6 x 192 transformer, 5 seeds) beside ours "
+                f"(seeds {list(config['seeds'])})",
+                ("arm", "reference", "ours"),
+                sticky.sticky_rows(config, numbers, len(sticky_units)),
             ),
             Table(
                 "Timescales read from the attention maps (weight snapshots on a fixed probe batch) "

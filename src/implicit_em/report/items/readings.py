@@ -12,7 +12,9 @@ not `counted`, in this order:
    measurement (`implicit_em.report.readings`);
 3. `baseline failed`: it compares with a rival that fails its own task (the criterion's
    `baseline` gates); it votes `undecided` (`inconclusive: baseline failed`), since the
-   comparison cannot decide;
+   comparison cannot decide; then a failed requirement (`requires`): its standing is what the
+   requirement `says` (`not converged`: it votes `undecided`, so the item reads
+   `inconclusive (not converged)`; `not testable on this task`: no vote);
 4. `controls not as planted`: its known-answer controls did not come out as planted;
 5. `negative control not classified` or `no realistic negative control`: its negative control
    is not a trained rival lacking exactly the mechanism (`controls.NegativeControl`);
@@ -42,7 +44,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from implicit_em.report.controls import NegativeControl
-from implicit_em.report.items.marks import baseline_failures
+from implicit_em.report.items.marks import baseline_failures, failed_requirement
 from implicit_em.report.items.registry import Item, Part, Ref
 
 __all__ = [
@@ -87,6 +89,10 @@ def _standing(c: Mapping[str, Any], experiment: Mapping[str, Any]) -> tuple[str,
     failed = baseline_failures(c, experiment.get("numbers", {}))
     if failed:
         return "baseline failed", f"{c['baseline']['says']}: " + "; ".join(failed)
+    requirement = failed_requirement(c, experiment.get("numbers", {}))
+    if requirement is not None:
+        condition, lines = requirement
+        return str(condition["says"]), "; ".join(lines)
     if not controls_pass(c.get("controls")):
         return "controls not as planted", str(c.get("controls"))
     negative = NegativeControl.from_data(c.get("negative_control"))
@@ -113,7 +119,7 @@ def criterion_reading(
         standing, why = _standing(c, experiment)
     direction = ref.direction or c["direction"]
     vote = "no vote"
-    if standing == "baseline failed":
+    if standing == "baseline failed" or _requirement_reads(c, standing) == "undecided":
         vote = "undecided"
     elif standing == "counted":
         status = c.get("status")
@@ -137,6 +143,11 @@ def criterion_reading(
         "why": why,
         "vote": vote,
     }
+
+
+def _requirement_reads(c: Mapping[str, Any], standing: str) -> str:
+    """How `c` reads when `standing` is one of its failed requirements (empty otherwise)."""
+    return next((str(r["reads"]) for r in c.get("requires") or [] if r["says"] == standing), "")
 
 
 def _gate(ref: Ref, experiments: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -170,8 +181,8 @@ def part_reading(
             if "undecided" in votes
             else votes[0]
         )
-        baseline = [c["why"] for c in criteria if c["standing"] == "baseline failed"]
-        reason = "baseline failed: " + "; ".join(baseline) if baseline else ""
+        held = [c for c in criteria if c["vote"] == "undecided" and c["standing"] != "counted"]
+        reason = "; ".join(f"{c['standing']}: {c['why']}" for c in held)
     elif gates and all(g["passed"] for g in gates):
         reading, reason = "algebra", "; ".join(g["detail"] for g in gates)
     elif construction and part.algebra:
@@ -236,8 +247,12 @@ def _qualifier(key: str, parts: Sequence[Mapping[str, Any]], decided: Sequence[s
         if p["id"] not in decided:
             continue
         if p["reading"] == "undecided":
-            baseline = any(c["standing"] == "baseline failed" for c in p["criteria"])
-            reasons.append("baseline failed" if baseline else "interval straddles")
+            held = [
+                c["standing"]
+                for c in p["criteria"]
+                if c["vote"] == "undecided" and c["standing"] != "counted"
+            ]
+            reasons += held or ["interval straddles"]
         elif p["reading"] == "not tested":
             standings = [c["standing"] for c in p["criteria"] if c["vote"] == "no vote"]
             reasons += standings or (

@@ -1,0 +1,120 @@
+"""A criterion's `requires` mark: a failed condition opens the item instead of invalidating the
+experiment (`not converged` reads inconclusive; `not testable on this task` casts no vote)."""
+
+from __future__ import annotations
+
+import pytest
+
+from implicit_em.report.item_verdicts import claim_verdicts, verdict_label
+from implicit_em.report.items.marks import protocol_marks
+from implicit_em.report.items.registry import registry_from_data
+
+CONVERGED = {
+    "says": "not converged",
+    "reads": "undecided",
+    "gates": [{"number": "unconverged_runs", "op": "<=", "threshold": 0}],
+}
+ROUTING = {
+    "says": "not testable on this task",
+    "reads": "not tested",
+    "gates": [{"number": "routing_cost_bits", "op": ">=", "threshold": 0.05}],
+}
+
+
+def _criterion(status: str, *requires: dict) -> dict:
+    return {
+        "number": "a",
+        "claim": "C12",
+        "status": status,
+        "direction": "supports",
+        "estimate": 1.0,
+        "low": 0.5,
+        "high": 1.5,
+        "op": ">",
+        "threshold": 0.0,
+        "method": "bca",
+        "controls": {"positive": "met", "negative": "not met"},
+        "negative_control": {"kind": "realistic", "removes": "the routing, in a trained rival"},
+        "requires": list(requires),
+    }
+
+
+def _read(criterion: dict, numbers: dict) -> dict:
+    data = {"items": {"C12": {"parts": [{"id": "p", "quote": "q", "criteria": ["E12:a"]}]}}}
+    experiment = {
+        "id": "E12",
+        "verdict": "holds",
+        "criteria": [criterion],
+        "gates": [],
+        "numbers": numbers,
+    }
+    (got,) = claim_verdicts(["C12"], [experiment], registry_from_data(data))
+    return got
+
+
+@pytest.mark.parametrize("status", ["met", "not met"])
+def test_an_unconverged_run_reads_inconclusive_whatever_the_interval(status):
+    got = _read(_criterion(status, CONVERGED), {"unconverged_runs": 2.0})
+    assert verdict_label(got) == "inconclusive (not converged)"
+    assert got["evidence"][0]["standing"] == "not converged"
+
+
+def test_a_task_where_routing_does_not_matter_is_not_testable():
+    got = _read(
+        _criterion("met", CONVERGED, ROUTING), {"unconverged_runs": 0, "routing_cost_bits": 0.003}
+    )
+    assert verdict_label(got) == "not tested (not testable on this task)"
+    assert "routing_cost_bits = 0.003" in got["evidence"][0]["why"]
+
+
+def test_conditions_that_hold_leave_the_vote_to_the_interval():
+    numbers = {"unconverged_runs": 0, "routing_cost_bits": 0.4}
+    assert _read(_criterion("met", CONVERGED, ROUTING), numbers)["verdict"] == "supported"
+    assert _read(_criterion("not met", CONVERGED, ROUTING), numbers)["verdict"] == "refuted"
+
+
+def test_an_unmeasured_condition_fails():
+    got = _read(_criterion("met", ROUTING), {})
+    assert got["verdict"] == "not tested"
+
+
+def test_the_wind_tunnel_protocols_mark_their_requirements():
+    for experiment in ("E10", "E11", "E12"):
+        marks = protocol_marks(experiment)
+        assert all(
+            any(r["says"] == "not converged" for r in m.get("requires", [])) for m in marks.values()
+        ), experiment
+    assert all(
+        any(r["says"] == "not testable on this task" for r in m["requires"])
+        for m in protocol_marks("E12").values()
+    )
+
+
+def test_c11_reads_inconclusive_not_converged_from_an_unconverged_wind_tunnel():
+    """The registered marks (attached from E10's and E11's protocols) and the registered items:
+    an unconverged run opens C11 whatever its intervals say; converged, its criteria fall to
+    their own standings (here: trivial negative controls, no vote)."""
+    from implicit_em.report.items.marks import attach_marks
+    from implicit_em.report.items.registry import load_registry
+
+    def experiments(unconverged: float) -> list[dict]:
+        out = []
+        for eid in ("E10", "E11"):
+            criteria = [
+                {**_criterion("met"), "number": n, "requires": []} for n in protocol_marks(eid)
+            ]
+            out.append(
+                {
+                    "id": eid,
+                    "verdict": "holds",
+                    "criteria": criteria,
+                    "gates": [],
+                    "numbers": {"unconverged_runs": unconverged},
+                }
+            )
+        return attach_marks(out)
+
+    (stuck,) = claim_verdicts(["C11"], experiments(1.0), load_registry())
+    assert verdict_label(stuck) == "inconclusive (not converged)"
+    (done,) = claim_verdicts(["C11"], experiments(0.0), load_registry())
+    assert done["verdict"] == "not tested" and "not converged" not in verdict_label(done)
