@@ -231,11 +231,14 @@ def test_rejudging_recomputes_the_verdict_under_the_new_rule(published, tmp_path
     shutil.copytree(published, folder, ignore=shutil.ignore_patterns("cache", "units"))
     (e1,) = select(["E1"])
     before = _document(folder)["experiments"][0]
-    assert before["verdict"] == "holds" and not before["exploratory"]
+    assert before["verdict"] == "holds" and "judged again" not in str(
+        before.get("exploratory_reason")
+    )
     strict = [_with_threshold(e1, -1.0)]  # no error can be below -1: the gate must fail
     assert rejudge(folder, strict) == ["E1"]
     after = _document(folder)["experiments"][0]
     assert after["verdict"] == "invalid" and after["exploratory"] is True
+    assert after["exploratory_reason"].startswith("judged again on ")
     assert after["rejudged"]["changed"] == "its rule (criteria, gates, thresholds) changed: E1.json"
     assert after["samples"] == before["samples"] and after["numbers"] == before["numbers"]
     assert stale_experiments(_document(folder), strict) == []
