@@ -27,6 +27,8 @@ averaged over inputs.
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -288,7 +290,14 @@ def _figure(runs: dict[str, list[dict[str, Any]]], out: Path) -> Figure:
 
 
 def _fit(arm: str, seed: int, config: dict[str, Any]) -> dict[str, Any]:
-    return train(arm, seed, config) if arm in OBJECTIVES else baseline(arm, seed, config)
+    """One control fit, computed once per arm, seed and configuration (controls share fits)."""
+    return _cached_fit(arm, seed, json.dumps(config, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=128)
+def _cached_fit(arm: str, seed: int, config: str) -> dict[str, Any]:
+    c = json.loads(config)
+    return train(arm, seed, c) if arm in OBJECTIVES else baseline(arm, seed, c)
 
 
 def _specialized(arm: str, key: str) -> Callable[[dict[str, Any]], list[float]]:
@@ -298,7 +307,7 @@ def _specialized(arm: str, key: str) -> Callable[[dict[str, Any]], list[float]]:
 
 def _purity_gap_em(config: dict[str, Any]) -> list[float]:
     return [
-        purity_gap_em(train("mixture", seed, config), baseline("em", seed, config))
+        purity_gap_em(_fit("mixture", seed, config), _fit("em", seed, config))
         for seed in config["seeds"]
     ]
 
@@ -306,7 +315,7 @@ def _purity_gap_em(config: dict[str, Any]) -> list[float]:
 def _owner_purity_gap(rival: str) -> Callable[[dict[str, Any]], list[float]]:
     """Per seed: `rival`'s responsibilities' matched purity minus the gated mixture's."""
     return lambda c: [
-        owner_purity_gap_gate_free(train("mixture", seed, c), _fit(rival, seed, c))
+        owner_purity_gap_gate_free(_fit("mixture", seed, c), _fit(rival, seed, c))
         for seed in c["seeds"]
     ]
 
