@@ -15,6 +15,7 @@ from implicit_em.report.experiments._experts import (
     expert_distances,
     gate_kl,
     matched_purity,
+    one_thread,
     piecewise_task,
     start_model,
 )
@@ -42,6 +43,7 @@ def gate_gradient_residual(
         return float((grad * len(x) - (log_g.exp() - h)).abs().max())
 
 
+@one_thread()
 def train(objective: str, seed: int, config: dict[str, Any]) -> dict[str, Any]:
     r"""Train one mixture of experts with `objective` from [start_model][] and measure it on
     fresh test points; the distances are $d_i = \tfrac12(y - o_i)^2/\sigma^2$ with the

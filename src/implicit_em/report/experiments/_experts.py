@@ -3,6 +3,8 @@ measures of routing (see `e9_moe_gates`)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -15,10 +17,23 @@ __all__ = [
     "gate_kl",
     "kmeans_lines",
     "matched_purity",
+    "one_thread",
     "piecewise_task",
     "segment_of",
     "start_model",
 ]
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Run torch on one CPU thread inside the block (restored after): E9's models are so small
+    that more threads only add synchronization, and on a busy machine they oversubscribe it."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def segment_of(x: Tensor, segments: int) -> Tensor:

@@ -36,6 +36,7 @@ from implicit_em.objectives import mixture_nll
 from implicit_em.report.experiments._experts import (
     gate_kl,
     matched_purity,
+    one_thread,
     piecewise_task,
     start_model,
 )
@@ -148,6 +149,7 @@ BASELINES = {
 """E9's baselines, by key."""
 
 
+@one_thread()
 def baseline(kind: str, seed: int, config: dict[str, Any]) -> dict[str, float]:
     """Fit one baseline `kind` on E9's task from the start of seed `seed` and measure it on
     fresh test points, as E9 measures its two objectives.
