@@ -77,6 +77,32 @@ def test_planted_starts():
         start_model({**config, "experts": 3})
 
 
+def test_kmeans_start_finds_separated_lines():
+    """Two well-separated lines: the k-means start puts one expert on each."""
+    torch.manual_seed(0)
+    config = {"slopes": [1.0, -1.0], "intercepts": [-3.0, 3.0], "noise": 0.05}
+    x, y, _ = experts.piecewise_task(400, config, torch.Generator().manual_seed(0))
+    slopes, intercepts = experts.kmeans_lines(x, y, 2)
+    order = intercepts.argsort()
+    torch.testing.assert_close(slopes[order], torch.tensor([1.0, -1.0]), atol=0.1, rtol=0)
+    torch.testing.assert_close(intercepts[order], torch.tensor([-3.0, 3.0]), atol=0.1, rtol=0)
+    model = start_model({**config, "experts": 2, "gate_hidden": 4, "start": "kmeans"}, data=(x, y))
+    assert sorted(model.experts.bias.tolist()) == pytest.approx(sorted(intercepts.tolist()))
+    with pytest.raises(ValueError, match="k-means start needs"):
+        start_model({**config, "experts": 2, "gate_hidden": 4, "start": "kmeans"})
+
+
+def test_specialisation_is_a_share_with_an_exact_interval():
+    from implicit_em.report.experiments import e9_moe_gates as e9
+
+    assert [e9.specialized(p) for p in (0.95, 0.9, 0.75)] == [1.0, 1.0, 0.0]
+    # 10 of 10 seeds: the exact 95% interval is [0.025^(1/10), 1].
+    assert e9.share_cell([1.0] * 10) == "10/10 [0.69, 1.00]"
+    assert (
+        e9.modes_line("m", [0.5, 0.51, 0.75, 0.76]) == "m: 2 seed(s) at 0.505; 2 seed(s) at 0.755"
+    )
+
+
 def test_gate_gradient_is_its_distance_from_the_responsibilities():
     torch.manual_seed(0)
     config = {"slopes": [1.0, -1.0], "intercepts": [0.0, 2.0], "noise": 0.1}

@@ -60,18 +60,20 @@ def test_em_recovers_two_lines_and_their_noise() -> None:
     assert torch.allclose(fit.h.sum(-1), torch.ones(400, dtype=torch.float64))
 
 
-def test_constant_gate_ignores_the_input() -> None:
+def test_constant_gate_is_uniform_and_has_no_parameters() -> None:
     gate = me.ConstantGate(3)
-    with torch.no_grad():
-        gate.logits.copy_(torch.tensor([0.0, 1.0, 2.0]))
-    out = gate(torch.randn(4, 1))
-    assert out.shape == (4, 3) and torch.equal(out[0], out[3])
+    out = torch.log_softmax(gate(torch.randn(4, 1)), dim=-1)
+    assert out.shape == (4, 3)
+    assert torch.allclose(out, torch.full((4, 3), -math.log(3)))
+    assert not list(gate.parameters())
 
 
 SMALL = {
     "slopes": [2.0, -4.0],
     "intercepts": [4.0, -2.0],
     "noise": 0.1,
+    "sigma": 0.3,
+    "start": "kmeans",
     "experts": 2,
     "gate_hidden": 8,
     "lr": 1e-2,
@@ -89,6 +91,6 @@ def test_baselines_measure_purity_and_learned_noise() -> None:
         m = me.baseline(kind, 0, SMALL)
         assert 0.5 <= m["purity"] <= 1 and 0.5 <= m["owner_purity"] <= 1
         assert m["kl"] >= 0 and m["sigma"] > 0
-    assert me.baseline("gate_free", 0, SMALL)["sigma"] == 1.0
+    assert me.baseline("gate_free", 0, SMALL)["sigma"] == pytest.approx(0.3)
     with pytest.raises(ValueError, match="kind must be"):
         me.baseline("blend", 0, SMALL)

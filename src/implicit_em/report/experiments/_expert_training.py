@@ -15,6 +15,7 @@ from implicit_em.report.experiments._experts import (
     expert_distances,
     gate_kl,
     matched_purity,
+    one_thread,
     piecewise_task,
     start_model,
 )
@@ -27,31 +28,37 @@ from implicit_em.report.experiments._neural import (
 OBJECTIVES = {"mixture": "competitive mixture loss", "blend": "blended output, squared error"}
 
 
-def gate_gradient_residual(model: MixtureOfExperts, x: Tensor, y: Tensor) -> float:
+def gate_gradient_residual(
+    model: MixtureOfExperts, x: Tensor, y: Tensor, sigma: float = 1.0
+) -> float:
     r"""$\max |B\,\partial\ell/\partial\,\mathrm{logit} - (g - h)|$ under the mixture loss on
     `(x, y)`: the gate's gradient is its distance from the responsibilities, so descent fits the
     gate to them (the construction behind "gates are responsibilities")."""
     logits = model.gate(x).detach().requires_grad_()
     log_g = torch.log_softmax(logits, dim=-1)
-    d = expert_distances(y, model.experts(x))
+    d = expert_distances(y, model.experts(x), sigma)
     (grad,) = torch.autograd.grad(mixture_nll(d, log_prior=log_g), logits)
     with torch.no_grad():
         h = responsibilities(d, log_prior=log_g)
         return float((grad * len(x) - (log_g.exp() - h)).abs().max())
 
 
+@one_thread()
 def train(objective: str, seed: int, config: dict[str, Any]) -> dict[str, Any]:
-    """Train one mixture of experts with `objective` and measure it on fresh test points."""
+    r"""Train one mixture of experts with `objective` from [start_model][] and measure it on
+    fresh test points; the distances are $d_i = \tfrac12(y - o_i)^2/\sigma^2$ with the
+    configuration's fixed `sigma`."""
     from implicit_em.trace import Tracer
 
-    device = device_of(config)
+    device, sigma = device_of(config), config["sigma"]
     generator = torch.Generator().manual_seed(seed)
-    x, y, _ = (t.to(device) for t in piecewise_task(config["n_train"], config, generator))
+    x, y, _ = piecewise_task(config["n_train"], config, generator)
     x_test, y_test, seg_test = (
         t.to(device) for t in piecewise_task(config["n_test"], config, generator)
     )
     torch.manual_seed(seed)
-    model = start_model(config).to(device)
+    model = start_model(config, data=(x, y)).to(device)
+    x, y = x.to(device), y.to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
     kl_curve: list[Tensor] = []
     h_mean: list[Tensor] = []
@@ -65,7 +72,7 @@ def train(objective: str, seed: int, config: dict[str, Any]) -> dict[str, Any]:
         for index in minibatches(len(x), config["batch"], config["steps"], generator):
             index = index.to(device)
             o, log_g = model(x[index])
-            d = expert_distances(y[index], o)
+            d = expert_distances(y[index], o, sigma)
             if objective == "mixture":
                 d.retain_grad()
                 loss = mixture_nll(d, log_prior=log_g)
@@ -87,7 +94,7 @@ def train(objective: str, seed: int, config: dict[str, Any]) -> dict[str, Any]:
                 traced.step()
     result: dict[str, Any] = {"kl_curve": torch.stack(kl_curve).tolist()}
     if objective == "mixture":
-        result["gate_gradient_residual"] = gate_gradient_residual(model, x, y)
+        result["gate_gradient_residual"] = gate_gradient_residual(model, x, y, sigma)
     if traced is not None:
         frame = traced.history.to_pandas()
         sites = frame[frame["kind"] == "site"]
@@ -101,7 +108,7 @@ def train(objective: str, seed: int, config: dict[str, Any]) -> dict[str, Any]:
         result["alarms"] = sorted({a["alarm"] for a in traced.alarms})
     with torch.no_grad():
         o, log_g = model(x_test)
-        h = responsibilities(expert_distances(y_test, o), log_prior=log_g)
+        h = responsibilities(expert_distances(y_test, o, sigma), log_prior=log_g)
         route = log_g.argmax(-1)
         segments = len(config["slopes"])
         result.update(

@@ -5,7 +5,7 @@ by K linear experts $o_i(x) = w_i x + c_i$ and a softmax gate $g(x)$ (a small ML
 trained in two ways:
 
 * `mixture`: the competitive loss
-  $\ell = -\log\sum_i g_i(x)\,e^{-d_i}$ with $d_i = \tfrac12\lVert y - o_i(x)\rVert^2$
+  $\ell = -\log\sum_i g_i(x)\,e^{-d_i}$ with $d_i = \tfrac12\lVert y - o_i(x)\rVert^2/\sigma^2$
   (`mixture_nll` with $\log\pi = \log g(x)$). Its gradients
   are $\partial\ell/\partial d_i = h_i$ and $\partial\ell/\partial\,\mathrm{logit}_i =
   g_i - h_i$, with the posterior responsibilities $h_i \propto g_i(x)\,e^{-d_i}$: each
@@ -14,13 +14,21 @@ trained in two ways:
 * `blend`: the blended output $\hat y = \sum_i g_i(x)\,o_i(x)$ with the squared error
   $\tfrac12(y - \hat y)^2$: no responsibility appears in its gradient.
 
-Specialization is the share of points whose gate argmax is the expert matched to their segment
-(best one-to-one matching of segments to experts); the gate's distance from the responsibilities
-is $\mathrm{KL}(h \,\Vert\, g)$ averaged over inputs.
+Every fit (both objectives, EM and the rivals) starts from the same experts, the k-means start
+(one least-squares line per k-means cluster of the training points), and measures distances in
+units of a fixed noise scale, $d_i = \tfrac12(y - o_i)^2/\sigma^2$.
+
+Purity is the share of points whose gate argmax is the expert matched to their segment (best
+one-to-one matching of segments to experts); a seed *specialises* when its purity is at least
+`SPECIALIZED` (0.9), and each arm is read as the share of seeds that specialise, with its exact
+interval. The gate's distance from the responsibilities is $\mathrm{KL}(h \,\Vert\, g)$
+averaged over inputs.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -42,8 +50,30 @@ from implicit_em.report.experiments._neural import (
 from implicit_em.report.figures import new_figure, save
 from implicit_em.report.plan import Unit
 from implicit_em.report.registry import Experiment, Figure, Outcome, Table
+from implicit_em.report.stats import modes, share_interval
 
 COLORS = ("#0969da", "#cf222e", "#1a7f37", "#bf8700", "#8250df", "#57606a")
+SPECIALIZED = 0.9
+"""A seed specialises when its matched purity is at least this."""
+MODES_GAP = 0.125
+"""Purity gap that separates modes (one expert covering two segments costs 0.25)."""
+
+
+def specialized(purity: float) -> float:
+    """1.0 when a seed's matched purity reaches `SPECIALIZED`, else 0.0."""
+    return float(purity >= SPECIALIZED)
+
+
+def share_cell(flags: list[float]) -> str:
+    """`"k/n [low, high]"`: seeds that specialise, with the exact Clopper–Pearson 95% interval."""
+    i = share_interval(int(sum(flags)), len(flags), "clopper-pearson")
+    return f"{int(sum(flags))}/{len(flags)} [{i.low:.2f}, {i.high:.2f}]"
+
+
+def modes_line(label: str, values: list[float]) -> str:
+    """One arm's purity modes: count and mean of each (gap `MODES_GAP`)."""
+    parts = [f"{m.count} seed(s) at {m.mean:.3f}" for m in modes(values, MODES_GAP)]
+    return f"{label}: " + "; ".join(parts)
 
 
 def purity_gap_em(mixture: dict[str, Any], em: dict[str, Any]) -> float:
@@ -91,14 +121,14 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
         }
         for key, values in per_seed.items():
             numbers[f"{key}_{objective}"], numbers[f"{key}_{objective}_std"] = mean_std(values)
-        numbers[f"specialized_seed_share_{objective}"] = float(
-            np.mean([p >= 0.9 for p in per_seed["purity"]])
-        )
+        flags = [specialized(p) for p in per_seed["purity"]]
+        numbers[f"specialized_seed_share_{objective}"] = float(np.mean(flags))
         rows.append(
             (
                 label,
                 plus_minus(per_seed["purity"]),
-                f"{numbers[f'specialized_seed_share_{objective}']:.2f}",
+                share_cell(flags),
+                share_cell([specialized(p) for p in per_seed["owner_purity"]]),
                 plus_minus(per_seed["kl"], 4),
                 plus_minus(per_seed["gate_entropy"]),
                 plus_minus(per_seed["mse_routed"]),
@@ -110,7 +140,7 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
     numbers["trace_residual"] = max(r["trace_residual"] for r in runs["mixture"])
     numbers["alarms_mixture"] = sorted({a for r in runs["mixture"] for a in r["alarms"]})
     flagged = [bool(r["alarms"]) for r in runs["mixture"]]
-    failed = [r["purity"] < 0.9 for r in runs["mixture"]]
+    failed = [r["purity"] < SPECIALIZED for r in runs["mixture"]]
     numbers["alarm_seeds_mixture"] = sum(flagged)
     numbers["alarm_marks_failure"] = float(
         np.mean([f == g for f, g in zip(flagged, failed, strict=True)])
@@ -132,7 +162,10 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
     ]
     mixture = runs["mixture"]
     samples = {
-        "purity_mixture": [r["purity"] for r in mixture],
+        "specialized_mixture": [specialized(r["purity"]) for r in mixture],
+        "owner_specialized_gate_free": [
+            specialized(r["owner_purity"]) for r in fitted["gate_free"]
+        ],
         "purity_gap_em": [purity_gap_em(a, b) for a, b in zip(mixture, fitted["em"], strict=True)],
         "owner_purity_gap_gate_free": [
             owner_purity_gap_gate_free(a, b)
@@ -144,15 +177,38 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
     for kind, label in BASELINES.items():
         for key in ("purity", "owner_purity", "kl", "mse_routed", "sigma"):
             numbers[f"{key}_{kind}"] = float(np.mean([m[key] for m in fitted[kind]]))
+        for key in ("purity", "owner_purity"):
+            flags = [specialized(m[key]) for m in fitted[kind]]
+            numbers[f"{key.replace('purity', 'specialized')}_seed_share_{kind}"] = float(
+                np.mean(flags)
+            )
         baseline_rows.append(
-            (label, *(interval_cell([m[k] for m in fitted[kind]]) for k in BASELINE_COLUMNS))
+            (
+                label,
+                *(interval_cell([m[k] for m in fitted[kind]]) for k in BASELINE_COLUMNS),
+                share_cell([specialized(m["purity"]) for m in fitted[kind]]),
+                share_cell([specialized(m["owner_purity"]) for m in fitted[kind]]),
+            )
         )
+    for objective in OBJECTIVES:
+        numbers[f"owner_specialized_seed_share_{objective}"] = float(
+            np.mean([specialized(r["owner_purity"]) for r in runs[objective]])
+        )
+    notes.append(
+        "Matched purity of the gate by mode (seeds split where sorted purities differ by more "
+        f"than {MODES_GAP}): "
+        + " | ".join(
+            [modes_line(OBJECTIVES[o], [r["purity"] for r in runs[o]]) for o in OBJECTIVES]
+            + [modes_line(BASELINES[k], [m["purity"] for m in fitted[k]]) for k in BASELINES]
+        )
+        + "."
+    )
     for name in ("purity_gap_em", "owner_purity_gap_gate_free"):
         numbers[name] = float(np.mean(samples[name]))
     numbers["kl_gap_blend"] = float(np.mean(kl_gap_blend))
     notes.append(
-        f"Against the baselines from the same starts: EM's gate purity "
-        f"{numbers['purity_em']:.3f} (learned σ {numbers['sigma_em']:.3f}, noise "
+        f"Against the baselines from the same k-means start (σ {config['sigma']}): EM's gate "
+        f"purity {numbers['purity_em']:.3f} (learned σ {numbers['sigma_em']:.3f}, noise "
         f"{config['noise']}), the mixture loss with learnable σ {numbers['purity_sigma']:.3f} "
         f"(σ {numbers['sigma_sigma']:.3f}); without a gate the responsibilities route "
         f"{numbers['owner_purity_gate_free']:.3f} of the points to their segment's expert, "
@@ -168,7 +224,8 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
                 (
                     "objective",
                     "matched purity of the gate",
-                    "seeds with purity ≥ 0.9",
+                    "seeds whose gate specialises (purity ≥ 0.9) [95% exact]",
+                    "seeds whose responsibilities specialise [95% exact]",
                     "KL(h ‖ g) (nats)",
                     "gate entropy (nats)",
                     "MSE, routed to argmax g",
@@ -185,6 +242,8 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
                     "KL(h ‖ g) (nats)",
                     "MSE, routed",
                     "mean learned σ",
+                    "seeds whose gate specialises [95% exact]",
+                    "seeds whose responsibilities specialise [95% exact]",
                 ),
                 tuple(baseline_rows),
             ),
@@ -230,23 +289,34 @@ def _figure(runs: dict[str, list[dict[str, Any]]], out: Path) -> Figure:
     )
 
 
-def _purity_mixture(config: dict[str, Any]) -> list[float]:
-    return [train("mixture", seed, config)["purity"] for seed in config["seeds"]]
+def _fit(arm: str, seed: int, config: dict[str, Any]) -> dict[str, Any]:
+    """One control fit, computed once per arm, seed and configuration (controls share fits)."""
+    return _cached_fit(arm, seed, json.dumps(config, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=128)
+def _cached_fit(arm: str, seed: int, config: str) -> dict[str, Any]:
+    c = json.loads(config)
+    return train(arm, seed, c) if arm in OBJECTIVES else baseline(arm, seed, c)
+
+
+def _specialized(arm: str, key: str) -> Callable[[dict[str, Any]], list[float]]:
+    """Per seed: whether `arm`'s `key` purity (gate or responsibilities) specialises."""
+    return lambda c: [specialized(_fit(arm, seed, c)[key]) for seed in c["seeds"]]
 
 
 def _purity_gap_em(config: dict[str, Any]) -> list[float]:
     return [
-        purity_gap_em(train("mixture", seed, config), baseline("em", seed, config))
+        purity_gap_em(_fit("mixture", seed, config), _fit("em", seed, config))
         for seed in config["seeds"]
     ]
 
 
-def _owner_purity_gap_gate_free(config: dict[str, Any]) -> list[float]:
-    return [
-        owner_purity_gap_gate_free(
-            train("mixture", seed, config), baseline("gate_free", seed, config)
-        )
-        for seed in config["seeds"]
+def _owner_purity_gap(rival: str) -> Callable[[dict[str, Any]], list[float]]:
+    """Per seed: `rival`'s responsibilities' matched purity minus the gated mixture's."""
+    return lambda c: [
+        owner_purity_gap_gate_free(_fit("mixture", seed, c), _fit(rival, seed, c))
+        for seed in c["seeds"]
     ]
 
 
@@ -258,27 +328,27 @@ def _planted(
     return Control(says, lambda c: measure({**c, "planted_experts": True, **changes}))
 
 
-_ONE_LINE = {"slopes": [2.0] * 4, "intercepts": [1.0] * 4}
-"""Four segments on one line: nothing in (x, y) tells them apart by their lines."""
 _LEVELS = {"slopes": [0.0] * 4, "intercepts": [0.0, 3.0, 6.0, 9.0]}
 """Four segments at four levels: y alone names the segment."""
-_SHARED_LEVELS = {"slopes": [0.0] * 4, "intercepts": [0.0, 3.0, 0.0, 3.0]}
-"""Segments 1 and 3 (and 2 and 4) share a level: only x, through a gate, tells them apart."""
+_BLEND = (
+    "the same experts from the same k-means start on the same data, trained by the blended "
+    "output under squared error (a gated model without the log-sum-exp competition)"
+)
 
 CONTROLS = {
-    "purity_mixture": Controls(
+    "specialized_mixture": Controls(
         positive=_planted(
-            "four segments at four levels (y names the segment), experts started on them, gate "
-            "learned by the mixture loss",
-            _purity_mixture,
-            **_LEVELS,
+            "experts started on the task's lines, gate learned by the mixture loss",
+            _specialized("mixture", "purity"),
         ),
-        negative=_planted(
-            "four segments on one line, every expert started on it: h = g, the gate gets no "
-            "gradient and stays at its random start",
-            _purity_mixture,
-            **_ONE_LINE,
+        negative=Control(_BLEND + ": its gate", _specialized("blend", "purity")),
+    ),
+    "owner_specialized_gate_free": Controls(
+        positive=_planted(
+            "experts started on the task's lines, trained by the mixture loss without a gate",
+            _specialized("gate_free", "owner_purity"),
         ),
+        negative=Control(_BLEND + ": its responsibilities", _specialized("blend", "owner_purity")),
     ),
     "purity_gap_em": Controls(
         positive=_planted(
@@ -298,17 +368,11 @@ CONTROLS = {
         positive=_planted(
             "four segments at four levels (y names the segment), experts started on them; "
             "gated model given the true segment gate",
-            _owner_purity_gap_gate_free,
+            _owner_purity_gap("gate_free"),
             planted_gate=True,
             **_LEVELS,
         ),
-        negative=_planted(
-            "segments 1 and 3 (2 and 4) share a level, so only x tells them apart; the gated "
-            "model has the true segment gate, the gate-free one cannot route by x",
-            _owner_purity_gap_gate_free,
-            planted_gate=True,
-            **_SHARED_LEVELS,
-        ),
+        negative=Control(_BLEND + ", in place of the gate-free model", _owner_purity_gap("blend")),
     ),
 }
 
@@ -326,14 +390,16 @@ EXPERIMENT = Experiment(
     setup=(
         "x uniform on [-1, 1] in 4 equal segments with lines y = 2x + 4, -4x - 2, 3x + 1, "
         "-2x - 1 and noise 0.1; 4 linear experts and a softmax gate (1-32-4 tanh MLP), Adam "
-        "(lr 1e-2, batch 1024). Mixture loss −log Σ g_i exp(−½(y − o_i)²) under the Tracer, "
-        "the responsibilities h read from ∂ℓ/∂d; blend: ½(y − Σ g_i o_i)². Purity: share of "
-        "test points whose gate argmax is the expert matched to their segment (best "
-        "one-to-one matching)."
+        "(lr 1e-2), every fit from the same k-means start (one least-squares line per k-means "
+        "cluster of the training points). Mixture loss −log Σ g_i exp(−½(y − o_i)²/σ²), σ = "
+        "0.3, under the Tracer, the responsibilities h read from ∂ℓ/∂d; blend: "
+        "½(y − Σ g_i o_i)²; gate-free: −log Σ exp(−½(y − o_i)²/σ²). Purity: share of test "
+        "points whose gate (or responsibility) argmax is the expert matched to their segment "
+        "(best one-to-one matching); a seed specialises at purity ≥ 0.9."
     ),
     plan=plan,
     aggregate=aggregate,
-    headline=("owner_purity_gap_gate_free", "purity_mixture", "kl_mixture"),
+    headline=("owner_purity_gap_gate_free", "specialized_seed_share_mixture", "kl_mixture"),
     meaning={
         "holds": (
             "C13 holds on this task: without a gate the responsibilities still route each "
