@@ -30,6 +30,7 @@ MODULES = (
     "e14_distance_reading",
     "e15_conditions",
     "e16_partial_clamps",
+    "e18_closed_world",
 )
 
 
