@@ -81,9 +81,10 @@ def forced_softmax(margin: float) -> Confidence:
 
 
 def confidence_reading(confidence: Tensor) -> dict[str, float]:
-    """`mean`: the mean confidence; `share`: the share of rows at least `CONFIDENT`."""
-    c = confidence.double()
-    return {"mean": float(c.mean()), "share": float((c >= CONFIDENT).double().mean())}
+    """`mean`: the mean confidence; `share`: the share of rows at least `CONFIDENT` (compared in
+    the confidence's own precision)."""
+    confident = (confidence >= CONFIDENT).double()
+    return {"mean": float(confidence.double().mean()), "share": float(confident.mean())}
 
 
 def train_head(kind: str, split: OpenSetSplit, seed: int, config: dict[str, Any]) -> Module:
