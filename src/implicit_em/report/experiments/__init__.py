@@ -31,6 +31,7 @@ MODULES = (
     "e15_conditions",
     "e16_partial_clamps",
     "e17_attention_posterior",
+    "e18_closed_world",
 )
 
 

@@ -1,0 +1,123 @@
+r"""E18's measurements: three heads on one backbone, their confidence out of distribution and
+their calibration in distribution.
+
+The heads (`HEADS`) share E8's MLP encoder and training (`_open_set.train_model`) and differ only
+in how the logits $z \in \mathbb{R}^K$ become probabilities:
+
+* softmax (cross-entropy): $p_k = e^{z_k} / \sum_j e^{z_j}$, normalized across the classes;
+* one-vs-rest sigmoids (binary cross-entropy per class): $p_k = \sigma(z_k)$, each class on its
+  own, so every $p_k$ can be small at once;
+* prototype (distance) head: $z_k = -\lVert h - \mu_k\rVert^2$, $p = \operatorname{softmax}(z)$,
+  the paper's distance model, normalized like the softmax head.
+
+A head's confidence on an input is its largest probability, $\max_k p_k$ (for the sigmoid head
+the largest sigmoid). Out of distribution it is read as the mean over the inputs and as the share
+of inputs given to a class with confidence at least `CONFIDENT`; in distribution as the expected
+calibration error over 15 equal-width bins against whether the argmax is the label.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.nn import Module
+
+from implicit_em.report.experiments._neural import expected_calibration_error
+from implicit_em.report.experiments._open_set import train_model
+from implicit_em.report.experiments._open_set_splits import OpenSetSplit
+
+__all__ = [
+    "CONFIDENT",
+    "ECE_BINS",
+    "HEADS",
+    "OOD_SETS",
+    "Confidence",
+    "confidence_reading",
+    "forced_softmax",
+    "max_probability",
+    "measure_head",
+    "read_head",
+    "train_head",
+]
+
+HEADS = {
+    "softmax": "softmax head (cross-entropy)",
+    "sigmoid": "one-vs-rest sigmoid head (binary cross-entropy)",
+    "distance": "prototype head (softmax over −‖h − μ‖²)",
+}
+CONFIDENT = 0.9
+"""An input counts as confidently assigned when its head's confidence is at least this."""
+ECE_BINS = 15
+OOD_SETS = ("near", "far")
+
+Confidence = Callable[[Tensor], Tensor]
+"""Logits `[N, K]` to each row's confidence `[N]`."""
+
+
+def max_probability(kind: str) -> Confidence:
+    """The confidence of head `kind`: the largest softmax probability of its logits, or for the
+    sigmoid head the largest sigmoid."""
+    if kind not in HEADS:
+        raise ValueError(f"kind must be one of {sorted(HEADS)}, got {kind!r}")
+    if kind == "sigmoid":
+        return lambda z: torch.sigmoid(z).amax(-1)
+    return lambda z: torch.softmax(z, dim=-1).amax(-1)
+
+
+def forced_softmax(margin: float) -> Confidence:
+    r"""The softmax over logits whose every class but the top one is lowered to
+    $z_{\max} - \text{margin}$: normalization alone then gives the top class
+    $1/(1 + (K-1)e^{-\text{margin}})$, whatever the logits were."""
+
+    def confidence(z: Tensor) -> Tensor:
+        top = z.amax(-1, keepdim=True)
+        planted = torch.where(z == top, top, top - margin)
+        return torch.softmax(planted, dim=-1).amax(-1)
+
+    return confidence
+
+
+def confidence_reading(confidence: Tensor) -> dict[str, float]:
+    """`mean`: the mean confidence; `share`: the share of rows at least `CONFIDENT` (compared in
+    the confidence's own precision)."""
+    confident = (confidence >= CONFIDENT).double()
+    return {"mean": float(confidence.double().mean()), "share": float(confident.mean())}
+
+
+def train_head(kind: str, split: OpenSetSplit, seed: int, config: dict[str, Any]) -> Module:
+    """Head `kind` on E8's encoder, trained on `split`'s known classes from initialization
+    `seed` (`_open_set.train_model`, no null component)."""
+    settings = {**config, "null_target": 0.0, "d0_init": 0.0}
+    return train_model(kind, split.x_train, split.y_train, split.classes, seed, settings)
+
+
+def read_head(model: Module, split: OpenSetSplit, confidence: Confidence) -> dict[str, Any]:
+    """A trained head read with `confidence`: the in-distribution test `accuracy` (argmax of
+    the logits), `ece` (15 bins, against whether the argmax is the label) and mean
+    `confidence_known`; for the `near` (held-out classes) and `far` (another data set) inputs
+    the `confidence_reading`."""
+    known = split.y_test >= 0
+    with torch.no_grad():
+        z_known = model(split.x_test[known])[1].double()
+        z_near = model(split.x_test[~known])[1].double()
+        z_far = model(split.x_far)[1].double()
+    conf_known = confidence(z_known)
+    correct = z_known.argmax(-1) == split.y_test[known]
+    return {
+        "accuracy": float(correct.double().mean()),
+        "ece": expected_calibration_error(conf_known, correct, bins=ECE_BINS),
+        "confidence_known": float(conf_known.mean()),
+        "near": confidence_reading(confidence(z_near)),
+        "far": confidence_reading(confidence(z_far)),
+    }
+
+
+def measure_head(
+    kind: str, split: OpenSetSplit, seed: int, config: dict[str, Any]
+) -> dict[str, Any]:
+    """`read_head` of head `kind` trained on `split` from `seed`, read by its own
+    `max_probability`."""
+    return read_head(train_head(kind, split, seed, config), split, max_probability(kind))
