@@ -9,6 +9,7 @@ default `gd` and `adam`, which step in each component's units.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +23,7 @@ from torch import Tensor
 from implicit_em.mixture.covariance import covariance_model
 from implicit_em.mixture.parameters import Mixture
 from implicit_em.mixture.step_rules import GradientRule, StepRule, make_step_rule
+from implicit_em.report.plan import Unit
 
 REG_COVAR = (
     0.0  # the plain likelihood: a ridge would move EM's fixed point off its stationary points
@@ -79,6 +81,15 @@ def dataset(name: str, n_synthetic: int, seed: int) -> Dataset:
 def start_names(seeds: list[int]) -> list[tuple[int, str]]:
     """The (seed, data set name) of each of `starts`, without loading the data."""
     return [(seed, name) for seed in seeds for name in DATASETS]
+
+
+def start_units(config: dict, start_unit: Callable[[dict, int, str], dict]) -> list[Unit]:
+    """One unit per (seed, data set) of `config["seeds"]` (`start_names`), each computing
+    `start_unit(config, seed, data_name)`, a module-level function."""
+    return [
+        Unit(f"{name}-seed{seed}", start_unit, {"config": config, "seed": seed, "data": name})
+        for seed, name in start_names(config["seeds"])
+    ]
 
 
 def starts(seeds: list[int], n_synthetic: int) -> list[tuple[int, Dataset]]:

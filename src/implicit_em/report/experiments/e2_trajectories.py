@@ -166,10 +166,7 @@ def _start_unit(config: dict[str, Any], seed: int, data: str) -> dict[str, Any]:
 
 def plan(config: dict[str, Any]) -> list[Unit]:
     """One unit per seed and data set: every fitter from that start."""
-    return [
-        Unit(f"{name}-seed{seed}", _start_unit, {"config": config, "seed": seed, "data": name})
-        for seed, name in mx.start_names(config["seeds"])
-    ]
+    return mx.start_units(config, _start_unit)
 
 
 def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> Outcome:

@@ -160,10 +160,7 @@ def _start_unit(config: dict[str, Any], seed: int, data: str) -> dict[str, Any]:
 
 def plan(config: dict[str, Any]) -> list[Unit]:
     """One unit per seed and data set (the mixture runs), one per LSE start."""
-    return [
-        Unit(f"{name}-seed{seed}", _start_unit, {"config": config, "seed": seed, "data": name})
-        for seed, name in mx.start_names(config["seeds"])
-    ] + [
+    return mx.start_units(config, _start_unit) + [
         Unit(f"lse-start{s}", _lse_start, {"config": config, "seed": s})
         for s in range(config["lse_starts"])
     ]
