@@ -413,7 +413,7 @@ class StickyMarkov:
     r"""A sticky Markov chain on `n_symbols` symbols: the two-timescale reference task.
 
     One transition matrix $P$ for the whole task (fixed by `matrix_seed`): each row keeps
-    `stay` on its own symbol and spreads $1 - $ `stay` over the others by a draw from the flat
+    `stay` on its own symbol and spreads $1 - s$ (with $s$ = `stay`) over the others by a draw from the flat
     Dirichlet. Each sequence starts from a uniform symbol and follows the chain; the model reads
     $x_1..x_t$ and predicts $x_{t+1}$, whose exact posterior is the transition row of the last
     symbol, $p(x_{t+1} = j \mid x_{1..t}) = P_{x_t j}$ (the chain is Markov), at every position.

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from matplotlib.colors import ListedColormap
 from scipy import stats
 
 from implicit_em.report.experiments import _kernel_sweep as ks
@@ -90,6 +89,8 @@ def map_figure(
 ) -> str:
     """Per data set, a map over (width, outlier share): excluded cells in grey, otherwise which of
     robustness and loss of competition holds in a majority of the seeds."""
+    from matplotlib.colors import ListedColormap  # the `report` extra; imported when drawing
+
     fig, axes = new_figure(ncols=len(per_data_set), width=3.6, height=3.0)
     widths, shares = config["sweep_widths"], config["sweep_outlier_shares"]
     for ax, (name, units) in zip(axes[0], per_data_set.items(), strict=True):
