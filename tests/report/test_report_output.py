@@ -128,7 +128,9 @@ def test_results_json_and_summary_agree(smoke_report):
         assert set(item["decided_by"]) <= {p["id"] for p in item["parts"]}
         assert {c["experiment"] for c in item["evidence"]} <= set(item["experiments"])
     for entry in document["experiments"]:
-        assert f"**{entry['verdict']}** | not published | {duration(entry['seconds'])} |" in summary
+        mark = " (exploratory)" if entry["exploratory"] else ""
+        verdict = f"**{entry['verdict']}**{mark}"
+        assert f"{verdict} | not published | {duration(entry['seconds'])} |" in summary
         assert entry["verdict"] in VERDICTS
         assert entry["rule"] and entry["hypothesis"] and (entry["criteria"] or entry["gates"])
         for gate in entry["gates"]:
@@ -233,7 +235,9 @@ def test_quick_verdicts_are_compared_with_the_published_full_run(smoke_report, t
     assert first["full_verdict"] == full["experiments"][0]["verdict"] != first["verdict"]
     summary = render_markdown(compared)
     assert f"published full run of {full['meta']['date']} on {full['meta']['machine']}" in summary
-    assert f"**{first['verdict']}** | **{first['full_verdict']}** |" in summary
+    mark = " (exploratory)" if first["exploratory"] else ""
+    full_mark = " (exploratory)" if first["full_exploratory"] else ""
+    assert f"**{first['verdict']}**{mark} | **{first['full_verdict']}**{full_mark} |" in summary
     assert _published(tmp_path / "absent.json") is None
 
 
