@@ -88,9 +88,8 @@ def test_a_smoke_run_reads_the_gaps_from_the_heads(tmp_path):
     for where in ("near", "far"):
         gap = head["softmax"][where]["mean"] - head["sigmoid"][where]["mean"]
         assert outcome.samples[f"confidence_gap_{where}"] == [pytest.approx(gap)]
-        assert outcome.samples[f"confident_share_softmax_{where}"] == [
-            head["softmax"][where]["share"]
-        ]
+    assert outcome.samples["confident_share_softmax_far"] == [head["softmax"]["far"]["share"]]
+    assert outcome.numbers["share_near_softmax"] == head["softmax"]["near"]["share"]  # shown
     for kind in config["heads"]:
         assert 0 <= outcome.numbers[f"ece_{kind}"] <= 1
         assert outcome.numbers[f"accuracy_{kind}"] > 1 / PROTOCOL.sizes["smoke"]["known"]

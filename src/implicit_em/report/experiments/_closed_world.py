@@ -19,6 +19,7 @@ calibration error over 15 equal-width bins against whether the argmax is the lab
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -121,3 +122,24 @@ def measure_head(
     """`read_head` of head `kind` trained on `split` from `seed`, read by its own
     `max_probability`."""
     return read_head(train_head(kind, split, seed, config), split, max_probability(kind))
+
+
+def confidence_figure(
+    measured: list[dict[str, Any]], heads: dict[str, str], out: Path, confident: float
+) -> str:
+    """Per out-of-distribution set (near, far), each head's mean max-probability on it, one dot
+    per seed and a bar at their mean, with the confidence line `confident` for reference."""
+    from implicit_em.report.figures import new_figure, save
+
+    fig, axes = new_figure(ncols=len(OOD_SETS), width=3.4, height=3.0)
+    for ax, where in zip(axes[0], OOD_SETS, strict=True):
+        for i, kind in enumerate(heads):
+            values = [m[kind][where]["mean"] for m in measured]
+            ax.bar(i, sum(values) / len(values), color="#d0d7de", width=0.6)
+            ax.plot([i] * len(values), values, "o", color="#0969da", markersize=4)
+        ax.axhline(confident, color="#cf222e", linewidth=1, linestyle="--")
+        ax.set_xticks(range(len(heads)), list(heads.values()), rotation=20, fontsize=8)
+        ax.set_ylim(0, 1)
+        ax.set_title(f"{where} out of distribution", fontsize=9)
+        ax.set_ylabel("mean max-probability")
+    return save(fig, out, "closed_world.png")
