@@ -140,7 +140,8 @@ def _experiment(id_: str, run) -> Experiment:
         claims=("C1",),
         hypothesis=f"hypothesis {PAYLOAD}",
         setup=f"setup {PAYLOAD}",
-        run=run,
+        plan=lambda config: [],
+        aggregate=lambda config, results, out: run(config, out),
         protocol=Protocol.from_data(
             {
                 "id": id_,
