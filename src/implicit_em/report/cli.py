@@ -97,7 +97,10 @@ def report_command(
     except ValueError as err:
         fail(str(err))
     check_writable_folder(out, "--out")
-    runner = make_executor(executor, address)
+    try:
+        runner = make_executor(executor, address)
+    except ValueError as err:
+        fail(str(err))
     try:
         report = run_report(
             ids,

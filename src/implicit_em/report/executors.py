@@ -113,7 +113,12 @@ class RayExecutor:
             }
             if address is None:
                 options["num_cpus"] = num_cpus or os.cpu_count() or 1
-            ray.init(**options)
+            try:
+                ray.init(**options)
+            except (ConnectionError, RuntimeError, TimeoutError) as err:
+                where = f"--address {address}" if address else "--executor ray"
+                reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err)
+                raise ValueError(f"{where}: cannot start or join a Ray cluster ({reason})") from err
         self._task = ray.remote(max_retries=RETRIES, retry_exceptions=False)(_on_worker)
         self._refs: dict[Any, int] = {}
 
