@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import base64
 import datetime as _dt
-import json
 import re
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -101,10 +100,12 @@ def rejudge_folder(folder: Path | str, full: Path | str | None = None) -> Path:
     the published full-size results.json a smaller report is compared with. The figures are
     those of the folder when it has them, else those its page embeds."""
     folder = Path(folder)
-    document = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+    document = published_document(folder)
+    if document is None:
+        raise ValueError(f"{folder}: no results.json to judge again")
     published = None
-    if full is not None and Path(full).is_file() and Path(full) != folder / "results.json":
-        published = json.loads(Path(full).read_text(encoding="utf-8"))
+    if full is not None and Path(full).parent.resolve() != folder.resolve():
+        published = published_document(Path(full).parent)
     judged = rejudge_document(document, published)
     if (folder / "figures").is_dir():
         write_document(judged, folder)
