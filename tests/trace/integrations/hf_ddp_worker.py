@@ -4,6 +4,7 @@ the Trainer's accelerate backend sets up gloo on CPU)."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import torch
@@ -57,3 +58,11 @@ def main(out: str) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1])
+    # Every output is written and closed, and the process group is destroyed. The Trainer's own
+    # collectives (DDP buckets, accelerate's gathers) can still be released by a gloo worker
+    # thread while the interpreter finalizes, which aborts the process now and then
+    # ("terminate called without an active exception") after all the work is done. Leave
+    # without finalizing, so that the exit status speaks of the run alone.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
