@@ -123,12 +123,59 @@ def class_means(z: Tensor, labels: Tensor, k: int) -> Tensor:
     return torch.stack(means)
 
 
+def clean_accuracies(data: dict[str, Tensor], config: dict[str, Any]) -> dict[str, float]:
+    """Test accuracy with the clean training labels: the clamp's model (`start_model` from the
+    class means, `fit_targets`, the one schedule) against scikit-learn's linear discriminant
+    analysis and logistic regression on the same features (the model's own-task check)."""
+    from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
+    from sklearn.linear_model import LogisticRegression
+
+    z, y = data["z_train"], data["y_train"]
+    start = start_model(class_means(z, y, int(y.max()) + 1), config)
+    ours = pc.fit_targets(z, y, start, config["steps"], config["lr"])
+    test = data["z_test"].numpy(), data["y_test"].numpy()
+    lda = LinearDiscriminantAnalysis().fit(z.numpy(), y.numpy())
+    logistic = LogisticRegression(max_iter=1000).fit(z.numpy(), y.numpy())
+    return {
+        "ours": pc.accuracy(ours, data["z_test"], data["y_test"]),
+        "lda": float(lda.score(*test)),
+        "logistic": float(logistic.score(*test)),
+    }
+
+
+def start_model(means: Tensor, config: dict[str, Any]) -> pc.Model:
+    """The start every fitter and rival takes: prototypes at `means`, a uniform prior and, when
+    `config["shared_covariance"]`, an identity precision factor to learn."""
+    return pc.Model(means, shared_covariance=bool(config.get("shared_covariance", False)))
+
+
+def without_clamp(
+    arm: str,
+    z: Tensor,
+    supervision: pc.Supervision,
+    naive: Tensor,
+    start: pc.Model,
+    config: dict[str, Any],
+) -> pc.Model:
+    """The same model trained on the same labels without the partial clamp, the labels taken
+    at face value: the labelled rows alone (`semi`), the candidates averaged (`partial`), the
+    noisy labels as true (`noisy_*`), the majority vote (`crowd`, ties broken at random)."""
+    steps, lr = config["steps"], config["lr"]
+    if arm == "semi":
+        labelled = naive >= 0
+        return pc.fit_targets(z[labelled], naive[labelled], start, steps, lr)
+    if arm == "partial":
+        mask = supervision.labels.float()
+        return pc.fit_targets(z, mask / mask.sum(-1, keepdim=True), start, steps, lr)
+    return pc.fit_targets(z, naive, start, steps, lr)
+
+
 def rivals(
     arm: str,
     z: Tensor,
     supervision: pc.Supervision,
     naive: Tensor,
-    start: Tensor,
+    start: pc.Model,
     config: dict[str, Any],
     seed: int,
 ) -> dict[str, Any]:

@@ -1,16 +1,18 @@
 r"""E16's model, its two fitters (gradient descent on a partial clamp, explicit EM) and the rivals.
 
-The model is a distance classifier over PCA features $z$: one prototype per class and a learned
-prior, $d_j = \tfrac12\|z - \mu_j\|^2 - \log\pi_j$, so $r = \mathrm{softmax}(-d)$ is the
-posterior of a mixture of unit-variance Gaussians. Supervision is a weight $\log w$ over the
+The model is a distance classifier over PCA features $z$: one prototype per class, a learned
+prior and a learned covariance shared by the classes,
+$d_j = \tfrac12 (z - \mu_j)^\top\Sigma^{-1}(z - \mu_j) + \tfrac12\log|\Sigma| - \log\pi_j$, so
+$r = \mathrm{softmax}(-d)$ is the posterior of a Gaussian mixture with one shared covariance
+(`Model`; unit variance without it). Supervision is a weight $\log w$ over the
 classes per row (`implicit_em.objectives.clamped_nll`); noisy and crowd labels get their weights
 from a transition matrix or confusion matrices that are learned with the model.
 
 * `fit_gd`: Adam on the clamped objective itself (gradient $\tilde r - r$), the transition or
   confusions as parameters beside the prototypes (`TransitionNLL`, `CrowdNLL`).
 * `fit_em`: explicit EM on the same model: E-step $\tilde r$ from the current model and
-  supervision; M-step fits the model to $\tilde r$ (closed form for the joint likelihood of the
-  semi-supervised arm; Adam steps on the cross-entropy to $\tilde r$ otherwise) and the
+  supervision; M-step fits the model to $\tilde r$ (closed form, means and shared covariance,
+  for the joint likelihood of the semi-supervised arm; Adam steps on the cross-entropy to $\tilde r$ otherwise) and the
   transition or confusions by their closed form (expected counts).
 
 Rivals, each from its own library where one installs here: pseudo-labelling (Lee 2013), the
@@ -42,20 +44,32 @@ __all__ = [
 
 
 class Model(nn.Module):
-    r"""Prototypes $\mu$ `[K, D]` and prior logits; `distances(z)` is $d$ `[N, K]`. A `Model`
-    as `start` copies its prototypes and prior; a tensor starts the prior uniform."""
+    r"""Prototypes $\mu$ `[K, D]`, prior logits and, with `shared_covariance`, a learned
+    precision factor $A$ `[D, D]` shared by the classes ($\Sigma^{-1} = A A^\top$):
+    $d_j = \tfrac12\|(z - \mu_j) A\|^2 - \log|\det A| - \log\pi_j$, so $r = \mathrm{softmax}(-d)$
+    is the posterior of a Gaussian mixture with one shared covariance (without it, $A = I$:
+    unit variance). `distances(z)` is $d$ `[N, K]`. A `Model` as `start` copies its parameters;
+    a tensor starts the prior uniform and $A = I$."""
 
-    def __init__(self, start: Tensor | Model) -> None:
+    def __init__(self, start: Tensor | Model, shared_covariance: bool = False) -> None:
         super().__init__()
         if isinstance(start, Model):
             prototypes, prior = start.prototypes.detach(), start.prior.detach()
+            factor = None if start.factor is None else start.factor.detach()
         else:
             prototypes, prior = start, torch.zeros(len(start), dtype=start.dtype)
+            factor = torch.eye(start.shape[1], dtype=start.dtype) if shared_covariance else None
         self.prototypes = nn.Parameter(prototypes.clone())
         self.prior = nn.Parameter(prior.clone())
+        self.factor = None if factor is None else nn.Parameter(factor.clone())
 
     def distances(self, z: Tensor) -> Tensor:
-        return 0.5 * squared_euclidean(z, self.prototypes) - torch.log_softmax(self.prior, 0)
+        log_prior = torch.log_softmax(self.prior, 0)
+        if self.factor is None:
+            return 0.5 * squared_euclidean(z, self.prototypes) - log_prior
+        mapped = squared_euclidean(z @ self.factor, self.prototypes @ self.factor)
+        log_det = torch.linalg.slogdet(self.factor)[1]
+        return 0.5 * mapped - log_det - log_prior
 
     def posteriors(self, z: Tensor) -> Tensor:
         with torch.no_grad():
@@ -117,11 +131,16 @@ def _adam(parameters: list[Tensor], loss: Callable[[], Tensor], steps: int, lr: 
 
 
 def fit_gd(
-    z: Tensor, supervision: Supervision, start: Tensor, steps: int, lr: float, diagonal: float
+    z: Tensor,
+    supervision: Supervision,
+    start: Tensor | Model,
+    steps: int,
+    lr: float,
+    diagonal: float,
 ) -> tuple[Model, Tensor | None]:
     """Adam on the partial-clamp objective: the model and the learned transition/confusions."""
     model = Model(start)
-    k = len(start)
+    k = len(model.prototypes)
     noise = _noise_start(supervision, k, diagonal)
     learned = noise is not None and supervision.known is None
     noise_logits = nn.Parameter(torch.log(noise)) if learned else None
@@ -155,18 +174,28 @@ def _closed_form_m_step(z: Tensor, posterior: Tensor) -> Tensor:
     return (posterior.T @ z) / weight[:, None]
 
 
+def _closed_form_factor(z: Tensor, posterior: Tensor, means: Tensor) -> Tensor:
+    r"""The shared covariance of the joint M-step, $\Sigma = \frac1N\sum_{n,j} r_{nj}
+    (z_n - \mu_j)(z_n - \mu_j)^\top$ (plus $10^{-4} I$), as its precision factor $A$ with
+    $A A^\top = \Sigma^{-1}$ (lower Cholesky)."""
+    centred = z[:, None, :] - means[None]
+    covariance = torch.einsum("nj,nja,njb->ab", posterior, centred, centred) / len(z)
+    covariance = covariance + 1e-4 * torch.eye(z.shape[1], dtype=z.dtype)
+    return torch.linalg.cholesky(torch.linalg.inv(covariance))
+
+
 def fit_em(
     z: Tensor,
     supervision: Supervision,
-    start: Tensor,
+    start: Tensor | Model,
     iterations: int,
     m_steps: int,
     lr: float,
     diagonal: float,
 ) -> tuple[Model, Tensor | None]:
     """Explicit EM on the same model and supervision (see the module docstring)."""
-    k = len(start)
     model = Model(start)
+    k = len(model.prototypes)
     noise = _noise_start(supervision, k, diagonal)
     if supervision.known is not None:
         noise = supervision.known
@@ -177,6 +206,8 @@ def fit_em(
         if supervision.joint:
             model.prototypes.data = _closed_form_m_step(z, posterior)
             model.prior.data = torch.log(posterior.mean(0).clamp_min(1e-12))
+            if model.factor is not None:
+                model.factor.data = _closed_form_factor(z, posterior, model.prototypes.data)
         else:
             model = fit_targets(z, posterior, model, m_steps, lr)
         if supervision.known is not None:
@@ -193,7 +224,7 @@ def fit_em(
 
 
 def proden(
-    z: Tensor, candidates: Tensor, start: Tensor, epochs: int, steps: int, lr: float
+    z: Tensor, candidates: Tensor, start: Tensor | Model, epochs: int, steps: int, lr: float
 ) -> Model:
     r"""PRODEN (Lv et al., ICML 2020): cross-entropy to weights over the candidates, the weights
     re-estimated after each epoch as the model's confidence renormalized over the candidate set,
@@ -208,7 +239,7 @@ def proden(
 
 
 def generalized_ce(
-    z: Tensor, labels: Tensor, start: Tensor, steps: int, lr: float, q: float = 0.7
+    z: Tensor, labels: Tensor, start: Tensor | Model, steps: int, lr: float, q: float = 0.7
 ) -> Model:
     r"""Generalized cross-entropy (Zhang & Sabuncu, NeurIPS 2018): $(1 - p_y^q)/q$, between
     cross-entropy ($q \to 0$) and the mean absolute error ($q = 1$)."""
