@@ -92,3 +92,69 @@ def test_gd_and_em_agree_on_a_separable_clamp_with_a_known_transition():
     em, _ = pc.fit_em(z, supervision, start, 20, 20, 0.05, 0.8)
     assert pc.agreement(gd, em, z) > 0.97
     assert pc.accuracy(gd, z, y) > 0.95 and pc.accuracy(em, z, y) > 0.95
+
+
+def test_the_shared_covariance_model_is_the_gaussian_posterior():
+    g = torch.Generator().manual_seed(1)
+    means = torch.randn(3, 2, generator=g)
+    model = pc.Model(means, shared_covariance=True)
+    with torch.no_grad():
+        model.factor.copy_(torch.tensor([[1.5, 0.0], [0.4, 0.7]]))
+        model.prior.copy_(torch.tensor([0.0, 1.0, -0.5]))
+    precision = model.factor @ model.factor.T
+    z = torch.randn(5, 2, generator=g)
+    gaussian = torch.distributions.MultivariateNormal(means, precision_matrix=precision)
+    log_joint = gaussian.log_prob(z[:, None, :]) + torch.log_softmax(model.prior, 0)
+    expected = torch.softmax(log_joint, -1)
+    torch.testing.assert_close(model.posteriors(z), expected, atol=1e-5, rtol=1e-5)
+    # the distances are the negative log joint up to the constant (D/2) log 2 pi
+    offset = -log_joint.detach() - model.distances(z).detach()
+    torch.testing.assert_close(offset, torch.full_like(offset, math.log(2 * math.pi)))
+
+
+def test_em_s_joint_m_step_fits_the_shared_covariance():
+    z = torch.tensor([[0.0, 0.0], [2.0, 0.0], [10.0, 1.0], [10.0, -1.0]])
+    posterior = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0]])
+    means = pc._closed_form_m_step(z, posterior)
+    factor = pc._closed_form_factor(z, posterior, means)
+    covariance = torch.tensor([[0.5, 0.0], [0.0, 0.5]]) + 1e-4 * torch.eye(2)
+    torch.testing.assert_close(factor @ factor.T, torch.linalg.inv(covariance))
+
+
+def _blobs(n: int = 90) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(2)
+    y = torch.arange(3).repeat(n // 3)
+    return 5 * torch.eye(3)[y] + torch.randn(n, 3, generator=g), y
+
+
+def test_without_clamp_takes_the_labels_at_face_value():
+    z, y = _blobs()
+    config = {**CONFIG, "steps": 40, "lr": 0.05}
+    start = pc.Model(il.class_means(z, y, 3))
+    for arm in ("semi", "partial", "noisy_sym", "crowd"):
+        supervision, naive = il.supervise(arm, y, 3, {**CONFIG, "label_fraction": 0.2}, 0)
+        model = il.without_clamp(arm, z, supervision, naive, start, config)
+        if arm == "semi":
+            rows = naive >= 0
+            expected = pc.fit_targets(z[rows], naive[rows], start, 40, 0.05)
+        elif arm == "partial":
+            mask = supervision.labels.float()
+            expected = pc.fit_targets(z, mask / mask.sum(-1, keepdim=True), start, 40, 0.05)
+        else:
+            expected = pc.fit_targets(z, naive, start, 40, 0.05)
+        torch.testing.assert_close(model.prototypes, expected.prototypes)
+    # the semi-supervised naive model sees only the labelled rows: it differs from a fit to all
+    supervision, naive = il.supervise("semi", y, 3, {**CONFIG, "label_fraction": 0.2}, 0)
+    everything = pc.fit_targets(z, y, start, 40, 0.05)
+    alone = il.without_clamp("semi", z, supervision, naive, start, config)
+    assert not torch.allclose(alone.prototypes, everything.prototypes)
+
+
+def test_clean_accuracies_set_the_model_against_lda_and_logistic_regression():
+    z, y = _blobs(120)
+    data = {"z_train": z[:90], "y_train": y[:90], "z_test": z[90:], "y_test": y[90:]}
+    scores = il.clean_accuracies(data, {"steps": 60, "lr": 0.05})
+    assert set(scores) == {"ours", "lda", "logistic"}
+    assert all(v > 0.9 for v in scores.values())
+    shuffled = {**data, "y_test": y[90:].roll(1)}  # wrong test labels: every model fails
+    assert all(v < 0.5 for v in il.clean_accuracies(shuffled, {"steps": 60, "lr": 0.05}).values())
