@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from implicit_em.report.experiments import _imperfect_labels as il
@@ -34,11 +35,30 @@ def test_each_arm_builds_the_supervision_it_names():
     flipped = noisy.labels != y
     assert bool((noisy.labels[flipped] == (y[flipped] + 1) % 10).all())
     assert abs(float(flipped.float().mean()) - 0.4) < 0.08
+    z = torch.randn(400, 3, generator=torch.Generator().manual_seed(0)) + y[:, None].float()
+    inst, _ = il.supervise("noisy_inst", y, 10, CONFIG, 0, z)
+    assert inst.kind == "noisy" and inst.known is None
     crowd, majority = il.supervise("crowd", y, 10, CONFIG, 0)
     assert crowd.labels.shape == (400, 5)
     wrong = crowd.labels != y[:, None]
     assert bool((crowd.labels[wrong] == ((y[:, None] + 1) % 10).expand(400, 5)[wrong]).all())
     assert majority.shape == y.shape
+
+
+def test_instance_dependent_noise_flips_to_the_nearest_other_class_and_flips_it_more():
+    # Three classes on a line at 0, 1 and 10: class 0 and 1 are easily taken for each other,
+    # class 2 for nothing; a row flips to its nearest other class, class 2's rows almost never.
+    y = torch.arange(3).repeat(400)
+    z = torch.tensor([0.0, 1.0, 10.0])[y][:, None] + 0.3 * torch.randn(
+        1200, 1, generator=torch.Generator().manual_seed(0)
+    )
+    flip, other = il._instance_flips(z, y, 3, 0.4, torch.Generator().manual_seed(1))
+    assert bool((other[y == 0] == 1).all()) and bool((other[y == 1] == 0).all())
+    assert float(flip[y == 2].float().mean()) < 0.01
+    assert float(flip[y < 2].float().mean()) > 0.5
+    assert 0.3 < float(flip.float().mean()) <= 0.41
+    with pytest.raises(ValueError, match="noisy_inst needs the features z"):
+        il.supervise("noisy_inst", y, 3, {"noise": 0.4}, 0)
 
 
 def test_the_known_transitions_are_stochastic_and_right():

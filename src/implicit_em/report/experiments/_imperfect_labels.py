@@ -12,7 +12,45 @@ from torch import Tensor
 from implicit_em.data import load_dataset
 from implicit_em.report.experiments import _partial_clamps as pc
 
-ARMS = ("semi", "partial", "noisy_sym", "noisy_asym", "crowd")
+ARMS = ("semi", "partial", "noisy_sym", "noisy_asym", "crowd", "noisy_inst")
+
+# The arms with a criterion. On the other two the field's methods do not beat training on the
+# labels at face value by the criterion's point (development seeds 100-107: label spreading and
+# pseudo-labelling 0.9 points over supervised-only training, GCE and cleanlab 0.6 points below
+# cross-entropy under instance-dependent noise), so the model without the clamp, the realistic
+# negative control, could not come out below them: their numbers are shown, not judged.
+JUDGED = ("partial", "noisy_sym", "noisy_asym", "crowd")
+
+# What each rival must beat on the arm's own data to count as working (its own-task gate): the
+# naive method it improves on. The crowd's aggregations are read on the training rows' labels
+# (`annotators`: the mean single annotator), the others on test accuracy.
+WORKS = {
+    "semi": (("pseudo-labelling", "supervised only"), ("label spreading", "supervised only")),
+    "partial": (("PRODEN", "naive average"),),
+    "noisy_sym": (("GCE", "cross-entropy"), ("cleanlab CleanLearning", "logistic regression")),
+    "noisy_asym": (("GCE", "cross-entropy"), ("cleanlab CleanLearning", "logistic regression")),
+    "noisy_inst": (("GCE", "cross-entropy"), ("cleanlab CleanLearning", "logistic regression")),
+    "crowd": (
+        ("majority vote", "annotators"),
+        ("Dawid-Skene", "majority vote"),
+        ("GLAD", "majority vote"),
+    ),
+}
+
+
+def field_methods(arm: str) -> list[str]:
+    """The arm's rivals the best is chosen from: the field's methods of `WORKS`, less the naive
+    ones they improve on (supervised only, the naive average, cross-entropy and logistic
+    regression on the noisy labels, majority vote), which train on the labels at face value
+    as the model without the clamp does."""
+    naive = {base for _, base in WORKS[arm]}
+    return [rival for rival, _ in WORKS[arm] if rival not in naive]
+
+
+def works_key(arm: str, rival: str) -> str:
+    """The outcome number of a rival's own-task margin, e.g. `works_noisy_sym_gce`."""
+    slug = "_".join(rival.lower().replace("-", " ").split())
+    return f"works_{arm}_{slug}"
 
 
 def features(config: dict[str, Any]) -> dict[str, Tensor]:
@@ -71,11 +109,12 @@ def _annotators(y: Tensor, k: int, config: dict[str, Any], generator: torch.Gene
 
 
 def supervise(
-    arm: str, y: Tensor, k: int, config: dict[str, Any], seed: int
+    arm: str, y: Tensor, k: int, config: dict[str, Any], seed: int, z: Tensor | None = None
 ) -> tuple[pc.Supervision, Tensor]:
     """The arm's supervision of the training rows, and its naive hard labels (the labelled
     rows' labels, a random candidate, the noisy label, the majority vote) that every fitter and
-    rival starts from; for `semi` the naive labels are -1 on unlabeled rows."""
+    rival starts from; for `semi` the naive labels are -1 on unlabeled rows. `noisy_inst`
+    needs the rows' features `z` (`_instance_flips`)."""
     g = torch.Generator().manual_seed(1000 * ARMS.index(arm) + seed)
     n = len(y)
     if arm == "semi":
@@ -95,6 +134,12 @@ def supervise(
             mask[torch.arange(n)[short], extra[short]] = True
         naive = torch.multinomial(mask.float(), 1, generator=g).flatten()
         return pc.Supervision("mask", mask), naive
+    if arm == "noisy_inst":
+        if z is None:
+            raise ValueError("supervise: noisy_inst needs the features z")
+        flip, other = _instance_flips(z, y, k, config["noise"], g)
+        noisy = torch.where(flip, other, y)
+        return pc.Supervision("noisy", noisy), noisy
     if arm in ("noisy_sym", "noisy_asym"):
         flip = torch.rand(n, generator=g) < config["noise"]
         other = _other_class(y, k, g) if arm == "noisy_sym" else (y + 1) % k
@@ -107,6 +152,21 @@ def supervise(
     votes = torch.nn.functional.one_hot(labels, k).sum(1).float()
     majority = (votes + 1e-3 * torch.rand(n, k, generator=g)).argmax(1)  # random tie-break
     return pc.Supervision("crowd", labels), majority
+
+
+def _instance_flips(
+    z: Tensor, y: Tensor, k: int, noise: float, generator: torch.Generator
+) -> tuple[Tensor, Tensor]:
+    r"""Instance-dependent noise: a row's label flips to the class it is most easily taken for,
+    its most likely wrong class $c$ under the nearest-class-mean posterior $p$ fitted to the
+    clean labels, with probability $\min(1, \rho\, p_c / \bar p_c)$ ($\rho$ = `noise`, $\bar p_c$
+    the mean of $p_c$ over the rows), so the rows near another class flip most and the mean
+    rate is about $\rho$ (a little below where the clip binds). Returns the flip mask and $c$."""
+    confusion = pc.Model(class_means(z, y, k)).posteriors(z)
+    confusion[torch.arange(len(y)), y] = 0.0
+    score, other = confusion.max(-1)
+    chance = (noise * score / score.mean()).clamp(max=1.0)
+    return torch.rand(len(y), generator=generator) < chance, other
 
 
 def _transition(arm: str, k: int, noise: float) -> Tensor:
@@ -178,53 +238,66 @@ def rivals(
     start: pc.Model,
     config: dict[str, Any],
     seed: int,
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], dict[str, tuple[Tensor, Tensor, bool]]]:
     """The standard methods for the arm's kind of label, by name: a fitted `Model`, or an
-    object with `predict(numpy features)` (cleanlab's)."""
+    object with `predict(numpy features)` (scikit-learn's and cleanlab's); and, for the crowd,
+    each aggregation's labels of the training rows by name, `(rows, labels, converged)`
+    (`converged`: it stopped on its own tolerance before `crowd_iterations`; majority vote,
+    which does not iterate, always)."""
     steps, lr = config["steps"], config["lr"]
     if arm == "semi":
+        from sklearn.semi_supervised import LabelSpreading
+
         labelled = naive >= 0
         supervised = pc.fit_targets(z[labelled], naive[labelled], start, steps, lr)
         confidence, guess = supervised.posteriors(z).max(-1)
         keep = labelled | (confidence >= config["pseudo_threshold"])
         pseudo_labels = torch.where(labelled, naive, guess)
         pseudo = pc.fit_targets(z[keep], pseudo_labels[keep], supervised, steps, lr)
-        return {"supervised only": supervised, "pseudo-labelling": pseudo}
+        spreading = LabelSpreading(kernel="knn", n_neighbors=config["spreading_neighbours"])
+        spreading.fit(z.numpy(), naive.numpy())
+        models = {"supervised only": supervised, "pseudo-labelling": pseudo}
+        return {**models, "label spreading": spreading}, {}
     if arm == "partial":
         mask = supervision.labels
         average = pc.fit_targets(z, mask.float() / mask.sum(-1, keepdim=True), start, steps, lr)
         epochs = config["proden_epochs"]
         proden = pc.proden(z, mask, start, epochs, max(1, steps // epochs), lr)
-        return {"naive average": average, "PRODEN": proden}
-    if arm in ("noisy_sym", "noisy_asym"):
+        return {"naive average": average, "PRODEN": proden}, {}
+    if arm.startswith("noisy"):
         from cleanlab.classification import CleanLearning
         from sklearn.linear_model import LogisticRegression
 
         noisy = supervision.labels
         clean = CleanLearning(LogisticRegression(max_iter=300), seed=seed, cv_n_folds=3)
         clean.fit(z.numpy(), noisy.numpy())
+        logistic = LogisticRegression(max_iter=300).fit(z.numpy(), noisy.numpy())
         return {
             "cross-entropy": pc.fit_targets(z, noisy, start, steps, lr),
             "GCE": pc.generalized_ce(z, noisy, start, steps, lr),
+            "logistic regression": logistic,
             "cleanlab CleanLearning": clean,
-        }
+        }, {}
     import pandas as pd
     from crowdkit.aggregation import GLAD, DawidSkene, MajorityVote
 
     labels = supervision.labels.numpy()
     rows, annotators = np.nonzero(labels >= 0)
     frame = pd.DataFrame({"task": rows, "worker": annotators, "label": labels[rows, annotators]})
-    out = {}
+    models, aggregates = {}, {}
     for name, method in (
         ("majority vote", MajorityVote()),
+        # each to its own convergence test (change of its objective below 1e-5)
         ("Dawid-Skene", DawidSkene(n_iter=config["crowd_iterations"])),
         ("GLAD", GLAD(n_iter=config["crowd_iterations"])),
     ):
         aggregated = method.fit_predict(frame).sort_index()
         tasks = torch.from_numpy(np.array(aggregated.index, dtype=np.int64))
         target = torch.from_numpy(np.array(aggregated, dtype=np.int64))
-        out[name] = pc.fit_targets(z[tasks], target, start, steps, lr)
-    return out
+        history = getattr(method, "loss_history_", ())
+        aggregates[name] = (tasks, target, len(history) < config["crowd_iterations"])
+        models[name] = pc.fit_targets(z[tasks], target, start, steps, lr)
+    return models, aggregates
 
 
 def rival_accuracy(model: Any, z: Tensor, y: Tensor) -> float:

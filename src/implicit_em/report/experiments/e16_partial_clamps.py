@@ -1,51 +1,58 @@
 r"""E16 (C14b): imperfect labels as partial clamps, by gradient descent and by explicit EM.
 
-One distance classifier (`_partial_clamps.Model`: Gaussian prototypes with a learned prior and
-a learned covariance shared by the classes, over PCA features of Fashion-MNIST; with clean labels
-it classifies as well as linear discriminant analysis and logistic regression, the `clean_margin`
-gate) is trained under five kinds of imperfect
-supervision, each a weight over the classes (`implicit_em.objectives.clamped_nll`):
+One distance classifier (`_partial_clamps.Model`: unit-variance Gaussian prototypes with a
+learned prior, over PCA features of Fashion-MNIST; with clean labels it must classify within two
+points of linear discriminant analysis and logistic regression, the `clean_margin` gate) is
+trained under six kinds of imperfect supervision, each a weight over the classes
+(`implicit_em.objectives.clamped_nll`):
 
-* `semi`: 1% of the rows labelled, the rest unlabeled (joint likelihood: the unlabeled rows
-  count through the mixture NLL);
 * `partial`: candidate sets of three classes, the true one among them;
 * `noisy_sym` / `noisy_asym`: 40% of the labels replaced by a random other class / by the next
   class, the transition matrix learned with the model;
 * `crowd`: five simulated annotators with their own confusion matrices, learned with the model
-  (Dawid & Skene).
+  (Dawid & Skene);
+* shown, not judged: `semi` (1% of the rows labelled, the rest unlabeled, joint likelihood)
+  and `noisy_inst` (instance-dependent noise: rows flip to the class they are most easily taken
+  for), where the field's methods do not beat training on the labels at face value
+  (`_imperfect_labels.JUDGED`).
 
-The measure is each arm's test accuracy against the field's standard methods for that kind of
-label, the best of them chosen on a validation split (criteria `gain_<arm>`); each criterion's
-realistic negative control is the same model trained on the same labels without the clamp
-(`without_clamp`). Each arm also fits the model by explicit EM from the same start (E-step: the
-posterior over the true class given the supervision; M-step: fit to it): gradient descent on the
-clamp, whose gradient is the clamped minus the free responsibilities, should reach EM's
-posteriors on held-out images, a check of the implementation (gate `em_agreement`).
+The measure is each arm's test accuracy against the field's methods for that kind of label, the
+better of them chosen on a validation split (criteria `gain_<arm>`); each criterion's realistic
+negative control is the same model trained on the same labels at face value (`without_clamp`),
+and each rival must beat the naive method it improves on (its own-task gate, `WORKS`). Each arm
+also fits the model by explicit EM from the same start (E-step: the posterior over the true
+class given the supervision; M-step: fit to it); gradient descent on the clamp, whose gradient
+is the clamped minus the free responsibilities, should reach EM's posteriors on held-out images,
+a check of the implementation (gate `em_agreement`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from torch import Tensor
 
 from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments import _partial_clamps as pc
 from implicit_em.report.experiments._imperfect_labels import (
     ARMS,
+    JUDGED,
+    WORKS,
     class_means,
     clean_accuracies,
     features,
+    field_methods,
     rival_accuracy,
     rivals,
     start_model,
     supervise,
     without_clamp,
+    works_key,
 )
 from implicit_em.report.figures import new_figure, save
 from implicit_em.report.plan import Unit
@@ -54,13 +61,15 @@ from implicit_em.report.registry import Experiment, Figure, Outcome, Table
 
 @dataclass(frozen=True)
 class Setting:
-    """One arm's training rows for one seed: features `z`, the supervision, the naive labels
+    """One arm's training rows for one seed: features `z`, their true labels `y` (read only by
+    the positive control and the crowd's own-task gates), the supervision, the naive labels
     (`supervise`) and the start every fitter and rival takes (`start_model` at their class
     means)."""
 
     arm: str
     seed: int
     z: Tensor
+    y: Tensor
     supervision: pc.Supervision
     naive: Tensor
     start: pc.Model
@@ -70,17 +79,20 @@ def setting(arm: str, seed: int, data: dict[str, Tensor], config: dict[str, Any]
     """The `Setting` of `arm` and `seed` on the training rows of `data`."""
     z, y = data["z_train"], data["y_train"]
     k = int(y.max()) + 1
-    supervision, naive = supervise(arm, y, k, config, seed)
+    supervision, naive = supervise(arm, y, k, config, seed, z)
     start = start_model(class_means(z, naive, k), config)
-    return Setting(arm, seed, z, supervision, naive, start)
+    return Setting(arm, seed, z, y, supervision, naive, start)
 
 
 def _ours(s: Setting, config: dict[str, Any]) -> pc.Model:
-    """The clamp fitted by gradient descent, or, when a control's `config["plant"]` is
-    `"clamp_removed"`, the same model fitted to the same labels without it (`without_clamp`).
-    (`"noise_known"` gives the noisy arms their true transition, to both fitters.)"""
+    """The clamp fitted by gradient descent; for a control (`config["plant"]`), the same model
+    fitted to the same labels without it (`"clamp_removed"`, `without_clamp`) or to the true
+    labels (`"clean_labels"`). (`"noise_known"` gives the noisy arms their true transition, to
+    both fitters.)"""
     if config.get("plant") == "clamp_removed":
         return without_clamp(s.arm, s.z, s.supervision, s.naive, s.start, config)
+    if config.get("plant") == "clean_labels":
+        return pc.fit_targets(s.z, s.y, s.start, config["steps"], config["lr"])
     model, _ = pc.fit_gd(
         s.z, s.supervision, s.start, config["steps"], config["lr"], config["noise_start"]
     )
@@ -109,28 +121,66 @@ def clamp_against_em(
     }
 
 
+# The rivals' readings by arm, seed and configuration: the report's controls run after its
+# units, in the same process, and read the same rivals (the planted models are ours, never
+# theirs), so each is fitted once. Units elsewhere (Ray) fit them again, to the same values.
+_READINGS: dict[tuple[str, int, str], dict[str, Any]] = {}
+_OURS_ONLY = ("clamp_removed", "clean_labels")
+
+
+def _readings_key(s: Setting, config: dict[str, Any]) -> tuple[str, int, str]:
+    plant = config.get("plant")
+    kept = {k: v for k, v in config.items() if k not in ("device", "seeds", "plant")}
+    kept["plant"] = None if plant in _OURS_ONLY else plant
+    return s.arm, s.seed, json.dumps(kept, sort_keys=True, default=str)
+
+
+def rival_readings(s: Setting, data: dict[str, Tensor], config: dict[str, Any]) -> dict:
+    """Every rival's validation and test accuracy and each rival's own-task margin (`WORKS`:
+    over the naive method it improves on; the crowd's aggregations read on their labels of the
+    training rows, `annotators` the mean single annotator), and whether the crowd's iterative
+    aggregations stopped on their own tolerance (memoized: `_READINGS`)."""
+    key = _readings_key(s, config)
+    if key in _READINGS:
+        return _READINGS[key]
+    fitted, aggregates = rivals(s.arm, s.z, s.supervision, s.naive, s.start, config, s.seed)
+    val = {name: rival_accuracy(m, data["z_val"], data["y_val"]) for name, m in fitted.items()}
+    test = {name: rival_accuracy(m, data["z_test"], data["y_test"]) for name, m in fitted.items()}
+    read = test
+    if aggregates:
+        read = {
+            name: float((labels == s.y[rows]).float().mean())
+            for name, (rows, labels, _) in aggregates.items()
+        }
+        read["annotators"] = float((s.supervision.labels == s.y[:, None]).float().mean())
+    if len(_READINGS) >= 256:
+        _READINGS.clear()
+    _READINGS[key] = {
+        "val": val,
+        "test": test,
+        "works": {works_key(s.arm, r): read[r] - read[base] for r, base in WORKS[s.arm]},
+        "converged": all(done for _, _, done in aggregates.values()),
+    }
+    return _READINGS[key]
+
+
 def clamp_against_rivals(
     s: Setting, data: dict[str, Tensor], config: dict[str, Any], ours: pc.Model
 ) -> dict[str, Any]:
-    """Every rival's test accuracy, the one chosen on validation, and the gain over it of the
-    clamp's model `ours`. `config["plant"] = "rivals_shuffled"` (a control) trains the rivals on
-    shuffled supervision."""
-    supervision, naive = s.supervision, s.naive
-    if config.get("plant") == "rivals_shuffled":
-        generator = torch.Generator().manual_seed(s.seed)
-        order = torch.randperm(len(naive), generator=generator)
-        supervision = pc.Supervision(supervision.kind, supervision.labels[order], supervision.joint)
-        naive = naive[order]
-    fitted = rivals(s.arm, s.z, supervision, naive, s.start, config, s.seed)
-    rival_val = {
-        name: rival_accuracy(m, data["z_val"], data["y_val"]) for name, m in fitted.items()
-    }
-    rival_test = {
-        name: rival_accuracy(m, data["z_test"], data["y_test"]) for name, m in fitted.items()
-    }
-    best = max(rival_val, key=rival_val.__getitem__)  # chosen on validation, never on test
+    """Every rival's test accuracy, the better of the field's methods chosen on validation (the
+    naive methods they improve on are shown but never chosen: they train on the labels at face
+    value, as the model without the clamp does), the gain over it of the clamp's model `ours`,
+    and each rival's own-task margin (`rival_readings`)."""
+    read = rival_readings(s, data, config)
+    best = max(field_methods(s.arm), key=read["val"].__getitem__)  # never chosen on test
     accuracy = pc.accuracy(ours, data["z_test"], data["y_test"])
-    return {"rivals": rival_test, "best_rival": best, "gain": accuracy - rival_test[best]}
+    return {
+        "rivals": read["test"],
+        "best_rival": best,
+        "gain": accuracy - read["test"][best],
+        "works": read["works"],
+        "rivals_converged": read["converged"],
+    }
 
 
 def arm_unit(arm: str, seed: int, data: dict[str, Tensor], config: dict[str, Any]) -> dict:
@@ -174,7 +224,7 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
         "accuracy_clean_logistic": clean["logistic"],
         "clean_margin": clean["ours"] - max(clean["lda"], clean["logistic"]),
     }
-    rows = []
+    rows, works_rows = [], []
     for arm in ARMS:
         runs = [results[arm][s] for s in seeds]
         samples[f"gain_{arm}"] = [r["gain"] for r in runs]
@@ -185,6 +235,10 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
         numbers[f"gain_{arm}"] = float(np.mean(samples[f"gain_{arm}"]))
         for name in runs[0]["rivals"]:
             numbers[f"accuracy_{arm}_{name}"] = float(np.mean([r["rivals"][name] for r in runs]))
+        for rival, base in WORKS[arm]:
+            key = works_key(arm, rival)
+            numbers[key] = float(np.mean([r["works"][key] for r in runs]))
+            works_rows.append((arm, rival, base, numbers[key]))
         chosen = sorted({r["best_rival"] for r in runs})
         rows.append(
             (
@@ -200,6 +254,9 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
                 numbers[f"gain_{arm}"],
             )
         )
+    numbers["rivals_converged"] = float(
+        np.mean([results["crowd"][s]["rivals_converged"] for s in seeds])
+    )
     numbers["em_agreement"] = float(np.mean([numbers[f"agreement_{a}"] for a in ARMS]))
     numbers["em_overlap"] = float(np.mean([numbers[f"overlap_{a}"] for a in ARMS]))
     figure = _plot(numbers, out)
@@ -223,7 +280,15 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
                     "gain over it",
                 ),
                 tuple(rows),
-            )
+            ),
+            Table(
+                "Each rival's own-task gate (mean over seeds): its margin over the naive method "
+                "it improves on, in test accuracy (the crowd's aggregations: in the accuracy of "
+                "their labels of the training rows; `annotators`: the mean single annotator); "
+                "it counts only above 0",
+                ("arm", "rival", "improves on", "margin"),
+                tuple(works_rows),
+            ),
         ],
         figures=[
             Figure(
@@ -236,6 +301,10 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
             f"With clean labels the clamp's model reaches {numbers['accuracy_clean']:.3f} test "
             f"accuracy; linear discriminant analysis {numbers['accuracy_clean_lda']:.3f}, "
             f"logistic regression {numbers['accuracy_clean_logistic']:.3f} on the same features.",
+            f"Shown, not judged (the field's methods do not beat training on the labels at face "
+            f"value there): with 1% labels the clamp reads {numbers['gain_semi']:+.3f} against "
+            f"the better of pseudo-labelling and label spreading; under instance-dependent noise "
+            f"{numbers['gain_noisy_inst']:+.3f} against the better of GCE and cleanlab.",
             f"Gradient descent on the clamped objective and explicit EM give the same class to "
             f"{numbers['em_agreement']:.1%} of the test images (mean over arms and seeds; the "
             f"gate's measure); 1 - mean total variation of their posteriors, the first-stated "
@@ -269,8 +338,8 @@ def _gain_control(arm: str, plant: str) -> Control:
         return [clamp_against_rivals(r, data, planted, _ours(r, planted))["gain"] for r in rows]
 
     says = (
-        "the rivals are trained on shuffled labels"
-        if plant == "rivals_shuffled"
+        "the same model trained on the true labels"
+        if plant == "clean_labels"
         else "the same model trained on the same labels without the clamp (taken at face value)"
     )
     return Control(says, measure_it)
@@ -282,30 +351,32 @@ EXPERIMENT = Experiment(
     claims=("C14b",),
     hypothesis=(
         "A distance classifier trained through the partial clamp -log sum_j w_j r_j on "
-        "semi-supervised, partial (candidate), noisy and crowd labels is as accurate as the best "
-        "standard method for each kind of label, where the same model without the clamp is not."
+        "partial (candidate), noisy and crowd labels is as accurate as the better of the field's "
+        "methods for each kind of label, where the same model without the clamp is not."
     ),
     setup=(
         "Fashion-MNIST, PCA features (a fixed random subset; validation rows from the training "
-        "split); a distance classifier with Gaussian prototypes, a learned prior and a learned "
-        "covariance shared by the classes (chosen with clean labels on the validation rows over "
-        "unit variance and 64 PCA dimensions), started at the class means of the naive labels. "
-        "Arms: 1% labels (pseudo-labelling and supervised-only as rivals), candidate sets of "
-        "3 (naive average, PRODEN), "
-        "40% symmetric and pair-flip noise with the transition learned (cross-entropy, "
-        "generalized cross-entropy q = 0.7, cleanlab CleanLearning with logistic regression), "
-        "5 simulated annotators of accuracy 0.35-0.75 with confusions learned (crowd-kit "
-        "MajorityVote, DawidSkene, GLAD, each followed by the same classifier). Gradient "
-        "descent: full-batch Adam on the clamp; EM: E-step posterior given the supervision, "
-        "M-step closed form (semi) or Adam steps to the posterior, transition and confusions "
-        "from expected counts. The best rival is chosen on the validation rows. Each gain's "
-        "negative control: the same model on the same labels without the clamp."
+        "split); a distance classifier with unit-variance Gaussian prototypes and a learned "
+        "prior, started at the class means of the naive labels. Arms, each with the field's "
+        "methods (the better chosen on the validation rows) and the naive method they improve "
+        "on (shown; it is the model without the clamp's training): candidate sets of 3 (PRODEN; "
+        "naive average); 40% symmetric and pair-flip noise with the transition learned "
+        "(generalized cross-entropy q = 0.7, cleanlab CleanLearning with logistic regression; "
+        "cross-entropy, logistic regression); 5 simulated annotators of accuracy 0.35-0.75 with "
+        "confusions learned (crowd-kit DawidSkene and GLAD, each to its own convergence test; "
+        "MajorityVote; each followed by the same classifier). Shown, not judged: 1% labels "
+        "(pseudo-labelling, scikit-learn LabelSpreading; supervised only) and instance-dependent "
+        "noise (the GCE and cleanlab rivals). Gradient descent: full-batch Adam on the clamp; "
+        "EM: E-step posterior given the supervision, M-step closed form (semi) or Adam steps to "
+        "the posterior, transition and confusions from expected counts. Each gain's negative "
+        "control: the same model on the same labels at face value."
     ),
     plan=plan,
     aggregate=aggregate,
     headline=(
         "gain_noisy_sym",
         "gain_noisy_asym",
+        "gain_noisy_inst",
         "gain_partial",
         "gain_crowd",
         "gain_semi",
@@ -314,21 +385,21 @@ EXPERIMENT = Experiment(
     ),
     meaning={
         "holds": (
-            "Imperfect supervision works as a partial clamp: gradient descent on it does what "
-            "EM with the supervision as evidence does, and it matches the field's standard "
-            "methods for each kind of label."
+            "Candidate, noisy and crowd labels work as partial clamps: the model trained "
+            "through the clamp is within a point of the field's methods for each kind of label, "
+            "where the same model trained on the labels at face value is not."
         ),
         "partly": (
             "The partial-clamp reading holds for some arms or criteria and not others; the "
             "criteria not met say which kind of label or which comparison."
         ),
-        "fails": "Neither the EM reading nor the accuracy comparison holds for these labels.",
+        "fails": "The field's methods beat the clamp by more than a point on every kind of label.",
     },
-    minutes={"smoke": 0.2, "quick": 1.0, "full": 20.0},
+    minutes={"smoke": 0.5, "quick": 1.0, "full": 20.0},
     controls={
         f"gain_{arm}": Controls(
-            _gain_control(arm, "rivals_shuffled"), _gain_control(arm, "clamp_removed")
+            _gain_control(arm, "clean_labels"), _gain_control(arm, "clamp_removed")
         )
-        for arm in ARMS
+        for arm in JUDGED
     },
 )
