@@ -425,6 +425,34 @@ def test_bad_input_is_one_line_and_a_non_zero_exit(args, message, tmp_path):
     assert "Traceback" not in done.stderr
 
 
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    ("address", "message"),
+    [
+        ("localhost", "--address: expected auto or HOST:PORT, got 'localhost'"),
+        ("head:port", "--address: expected auto or HOST:PORT, got 'head:port'"),
+        ("closed", "--address 127.0.0.1:{port}: nothing answers there (Connection refused)"),
+    ],
+)
+def test_a_ray_address_that_cannot_be_joined_is_one_line_at_once(address, message, tmp_path):
+    pytest.importorskip("ray")
+    port = _closed_port()
+    address = f"127.0.0.1:{port}" if address == "closed" else address
+    args = ("--executor", "ray", "--address", address, "--out", str(tmp_path))
+    done = subprocess.run(_cli("--smoke", *args), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: {message.format(port=port)}")
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
 def test_cuda_without_a_device_is_refused(tmp_path):
     import torch
 
