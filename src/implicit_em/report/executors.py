@@ -41,6 +41,14 @@ REACH_SECONDS = 5.0
 """How long `check_executor` waits for a `HOST:PORT` address to accept a connection (Ray's own
 `init` would wait minutes on an address where nothing answers)."""
 
+AUTH_HINT = (
+    "; a cluster started by `ray start` uses token authentication, which an explicit address "
+    "needs turned on: RAY_AUTH_MODE=token, with the cluster's token in ~/.ray/auth_token "
+    "or RAY_AUTH_TOKEN"
+)
+"""Why joining `HOST:PORT` most often fails: Ray turns token authentication on by itself only
+for `auto`, never for an explicit address."""
+
 RETRIES = 3
 """How often Ray reruns a unit whose worker died (a unit that raises is not rerun)."""
 
@@ -123,7 +131,10 @@ class RayExecutor:
             except (ConnectionError, RuntimeError, TimeoutError) as err:
                 where = f"--address {address}" if address else "--executor ray"
                 reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err)
-                raise ValueError(f"{where}: cannot start or join a Ray cluster ({reason})") from err
+                hint = "" if address in (None, "auto") else AUTH_HINT
+                raise ValueError(
+                    f"{where}: cannot start or join a Ray cluster ({reason}){hint}"
+                ) from err
         self._task = ray.remote(max_retries=RETRIES, retry_exceptions=False)(_on_worker)
         self._refs: dict[Any, int] = {}
 
