@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from implicit_em.report.claims import CLAIMS
-from implicit_em.report.findings import changed_by, findings_page
+from implicit_em.report.rendering.findings import changed_by, findings_page
+from implicit_em.report.rules.claims import CLAIMS
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = ROOT / "results" / "full" / "results.json"
@@ -24,7 +24,7 @@ def page() -> str:
 
 def test_the_committed_page_says_what_the_published_run_says(page):
     assert PAGE.read_text() == page, (
-        "docs/findings.md is out of date: python -m implicit_em.report.findings "
+        "docs/findings.md is out of date: python -m implicit_em.report.rendering.findings "
         "docs/findings.md results/full/results.json"
     )
 
@@ -44,8 +44,8 @@ def test_every_item_has_its_block_with_the_five_answers(page):
 
 
 def test_the_verdict_shown_is_the_items_verdict_under_the_current_rules(page):
-    from implicit_em.report.item_verdicts import verdict_label
-    from implicit_em.report.rejudge import rejudge_document
+    from implicit_em.report.judging.item_verdicts import verdict_label
+    from implicit_em.report.judging.rejudge import rejudge_document
 
     doc = rejudge_document(json.loads(PUBLISHED.read_text()))
     for item in doc["claim_verdicts"]:
@@ -85,7 +85,13 @@ def test_a_file_that_is_no_report_is_one_line_and_exit_2(tmp_path):
     bad = tmp_path / "results.json"
     bad.write_text("not json")
     done = subprocess.run(
-        [sys.executable, "-m", "implicit_em.report.findings", str(tmp_path / "f.md"), str(bad)],
+        [
+            sys.executable,
+            "-m",
+            "implicit_em.report.rendering.findings",
+            str(tmp_path / "f.md"),
+            str(bad),
+        ],
         capture_output=True,
         text=True,
     )

@@ -21,9 +21,9 @@ import pytest
 import torch
 
 from implicit_em.report import Experiment, Outcome, Unit
-from implicit_em.report.protocol import Protocol
-from implicit_em.report.registry import select
-from implicit_em.report.runner import run_experiments
+from implicit_em.report.rules.protocol import Protocol
+from implicit_em.report.running.registry import select
+from implicit_em.report.running.runner import run_experiments
 
 ray = pytest.importorskip("ray")
 
@@ -136,7 +136,7 @@ def _numbers(results):
 
 @pytest.mark.slow
 def test_a_ray_cluster_gives_the_local_numbers_and_survives_a_killed_worker(cluster, tmp_path):
-    from implicit_em.report.executors import RayExecutor
+    from implicit_em.report.running.executors import RayExecutor
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as each Ray worker runs its one-thread units

@@ -11,7 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from implicit_em.report.registry import Experiment
+    from implicit_em.report.running.registry import Experiment
 
 MODULES = (
     "e1_identities",

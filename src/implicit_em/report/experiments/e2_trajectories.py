@@ -32,14 +32,14 @@ import numpy as np
 import torch
 
 from implicit_em.mixture.parameters import Mixture
-from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments import _mixtures as mx
 from implicit_em.report.experiments._component_steps import ComponentStepRule
-from implicit_em.report.figures import new_figure, save
-from implicit_em.report.plan import Unit
-from implicit_em.report.readings import per_data_set
-from implicit_em.report.registry import Experiment, Figure, Outcome, Table
-from implicit_em.report.stats import mean_interval
+from implicit_em.report.judging.controls import Control, Controls
+from implicit_em.report.judging.readings import per_data_set
+from implicit_em.report.judging.stats import mean_interval
+from implicit_em.report.rendering.figures import new_figure, save
+from implicit_em.report.running.plan import Unit
+from implicit_em.report.running.registry import Experiment, Figure, Outcome, Table
 
 _COLOURS = {"em": "black", "preconditioned": "#d62728", "adam": "#9467bd", "1/N_j": "#2ca02c"}
 

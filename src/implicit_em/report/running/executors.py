@@ -1,6 +1,6 @@
 """Where units are computed: in this process (`local`, the default) or on a Ray cluster (`ray`).
 
-An executor takes units (`implicit_em.report.plan.Unit`) and yields each one's `Done` as it
+An executor takes units (`implicit_em.report.running.plan.Unit`) and yields each one's `Done` as it
 finishes, tagged with its position in the list; the driver (`runner`) keeps the values in the
 units' folder and aggregates each experiment when its units are in. Workers need no shared
 filesystem: a unit's arguments travel to the worker and its JSON value travels back.
@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 from implicit_em.arguments import missing_modules
-from implicit_em.report.plan import Done, Unit, compute
+from implicit_em.report.running.plan import Done, Unit, compute
 
 __all__ = [
     "EXECUTORS",

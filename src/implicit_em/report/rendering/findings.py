@@ -19,7 +19,7 @@ With an `earlier` document (the run published before), each block also gives the
 and, where it differs, what changed: the rule (the item's parts and criteria), the measurement
 (a criterion's estimate), or the scale (the size of the run).
 
-`python -m implicit_em.report.findings PAGE RESULTS [EARLIER]` writes the page; `findings_page`
+`python -m implicit_em.report.rendering.findings PAGE RESULTS [EARLIER]` writes the page; `findings_page`
 returns it, so a test can tell when the page no longer says what the data say.
 """
 
@@ -31,9 +31,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from implicit_em.report.claims import CLAIMS, direction
-from implicit_em.report.item_verdicts import verdict_label
-from implicit_em.report.rejudge import rejudge_document
+from implicit_em.report.judging.item_verdicts import verdict_label
+from implicit_em.report.judging.rejudge import rejudge_document
+from implicit_em.report.rules.claims import CLAIMS, direction
 
 __all__ = ["changed_by", "findings_page", "item_block", "main"]
 
@@ -293,7 +293,7 @@ def findings_page(
     lines = [
         "# Findings: the paper answered point by point",
         "",
-        f"<!-- written by `python -m implicit_em.report.findings` from {source or 'a report'}; "
+        f"<!-- written by `python -m implicit_em.report.rendering.findings` from {source or 'a report'}; "
         "do not edit by hand -->",
         "",
         f"From the {meta.get('size', '?')}-size report of {meta.get('date', '?')} on "
@@ -329,11 +329,12 @@ def _load(path: str) -> dict[str, Any]:
 
 
 def main(argv: Iterable[str] | None = None) -> int:
-    """`python -m implicit_em.report.findings PAGE RESULTS [EARLIER]`."""
+    """`python -m implicit_em.report.rendering.findings PAGE RESULTS [EARLIER]`."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) not in (2, 3):
         print(
-            "usage: python -m implicit_em.report.findings PAGE RESULTS [EARLIER]", file=sys.stderr
+            "usage: python -m implicit_em.report.rendering.findings PAGE RESULTS [EARLIER]",
+            file=sys.stderr,
         )
         return 2
     page, results, *rest = args
