@@ -163,8 +163,8 @@ def _measure(arm: str, measure: str, plant: str | None) -> Control:
         "(each component an equal share)",
     }
     if plant:
-        return Control(f"the {ARMS[arm].label} network, {says[plant]}", run)
-    return Control(f"realistic: the {ARMS[arm].label} network, trained", run)
+        return Control(f"the trained network ({ARMS[arm].label}), {says[plant]}", run)
+    return Control(f"realistic: the same network trained as {ARMS[arm].label}", run)
 
 
 NEGATIVE = {
@@ -177,7 +177,9 @@ NEGATIVE = {
     "var_decor": "layernorm",
 }
 """Each judged arm's realistic negative: the same network without the one mechanism its
-criteria credit (for the network without normalization, the volume term restored)."""
+criteria credit (for the network without normalization, the volume term restored). The positive
+control reads that same trained network with its held-out responsibilities planted (one
+component taking every input, or inputs dealt to the components in turn)."""
 
 
 def _controls() -> dict[str, Controls]:
@@ -190,7 +192,7 @@ def _controls() -> dict[str, Controls]:
         )
         plant = "one_takes_all" if arm == "bare" else "dealt"
         out[criterion.number] = Controls(
-            positive=_measure(arm, measure, plant),
+            positive=_measure(NEGATIVE[arm], measure, plant),
             negative=_measure(NEGATIVE[arm], measure, None),
         )
     return out
