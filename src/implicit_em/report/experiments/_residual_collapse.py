@@ -88,9 +88,7 @@ def arm_loss(d: Tensor, arm: str, config: dict[str, Any]) -> Tensor:
     return fit
 
 
-def knn_accuracy(
-    e_train: Tensor, y_train: Tensor, e_test: Tensor, y_test: Tensor, k: int
-) -> float:
+def knn_accuracy(e_train: Tensor, y_train: Tensor, e_test: Tensor, y_test: Tensor, k: int) -> float:
     """Test accuracy of scikit-learn's `KNeighborsClassifier` (`k` neighbours, Euclidean) on
     embeddings: how much class structure the embedding keeps, read without training a probe."""
     from sklearn.neighbors import KNeighborsClassifier
@@ -166,13 +164,14 @@ def train_arm(images: Images, arm: str, seed: int, config: dict[str, Any]) -> di
     monitor = x_test[: config["monitor"]]
     k_nn = config["knn"]
     untrained = knn_accuracy(
-        _evaluate(backbone, head, probe[0])[0], probe[1], _evaluate(backbone, head, x_test)[0],
-        y_test, k_nn,
+        _evaluate(backbone, head, probe[0])[0],
+        probe[1],
+        _evaluate(backbone, head, x_test)[0],
+        y_test,
+        k_nn,
     )
     decay = config["weight_decay"] if spec.weight_decay else 0.0
-    optimizer = encoder_optimizer(
-        [*backbone.parameters(), *head.parameters()], config["lr"], decay
-    )
+    optimizer = encoder_optimizer([*backbone.parameters(), *head.parameters()], config["lr"], decay)
     dead_mass = config["dead_mass"]
     curve: dict[str, list[float]] = {"step": [], "distinct": [], "effective": []}
     losses: list[float] = []
@@ -191,8 +190,7 @@ def train_arm(images: Images, arm: str, seed: int, config: dict[str, Any]) -> di
     e_test, r_test = _evaluate(backbone, head, x_test)
     final = component_use(r_test, dead_mass)
     planted = {
-        name: component_use(plant(r_test, y_test), dead_mass)
-        for name, plant in PLANTS.items()
+        name: component_use(plant(r_test, y_test), dead_mass) for name, plant in PLANTS.items()
     }
     curve["step"].append(steps)
     curve["distinct"].append(final["distinct"])

@@ -23,8 +23,8 @@ def components_figure(
     """Left: mean distinct components over training per arm; right: each seed's final count
     per arm, with the cut K/2 dashed. `runs[arm]` holds one `train_arm` result per seed."""
     fig, axes = new_figure(ncols=2, width=5.2, height=3.6)
-    colours = dict(zip(labels, ("#7f7f7f", "#d62728", "#ff7f0e", "#9467bd", "#8c564b",
-                                "#1f77b4", "#2ca02c", "#17becf"), strict=False))
+    palette = ("#7f7f7f", "#d62728", "#ff7f0e", "#9467bd", "#8c564b", "#1f77b4", "#2ca02c")
+    colours = {arm: palette[i % len(palette)] for i, arm in enumerate(labels)}
     for i, (arm, label) in enumerate(labels.items()):
         curves = [r["curve"] for r in runs[arm]]
         steps = curves[0]["step"]
@@ -35,7 +35,7 @@ def components_figure(
     axes[0, 0].axhline(components / 2, color="black", linestyle="--", linewidth=0.8)
     axes[0, 0].set_xlabel("step")
     axes[0, 0].set_ylabel(f"distinct components (of {components})")
-    axes[0, 0].legend(fontsize=6)
+    axes[0, 0].legend(fontsize=5, loc="upper right", framealpha=0.6)
     axes[0, 1].axvline(components / 2, color="black", linestyle="--", linewidth=0.8)
     axes[0, 1].set_yticks(range(len(labels)), list(labels.values()), fontsize=6)
     axes[0, 1].set_xlabel("distinct components at the end, per seed")

@@ -136,8 +136,7 @@ def _notes(n: dict[str, Any], arms: list[str]) -> list[str]:
     )
     return [
         f"Distinct components in use at the end: {read}.",
-        f"Untrained embedding's k-NN accuracy: {n[f'knn_untrained_{arms[0]}']:.3f} "
-        f"({arms[0]}).",
+        f"Untrained embedding's k-NN accuracy: {n[f'knn_untrained_{arms[0]}']:.3f} ({arms[0]}).",
     ]
 
 
@@ -238,6 +237,6 @@ EXPERIMENT = Experiment(
             "components, or no patch nor volume term kept half of them."
         ),
     },
-    minutes={"smoke": 0.2, "quick": 0.5, "full": 20.0},
+    minutes={"smoke": 0.2, "quick": 0.5, "full": 60.0},
     controls=CONTROLS,
 )
