@@ -32,6 +32,7 @@ MODULES = (
     "e16_partial_clamps",
     "e17_attention_posterior",
     "e18_closed_world",
+    "e19_residual_collapse",
 )
 
 
