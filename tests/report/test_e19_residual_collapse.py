@@ -17,8 +17,8 @@ from implicit_em.report.experiments._residual_mlp import (
     PrototypeHead,
     norm_layer,
 )
-from implicit_em.report.plan import compute
-from implicit_em.report.protocol import load_protocol
+from implicit_em.report.rules.protocol import load_protocol
+from implicit_em.report.running.plan import compute
 
 (E19,) = select(["E19"])
 PROTOCOL = load_protocol("E19")

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from implicit_em.report.figures import new_figure, save
+from implicit_em.report.rendering.figures import new_figure, save
 
 __all__ = ["components_figure"]
 

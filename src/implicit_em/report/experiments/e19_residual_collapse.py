@@ -27,14 +27,14 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments._cells import interval_cell
 from implicit_em.report.experiments._neural import images_of, mean_std, plus_minus
 from implicit_em.report.experiments._residual_collapse import ARMS, train_arm
 from implicit_em.report.experiments._residual_figure import components_figure
-from implicit_em.report.plan import Unit
-from implicit_em.report.protocol import load_protocol
-from implicit_em.report.registry import Experiment, Figure, Outcome, Table
+from implicit_em.report.judging.controls import Control, Controls
+from implicit_em.report.rules.protocol import load_protocol
+from implicit_em.report.running.plan import Unit
+from implicit_em.report.running.registry import Experiment, Figure, Outcome, Table
 
 MEASURES = {
     "distinct_share": "distinct components / K",
