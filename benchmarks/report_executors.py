@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 
 from implicit_em.machine import summary
-from implicit_em.report.executors import LocalExecutor, RayExecutor
-from implicit_em.report.plan import Unit
-from implicit_em.report.registry import select
-from implicit_em.report.runner import run_experiments
+from implicit_em.report.running.executors import LocalExecutor, RayExecutor
+from implicit_em.report.running.plan import Unit
+from implicit_em.report.running.registry import select
+from implicit_em.report.running.runner import run_experiments
 
 
 def _report(executor, ids: list[str], out: Path) -> tuple[float, dict]:
@@ -43,7 +43,8 @@ def _report(executor, ids: list[str], out: Path) -> tuple[float, dict]:
 def _overhead(executor: RayExecutor, count: int) -> tuple[float, float]:
     """Seconds per trivial unit: one at a time (round trip), and `count` in flight at once."""
     trivial = [
-        Unit(f"noop{i}", "implicit_em.report.plan:check_name", {"name": "x"}) for i in range(count)
+        Unit(f"noop{i}", "implicit_em.report.running.plan:check_name", {"name": "x"})
+        for i in range(count)
     ]
     start = time.perf_counter()
     for unit in trivial:

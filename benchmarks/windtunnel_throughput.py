@@ -18,7 +18,7 @@ import torch
 
 from implicit_em.machine import summary
 from implicit_em.report.experiments import _windtunnel as wt
-from implicit_em.report.protocol import load_protocol
+from implicit_em.report.rules.protocol import load_protocol
 from implicit_em.windtunnel.config import MODELS, build_model
 from implicit_em.windtunnel.evaluation import evaluate, held_out
 from implicit_em.windtunnel.optim import make_optimizer

@@ -13,7 +13,7 @@ from implicit_em.cli import app
 from implicit_em.mixture.covariance import COVARIANCE_TYPES
 from implicit_em.mixture.initialization import INIT_PARAMS
 from implicit_em.mixture.step_rules import FITTERS
-from implicit_em.report.registry import select
+from implicit_em.report.running.registry import select
 
 
 def test_version():

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from implicit_em.report import Criterion, Gate, select
-from implicit_em.report.judging import STATUSES
+from implicit_em.report.judging.rule import STATUSES
 
 SEEDS = 200  # enough independent units for any interval to clear a threshold that can be cleared
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from implicit_em.report import select
-from implicit_em.report.controls import control_statuses
+from implicit_em.report.judging.controls import control_statuses
 
 CASES = [
     pytest.param(experiment, criterion, id=f"{experiment.id}-{criterion.claim}-{criterion.number}")

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from implicit_em.report.controls import control_statuses
 from implicit_em.report.experiments import _key_retrieval as kr
 from implicit_em.report.experiments.e17_attention_posterior import EXPERIMENT
+from implicit_em.report.judging.controls import control_statuses
 
 KEYS = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, -0.5]])
 

@@ -10,12 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from implicit_em.report import select
-from implicit_em.report.controls import status_of
 from implicit_em.report.experiments import _closed_world as cw
 from implicit_em.report.experiments import e18_closed_world as e18
 from implicit_em.report.experiments._neural import expected_calibration_error
-from implicit_em.report.plan import compute
-from implicit_em.report.protocol import load_protocol
+from implicit_em.report.judging.controls import status_of
+from implicit_em.report.rules.protocol import load_protocol
+from implicit_em.report.running.plan import compute
 
 (E18,) = select(["E18"])
 PROTOCOL = load_protocol("E18")

@@ -18,7 +18,7 @@ from implicit_em.objectives import (
 from implicit_em.report import select
 from implicit_em.report.experiments import _encoders
 from implicit_em.report.experiments import e6_volume_collapse as e6
-from implicit_em.report.runner import run_experiments
+from implicit_em.report.running.runner import run_experiments
 
 (E6,) = select(["E6"])
 

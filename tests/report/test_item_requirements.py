@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from implicit_em.report.item_verdicts import claim_verdicts, verdict_label
 from implicit_em.report.items.marks import protocol_marks
 from implicit_em.report.items.registry import registry_from_data
+from implicit_em.report.judging.item_verdicts import claim_verdicts, verdict_label
 
 CONVERGED = {
     "says": "not converged",

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from implicit_em.report.claims import CLAIMS
-from implicit_em.report.item_verdicts import claim_verdicts, verdict_label
 from implicit_em.report.items.registry import load_registry, registry_from_data
-from implicit_em.report.protocol import PROTOCOL_DIR, load_protocol
+from implicit_em.report.judging.item_verdicts import claim_verdicts, verdict_label
+from implicit_em.report.rules.claims import CLAIMS
+from implicit_em.report.rules.protocol import PROTOCOL_DIR, load_protocol
 
 ROOT = Path(__file__).resolve().parents[2]
 PLANTED = {"positive": "met", "negative": "not met"}
@@ -311,8 +311,8 @@ def test_bad_registries_are_refused():
 
 
 def test_rejudging_a_published_report_is_stable_and_reads_every_item(tmp_path):
-    from implicit_em.report.page import render_html
-    from implicit_em.report.rejudge import rejudge_document as rejudge
+    from implicit_em.report.judging.rejudge import rejudge_document as rejudge
+    from implicit_em.report.rendering.page import render_html
 
     document = json.loads((ROOT / "results" / "full" / "results.json").read_text("utf-8"))
     once = rejudge(document)

@@ -16,20 +16,25 @@ from pathlib import Path
 
 import pytest
 
-from implicit_em.report import registration as reg
-from implicit_em.report.build import write_report
-from implicit_em.report.freshness import LEGACY, REJUDGE, published_document, stale_experiments
-from implicit_em.report.imports import SOURCE_ROOT, closure, imports_of, module_hash
-from implicit_em.report.keys import (
+from implicit_em.report.judging.rejudge import rejudge_publication as rejudge
+from implicit_em.report.publishing.freshness import (
+    LEGACY,
+    REJUDGE,
+    published_document,
+    stale_experiments,
+)
+from implicit_em.report.rules import registration as reg
+from implicit_em.report.rules.protocol import Protocol
+from implicit_em.report.running.build import write_report
+from implicit_em.report.running.imports import SOURCE_ROOT, closure, imports_of, module_hash
+from implicit_em.report.running.keys import (
     measurement_changes,
     measurement_modules,
     measurement_record,
 )
-from implicit_em.report.protocol import Protocol
-from implicit_em.report.provenance import tree_state
-from implicit_em.report.registry import select
-from implicit_em.report.rejudge import rejudge_publication as rejudge
-from implicit_em.report.runner import run_experiments
+from implicit_em.report.running.provenance import tree_state
+from implicit_em.report.running.registry import select
+from implicit_em.report.running.runner import run_experiments
 
 E1_MODULE = "implicit_em.report.experiments.e1_identities"
 
@@ -99,14 +104,14 @@ def test_the_record_holds_what_the_run_used(published):
     record = entry["measurement"]["record"]
     assert len(entry["measurement"]["key"]) == 16 and len(entry["judgement"]["key"]) == 16
     assert E1_MODULE in record["modules"] and "implicit_em.core" in record["modules"]
-    assert "implicit_em.report.judging" not in record["modules"]  # judged, not measured
+    assert "implicit_em.report.judging.rule" not in record["modules"]  # judged, not measured
     assert record["config"]["size"] == "smoke" and record["device"] == "cpu"
     assert "torch" in record["versions"] and record["data"] == {}
     import sklearn  # noqa: F401  (loaded in this process, but not by E1's code)
 
     assert "sklearn" not in measurement_record(E1_MODULE, "smoke", {}, {})["versions"]
     judged = entry["judgement"]["record"]["modules"]
-    assert {"implicit_em.report.judging", "implicit_em.report.stats"} <= set(judged)
+    assert {"implicit_em.report.judging.rule", "implicit_em.report.judging.stats"} <= set(judged)
     assert stale_experiments(_document(published), select(["E1"])) == []
 
 
@@ -134,16 +139,16 @@ def test_an_edit_of_documentation_alone_passes(published, copy):
 
 
 def test_an_edit_of_the_statistics_is_judgement_stale_and_named(published, copy):
-    _edit(copy, "implicit_em.report.stats", "\n\nALPHA = 0.01\n")
+    _edit(copy, "implicit_em.report.judging.stats", "\n\nALPHA = 0.01\n")
     (stale,) = stale_experiments(_document(published), select(["E1"]), root=copy)
     assert (stale.kind, stale.reason, stale.command) == (
         "judgement",
-        "implicit_em/report/stats.py changed",
+        "implicit_em/report/judging/stats.py changed",
         REJUDGE,
     )
-    _edit(copy, "implicit_em.report.judging", "\n\nSTRICT = True\n")
+    _edit(copy, "implicit_em.report.judging.rule", "\n\nSTRICT = True\n")
     (stale,) = stale_experiments(_document(published), select(["E1"]), root=copy)
-    assert "implicit_em/report/judging.py changed" in stale.reason
+    assert "implicit_em/report/judging/rule.py changed" in stale.reason
 
 
 def test_an_edit_of_the_item_rules_is_judgement_stale_and_named(published, copy):
@@ -221,8 +226,8 @@ def test_a_changed_configuration_or_removed_module_is_named(published, copy):
 
 def test_judging_code_reached_by_measurement_code_counts_as_measurement():
     e8 = "implicit_em.report.experiments.e8_open_set"
-    assert "implicit_em.report.stats" in measurement_modules(e8)  # its notes use intervals
-    assert "implicit_em.report.stats" not in measurement_modules(E1_MODULE)
+    assert "implicit_em.report.judging.stats" in measurement_modules(e8)  # its notes use intervals
+    assert "implicit_em.report.judging.stats" not in measurement_modules(E1_MODULE)
     assert "implicit_em.report.experiments.e2_trajectories" not in measurement_modules(E1_MODULE)
 
 

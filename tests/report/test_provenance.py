@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from implicit_em.report.provenance import source_commit
+from implicit_em.report.running.provenance import source_commit
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,17 +18,21 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import implicit_em.report.publish as publishing
+import implicit_em.report.publishing.publish as publishing
 from implicit_em.cli import app
 from implicit_em.report import Experiment
-from implicit_em.report import registration as reg
-from implicit_em.report.build import published_seconds, write_report
-from implicit_em.report.controls import Control, Controls
-from implicit_em.report.freshness import published_document, refresh_command, stale_experiments
-from implicit_em.report.protocol import Protocol
-from implicit_em.report.publish import publish
-from implicit_em.report.registry import select
-from implicit_em.report.runner import run_experiments
+from implicit_em.report.judging.controls import Control, Controls
+from implicit_em.report.publishing.freshness import (
+    published_document,
+    refresh_command,
+    stale_experiments,
+)
+from implicit_em.report.publishing.publish import publish
+from implicit_em.report.rules import registration as reg
+from implicit_em.report.rules.protocol import Protocol
+from implicit_em.report.running.build import published_seconds, write_report
+from implicit_em.report.running.registry import select
+from implicit_em.report.running.runner import run_experiments
 
 QUIET = {"log": lambda line: None}
 

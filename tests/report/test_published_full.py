@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from implicit_em.report.freshness import LEGACY, published_document, stale_experiments
-from implicit_em.report.readme import full_size_column
-from implicit_em.report.render import NO_FULL_RUN
+from implicit_em.report.publishing.freshness import LEGACY, published_document, stale_experiments
+from implicit_em.report.rendering.readme import full_size_column
+from implicit_em.report.rendering.render import NO_FULL_RUN
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = ROOT / "results" / "full"

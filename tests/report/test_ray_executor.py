@@ -5,9 +5,13 @@ killed in the middle of a unit costs a retry, not a result."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
+import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -17,9 +21,9 @@ import pytest
 import torch
 
 from implicit_em.report import Experiment, Outcome, Unit
-from implicit_em.report.protocol import Protocol
-from implicit_em.report.registry import select
-from implicit_em.report.runner import run_experiments
+from implicit_em.report.rules.protocol import Protocol
+from implicit_em.report.running.registry import select
+from implicit_em.report.running.runner import run_experiments
 
 ray = pytest.importorskip("ray")
 
@@ -132,7 +136,7 @@ def _numbers(results):
 
 @pytest.mark.slow
 def test_a_ray_cluster_gives_the_local_numbers_and_survives_a_killed_worker(cluster, tmp_path):
-    from implicit_em.report.executors import RayExecutor
+    from implicit_em.report.running.executors import RayExecutor
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as each Ray worker runs its one-thread units
@@ -158,3 +162,38 @@ def test_a_ray_cluster_gives_the_local_numbers_and_survives_a_killed_worker(clus
     assert os.getpid() not in pids  # the units ran in the workers, not here
     sleeper = on_ray[-1].units
     assert sleeper["count"] == 2 and sum(w["units"] for w in sleeper["where"].values()) == 2
+
+
+@pytest.fixture
+def head(tmp_path):
+    """A Ray head started as a user starts one (`ray start --head`), stopped at the end."""
+    ray_cli = Path(sys.executable).with_name("ray")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = [str(ray_cli), "start", "--head", f"--port={port}", "--num-cpus=1"]
+    start += ["--include-dashboard=false", "--disable-usage-stats"]
+    subprocess.run(start, check=True, capture_output=True, timeout=120)
+    try:
+        yield port
+    finally:
+        subprocess.run([str(ray_cli), "stop", "--force"], capture_output=True, timeout=120)
+
+
+def _report(out: Path, *args: str, env: dict | None = None) -> dict:
+    cli = Path(sys.executable).with_name("implicit-em")
+    cmd = [str(cli), "report", "--smoke", "--only", "E1", "--out", str(out), *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    entry = json.loads((out / "results.json").read_text())["experiments"][0]
+    return {"numbers": entry["numbers"], "verdict": entry["verdict"]}
+
+
+@pytest.mark.slow
+def test_the_cli_joins_a_cluster_started_with_ray_start(head, tmp_path):
+    local = _report(tmp_path / "local")
+    assert _report(tmp_path / "auto", "--executor", "ray", "--address", "auto") == local
+    token = {**os.environ, "RAY_AUTH_MODE": "token"}
+    address = f"127.0.0.1:{head}"
+    joined = _report(tmp_path / "host", "--executor", "ray", "--address", address, env=token)
+    assert joined == local

@@ -10,9 +10,14 @@ import pytest
 from implicit_em.report import select
 from implicit_em.report.items.readings import criterion_reading
 from implicit_em.report.items.registry import Ref
-from implicit_em.report.judging import Criterion, Rule
-from implicit_em.report.readings import Reading, combined_status, measured_text, per_data_set
-from implicit_em.report.stats import Interval
+from implicit_em.report.judging.readings import (
+    Reading,
+    combined_status,
+    measured_text,
+    per_data_set,
+)
+from implicit_em.report.judging.rule import Criterion, Rule
+from implicit_em.report.judging.stats import Interval
 
 LOW = Criterion("residual", "<=", 0.1, "small", claim="R1", direction="refutes", combine="all")
 SPREAD = [0.01, 0.02, 0.03, 0.015, 0.025, 0.02, 0.01, 0.03, 0.02, 0.015]

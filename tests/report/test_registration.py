@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from implicit_em.cli import app
-from implicit_em.report import registration as reg
 from implicit_em.report import select
-from implicit_em.report.protocol import CONFIRMATION_SEEDS, Protocol, content_hash
+from implicit_em.report.rules import registration as reg
+from implicit_em.report.rules.protocol import CONFIRMATION_SEEDS, Protocol, content_hash
 
 BASE = {
     "id": "X1",

@@ -9,7 +9,7 @@ import pytest
 
 from implicit_em.report import Criterion, Experiment, Gate, Outcome, Rule, select
 from implicit_em.report.experiments import EXPERIMENTS
-from implicit_em.report.judging import Evaluation
+from implicit_em.report.judging.rule import Evaluation
 
 LOW = Criterion("deviation", "<=", 0.1, "the paths agree", claim="C4", direction="supports")
 SHARE = Criterion(
@@ -87,7 +87,7 @@ def test_status_edges_and_votes():
 
 
 def test_every_item_has_one_primary_and_a_number_is_primary_once():
-    from implicit_em.report.claims import CLAIMS
+    from implicit_em.report.rules.claims import CLAIMS
 
     primaries: dict[str, list[str]] = {}
     for experiment in select(None):
@@ -147,7 +147,7 @@ def test_select_orders_and_rejects_unknown_ids():
 
 
 def test_items_are_coloured_by_what_their_verdict_says_of_the_paper():
-    from implicit_em.report.claims import CLAIMS, FAVOURS_PAPER, direction
+    from implicit_em.report.rules.claims import CLAIMS, FAVOURS_PAPER, direction
 
     assert set(FAVOURS_PAPER) == set(CLAIMS)
     assert direction("C4", "supported") == "for the paper"

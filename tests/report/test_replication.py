@@ -10,9 +10,7 @@ from typer.testing import CliRunner
 
 from implicit_em.cli import app
 from implicit_em.report import select
-from implicit_em.report.build import run_report
-from implicit_em.report.protocol import CONFIRMATION_SEEDS
-from implicit_em.report.replication import (
+from implicit_em.report.judging.replication import (
     Replication,
     parse_seeds,
     replication,
@@ -20,7 +18,9 @@ from implicit_em.report.replication import (
     seed_text,
     used_seeds,
 )
-from implicit_em.report.runner import cache_key
+from implicit_em.report.rules.protocol import CONFIRMATION_SEEDS
+from implicit_em.report.running.build import run_report
+from implicit_em.report.running.runner import cache_key
 
 
 def test_seeds_parse_as_lists_and_ranges():

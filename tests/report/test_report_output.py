@@ -25,12 +25,12 @@ from implicit_em.report import (
     rebuild,
     run_report,
 )
-from implicit_em.report import plan as plan_module
-from implicit_em.report.build import _published, published_seconds
-from implicit_em.report.page import sample_count
-from implicit_em.report.protocol import Protocol
-from implicit_em.report.render import NO_FULL_RUN, render_markdown, report_document
-from implicit_em.report.runner import Interrupted, duration, run_experiments
+from implicit_em.report.rendering.page import sample_count
+from implicit_em.report.rendering.render import NO_FULL_RUN, render_markdown, report_document
+from implicit_em.report.rules.protocol import Protocol
+from implicit_em.report.running import plan as plan_module
+from implicit_em.report.running.build import _published, published_seconds
+from implicit_em.report.running.runner import Interrupted, duration, run_experiments
 
 QUIET = {"log": lambda line: None}
 SMALL_X = {"number": "x", "op": "<=", "threshold": 1.0, "means": "small"}
@@ -331,7 +331,7 @@ def test_a_failing_unit_says_why_on_its_own_line_and_the_others_still_run(tmp_pa
 
 
 def test_a_second_report_on_the_same_folder_is_refused_and_a_stale_lock_is_taken(tmp_path):
-    from implicit_em.report.lock import LOCK, Locked, hold
+    from implicit_em.report.running.lock import LOCK, Locked, hold
 
     def fine(config, results, out):
         return Outcome({}, {"x": [0.5, 0.4, 0.6]})
@@ -425,6 +425,34 @@ def test_bad_input_is_one_line_and_a_non_zero_exit(args, message, tmp_path):
     assert "Traceback" not in done.stderr
 
 
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    ("address", "message"),
+    [
+        ("localhost", "--address: expected auto or HOST:PORT, got 'localhost'"),
+        ("head:port", "--address: expected auto or HOST:PORT, got 'head:port'"),
+        ("closed", "--address 127.0.0.1:{port}: nothing answers there (Connection refused)"),
+    ],
+)
+def test_a_ray_address_that_cannot_be_joined_is_one_line_at_once(address, message, tmp_path):
+    pytest.importorskip("ray")
+    port = _closed_port()
+    address = f"127.0.0.1:{port}" if address == "closed" else address
+    args = ("--executor", "ray", "--address", address, "--out", str(tmp_path))
+    done = subprocess.run(_cli("--smoke", *args), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: {message.format(port=port)}")
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
 def test_cuda_without_a_device_is_refused(tmp_path):
     import torch
 
@@ -450,9 +478,9 @@ from torch import nn
 
 import implicit_em as iem
 from implicit_em.report import Experiment, Outcome, Unit
-from implicit_em.report.progress import progress
-from implicit_em.report.protocol import Protocol
-from implicit_em.report.runner import run_experiments
+from implicit_em.report.running.progress import progress
+from implicit_em.report.rules.protocol import Protocol
+from implicit_em.report.running.runner import run_experiments
 
 
 def collapsing(seed):

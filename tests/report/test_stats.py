@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from implicit_em.report.stats import (
+from implicit_em.report.judging.stats import (
     Interval,
     mean_interval,
     median_interval,

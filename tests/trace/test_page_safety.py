@@ -19,10 +19,10 @@ from typer.testing import CliRunner
 from implicit_em.cli import app
 from implicit_em.pages import escape
 from implicit_em.report import Experiment, Figure, Outcome, Table
-from implicit_em.report.build import write_report
-from implicit_em.report.page import render_html
-from implicit_em.report.protocol import Protocol
-from implicit_em.report.runner import run_experiments
+from implicit_em.report.rendering.page import render_html
+from implicit_em.report.rules.protocol import Protocol
+from implicit_em.report.running.build import write_report
+from implicit_em.report.running.runner import run_experiments
 from implicit_em.trace import Thresholds, Tracer
 from implicit_em.trace.page import health_page, read_run
 

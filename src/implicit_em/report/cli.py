@@ -15,16 +15,21 @@ from pathlib import Path
 import typer
 
 from implicit_em.arguments import check_device, check_writable_folder, fail, names
-from implicit_em.report.build import PUBLISHED_FULL, run_report
-from implicit_em.report.executors import check_executor, make_executor
-from implicit_em.report.freshness import LEGACY, REJUDGE, published_document, stale_experiments
-from implicit_em.report.publish import PUBLISHED, publish
-from implicit_em.report.registration import register, unregistered
-from implicit_em.report.registry import select
-from implicit_em.report.rejudge import rejudge_folder, rejudge_publication
-from implicit_em.report.render import NO_FULL_RUN
-from implicit_em.report.replication import replication
-from implicit_em.report.runner import Interrupted
+from implicit_em.report.judging.rejudge import rejudge_folder, rejudge_publication
+from implicit_em.report.judging.replication import replication
+from implicit_em.report.publishing.freshness import (
+    LEGACY,
+    REJUDGE,
+    published_document,
+    stale_experiments,
+)
+from implicit_em.report.publishing.publish import PUBLISHED, publish
+from implicit_em.report.rendering.render import NO_FULL_RUN
+from implicit_em.report.rules.registration import register, unregistered
+from implicit_em.report.running.build import PUBLISHED_FULL, run_report
+from implicit_em.report.running.executors import check_executor, make_executor
+from implicit_em.report.running.registry import select
+from implicit_em.report.running.runner import Interrupted
 
 _IDS = ", ".join(e.id for e in select())
 

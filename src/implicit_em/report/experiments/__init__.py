@@ -11,7 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from implicit_em.report.registry import Experiment
+    from implicit_em.report.running.registry import Experiment
 
 MODULES = (
     "e1_identities",
@@ -32,6 +32,7 @@ MODULES = (
     "e16_partial_clamps",
     "e17_attention_posterior",
     "e18_closed_world",
+    "e19_residual_collapse",
 )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from implicit_em.report.stats import mean_interval
+from implicit_em.report.judging.stats import mean_interval
 
 __all__ = ["interval_cell"]
 

@@ -129,7 +129,7 @@ def confidence_figure(
 ) -> str:
     """Per out-of-distribution set (near, far), each head's mean max-probability on it, one dot
     per seed and a bar at their mean, with the confidence line `confident` for reference."""
-    from implicit_em.report.figures import new_figure, save
+    from implicit_em.report.rendering.figures import new_figure, save
 
     fig, axes = new_figure(ncols=len(OOD_SETS), width=3.4, height=3.0)
     for ax, where in zip(axes[0], OOD_SETS, strict=True):

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from implicit_em.report.experiments._neural import images_of, linear_probe_accuracy
-from implicit_em.report.plan import Unit
+from implicit_em.report.running.plan import Unit
 
 __all__ = [
     "COMPARATORS",

@@ -14,8 +14,8 @@ from implicit_em.report.experiments._encoders import (
 from implicit_em.report.experiments._neural import (
     mean_std,
 )
-from implicit_em.report.figures import new_figure, save
-from implicit_em.report.registry import Figure
+from implicit_em.report.rendering.figures import new_figure, save
+from implicit_em.report.running.registry import Figure
 
 STYLES = {
     "lse": ("#cf222e", "-", "o"),

@@ -12,8 +12,8 @@ import numpy as np
 from scipy import stats
 
 from implicit_em.report.experiments import _kernel_sweep as ks
-from implicit_em.report.figures import new_figure, save
-from implicit_em.report.registry import Table
+from implicit_em.report.rendering.figures import new_figure, save
+from implicit_em.report.running.registry import Table
 
 __all__ = ["map_figure", "map_tables"]
 

@@ -23,7 +23,7 @@ from torch import Tensor
 from implicit_em.mixture.covariance import covariance_model
 from implicit_em.mixture.parameters import Mixture
 from implicit_em.mixture.step_rules import GradientRule, StepRule, make_step_rule
-from implicit_em.report.plan import Unit
+from implicit_em.report.running.plan import Unit
 
 REG_COVAR = (
     0.0  # the plain likelihood: a ridge would move EM's fixed point off its stationary points

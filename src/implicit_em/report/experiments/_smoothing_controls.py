@@ -12,7 +12,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments._neural import (
     Images,
     spearman_rows,
@@ -25,6 +24,7 @@ from implicit_em.report.experiments._prototypes import (
     PrototypeClassifier,
     correction_concentration,
 )
+from implicit_em.report.judging.controls import Control, Controls
 
 
 def wrong_order_agreement(runs: list[dict[str, Any]], against: list[dict[str, Any]]) -> list[float]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from implicit_em.report.figures import new_figure, save
+from implicit_em.report.rendering.figures import new_figure, save
 
 
 def volume_figure(curves: dict, config: dict, out: Path) -> str:

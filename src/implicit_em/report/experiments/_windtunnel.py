@@ -38,8 +38,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from implicit_em.report.progress import progress
-from implicit_em.report.stats import mean_interval
+from implicit_em.report.judging.stats import mean_interval
+from implicit_em.report.running.progress import progress
 from implicit_em.windtunnel.config import RunConfig, build_model, preset
 from implicit_em.windtunnel.evaluation import evaluate, held_out, plateau
 from implicit_em.windtunnel.grid import run_configs, worker_pool

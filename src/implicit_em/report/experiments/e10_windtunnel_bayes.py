@@ -6,11 +6,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments import _windtunnel as wt
-from implicit_em.report.figures import new_figure, save
-from implicit_em.report.plan import Unit
-from implicit_em.report.registry import Experiment, Figure, Outcome, Table
+from implicit_em.report.judging.controls import Control, Controls
+from implicit_em.report.rendering.figures import new_figure, save
+from implicit_em.report.running.plan import Unit
+from implicit_em.report.running.registry import Experiment, Figure, Outcome, Table
 
 MODELS = ("transformer", "mlp-prefix", "mlp-pos")
 BLUR = 0.01

@@ -17,12 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments import _distance_reading as dr
 from implicit_em.report.experiments._neural import Images, images_of, load_images, plus_minus
-from implicit_em.report.figures import new_figure, save
-from implicit_em.report.plan import Unit
-from implicit_em.report.registry import Experiment, Figure, Outcome, Table
+from implicit_em.report.judging.controls import Control, Controls
+from implicit_em.report.rendering.figures import new_figure, save
+from implicit_em.report.running.plan import Unit
+from implicit_em.report.running.registry import Experiment, Figure, Outcome, Table
 
 
 def _seed(config: dict[str, Any], head: str, seed: int) -> dict[str, Any]:

@@ -24,11 +24,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments import _conditions as cd
-from implicit_em.report.figures import new_figure, save
-from implicit_em.report.plan import Unit
-from implicit_em.report.registry import Experiment, Figure, Outcome, Table
+from implicit_em.report.judging.controls import Control, Controls
+from implicit_em.report.rendering.figures import new_figure, save
+from implicit_em.report.running.plan import Unit
+from implicit_em.report.running.registry import Experiment, Figure, Outcome, Table
 
 REMOVED = {
     "sparsemax": "the exponential",

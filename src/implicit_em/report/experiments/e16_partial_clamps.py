@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 from torch import Tensor
 
-from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments import _partial_clamps as pc
 from implicit_em.report.experiments._imperfect_labels import (
     ARMS,
@@ -54,9 +53,10 @@ from implicit_em.report.experiments._imperfect_labels import (
     without_clamp,
     works_key,
 )
-from implicit_em.report.figures import new_figure, save
-from implicit_em.report.plan import Unit
-from implicit_em.report.registry import Experiment, Figure, Outcome, Table
+from implicit_em.report.judging.controls import Control, Controls
+from implicit_em.report.rendering.figures import new_figure, save
+from implicit_em.report.running.plan import Unit
+from implicit_em.report.running.registry import Experiment, Figure, Outcome, Table
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments import _key_retrieval as kr
-from implicit_em.report.figures import new_figure, save
-from implicit_em.report.plan import Unit
-from implicit_em.report.registry import Experiment, Figure, Outcome, Table
+from implicit_em.report.judging.controls import Control, Controls
+from implicit_em.report.rendering.figures import new_figure, save
+from implicit_em.report.running.plan import Unit
+from implicit_em.report.running.registry import Experiment, Figure, Outcome, Table
 
 RIVALS = ("sigmoid", "relu")
 RESTART = 500

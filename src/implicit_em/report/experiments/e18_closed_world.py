@@ -32,7 +32,6 @@ from typing import Any
 import torch
 from torch.nn import Module
 
-from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments._cells import interval_cell
 from implicit_em.report.experiments._closed_world import (
     CONFIDENT,
@@ -52,8 +51,9 @@ from implicit_em.report.experiments._open_set_splits import (
     digits_as_images,
     random_split,
 )
-from implicit_em.report.plan import Unit
-from implicit_em.report.registry import Experiment, Figure, Outcome, Table
+from implicit_em.report.judging.controls import Control, Controls
+from implicit_em.report.running.plan import Unit
+from implicit_em.report.running.registry import Experiment, Figure, Outcome, Table
 
 SETS = {"near": "held-out classes (near)", "far": "digits (far)"}
 Measured = Mapping[str, Mapping[str, Any]]

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from implicit_em import identities
-from implicit_em.report.figures import new_figure, save
-from implicit_em.report.plan import Unit
-from implicit_em.report.registry import Experiment, Figure, Outcome, Table
+from implicit_em.report.rendering.figures import new_figure, save
+from implicit_em.report.running.plan import Unit
+from implicit_em.report.running.registry import Experiment, Figure, Outcome, Table
 
 RESPONSIBILITY_WEIGHTED = ("attention_values", "hopfield_query", "volume_gradient")
 """The identities whose closed form is a parameter gradient Σ_j r_j ∂d_j/∂θ (C2)."""

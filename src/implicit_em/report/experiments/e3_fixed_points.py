@@ -25,14 +25,14 @@ import numpy as np
 import torch
 
 from implicit_em.mixture.step_rules import make_step_rule
-from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments import _lse_fixed_points as lf
 from implicit_em.report.experiments import _mixtures as mx
 from implicit_em.report.experiments._competition import blobs
-from implicit_em.report.figures import new_figure, save
-from implicit_em.report.plan import Unit
-from implicit_em.report.readings import per_data_set
-from implicit_em.report.registry import Experiment, Figure, Outcome, Table
+from implicit_em.report.judging.controls import Control, Controls
+from implicit_em.report.judging.readings import per_data_set
+from implicit_em.report.rendering.figures import new_figure, save
+from implicit_em.report.running.plan import Unit
+from implicit_em.report.running.registry import Experiment, Figure, Outcome, Table
 
 
 def run_to_stationary(

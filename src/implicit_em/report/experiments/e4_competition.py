@@ -38,7 +38,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments import _kernel_sweep as ks
 from implicit_em.report.experiments._clusters import (
     Clusters,
@@ -52,10 +51,11 @@ from implicit_em.report.experiments._clusters import (
     with_outliers,
 )
 from implicit_em.report.experiments._kernel_map import map_figure, map_tables
-from implicit_em.report.figures import new_figure, save
-from implicit_em.report.plan import Unit
-from implicit_em.report.readings import per_data_set
-from implicit_em.report.registry import Experiment, Figure, Outcome, Table
+from implicit_em.report.judging.controls import Control, Controls
+from implicit_em.report.judging.readings import per_data_set
+from implicit_em.report.rendering.figures import new_figure, save
+from implicit_em.report.running.plan import Unit
+from implicit_em.report.running.registry import Experiment, Figure, Outcome, Table
 
 GROUP_OF = {
     "lse_gain_one_cluster": ("gain", "lse", min),

@@ -29,15 +29,15 @@ import torch
 from implicit_em import objectives
 from implicit_em.distances import FullMahalanobis
 from implicit_em.mixture import GaussianMixture
-from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments import _mixtures as mx
 from implicit_em.report.experiments._neural import quiet_alarms
 from implicit_em.report.experiments._volume_figure import (
     volume_figure,
 )
-from implicit_em.report.plan import Unit
-from implicit_em.report.readings import per_data_set
-from implicit_em.report.registry import Experiment, Figure, Outcome, Table
+from implicit_em.report.judging.controls import Control, Controls
+from implicit_em.report.judging.readings import per_data_set
+from implicit_em.report.running.plan import Unit
+from implicit_em.report.running.registry import Experiment, Figure, Outcome, Table
 from implicit_em.trace import Tracer
 
 CONFIGURATIONS = ("no volume", "log-det volume", "surrogate")

@@ -32,7 +32,6 @@ from typing import Any
 
 import numpy as np
 
-from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments._collapse_baselines import (
     COMPARATORS,
     comparator_probes,
@@ -53,9 +52,10 @@ from implicit_em.report.experiments._neural import (
     mean_std,
     plus_minus,
 )
-from implicit_em.report.plan import Unit
-from implicit_em.report.protocol import load_protocol
-from implicit_em.report.registry import Experiment, Outcome, Table
+from implicit_em.report.judging.controls import Control, Controls
+from implicit_em.report.rules.protocol import load_protocol
+from implicit_em.report.running.plan import Unit
+from implicit_em.report.running.registry import Experiment, Outcome, Table
 
 SUBSTITUTES = {
     "layernorm_plain": "lse_log_det",

@@ -50,9 +50,9 @@ from implicit_em.report.experiments._smoothing_controls import (
     wrong_order_agreement,
     wrong_order_kept,
 )
-from implicit_em.report.figures import new_figure, save
-from implicit_em.report.plan import Unit
-from implicit_em.report.registry import Experiment, Figure, Outcome, Table
+from implicit_em.report.rendering.figures import new_figure, save
+from implicit_em.report.running.plan import Unit
+from implicit_em.report.running.registry import Experiment, Figure, Outcome, Table
 
 COLORS = ("#0969da", "#bf8700", "#cf222e", "#1a7f37")
 

@@ -36,7 +36,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments._cells import interval_cell
 from implicit_em.report.experiments._neural import (
     Images,
@@ -62,9 +61,10 @@ from implicit_em.report.experiments._open_set_splits import (
     digits_as_images,
     random_split,
 )
-from implicit_em.report.figures import new_figure, save
-from implicit_em.report.plan import Unit
-from implicit_em.report.registry import Experiment, Figure, Outcome, Table
+from implicit_em.report.judging.controls import Control, Controls
+from implicit_em.report.rendering.figures import new_figure, save
+from implicit_em.report.running.plan import Unit
+from implicit_em.report.running.registry import Experiment, Figure, Outcome, Table
 
 BASELINE_MODELS = ("softmax", "sigmoid", "distance")
 """The heads without a null component whose detectors form the baseline pool."""

@@ -36,7 +36,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments._cells import interval_cell
 from implicit_em.report.experiments._expert_training import (
     OBJECTIVES,
@@ -47,10 +46,11 @@ from implicit_em.report.experiments._neural import (
     mean_std,
     plus_minus,
 )
-from implicit_em.report.figures import new_figure, save
-from implicit_em.report.plan import Unit
-from implicit_em.report.registry import Experiment, Figure, Outcome, Table
-from implicit_em.report.stats import modes, share_interval
+from implicit_em.report.judging.controls import Control, Controls
+from implicit_em.report.judging.stats import modes, share_interval
+from implicit_em.report.rendering.figures import new_figure, save
+from implicit_em.report.running.plan import Unit
+from implicit_em.report.running.registry import Experiment, Figure, Outcome, Table
 
 COLORS = ("#0969da", "#cf222e", "#1a7f37", "#bf8700", "#8250df", "#57606a")
 SPECIALIZED = 0.9

@@ -29,7 +29,7 @@ from typing import Any
 
 from implicit_em.report.items.readings import Index, item_reading
 from implicit_em.report.items.registry import Alternative, Item, Ref
-from implicit_em.report.judging import OPERATORS, Criterion
+from implicit_em.report.judging.rule import OPERATORS, Criterion
 
 __all__ = ["NOT_TESTED", "alternative_readings", "rejudged"]
 

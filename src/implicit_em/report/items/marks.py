@@ -25,9 +25,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from implicit_em.report.controls import NegativeControl
-from implicit_em.report.judging import OPERATORS
-from implicit_em.report.protocol import ITEM_MARKS, load_protocol
+from implicit_em.report.judging.controls import NegativeControl
+from implicit_em.report.judging.rule import OPERATORS
+from implicit_em.report.rules.protocol import ITEM_MARKS, load_protocol
 
 __all__ = [
     "REQUIREMENT_READINGS",

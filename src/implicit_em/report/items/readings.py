@@ -9,7 +9,7 @@ not `counted`, in this order:
 1. `excluded`: its experiment is `invalid` or `not run`;
 2. `by construction`: it holds or is fixed by algebra or by how the experiment is built;
    `degenerate`: its interval has zero width (every seed gave the same value), a gate and not a
-   measurement (`implicit_em.report.readings`);
+   measurement (`implicit_em.report.judging.readings`);
 3. `baseline failed`: it compares with a rival that fails its own task (the criterion's
    `baseline` gates); it votes `undecided` (`inconclusive: baseline failed`), since the
    comparison cannot decide; then a failed requirement (`requires`): its standing is what the
@@ -43,9 +43,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from implicit_em.report.controls import NegativeControl
 from implicit_em.report.items.marks import baseline_failures, failed_requirement
 from implicit_em.report.items.registry import Item, Part, Ref
+from implicit_em.report.judging.controls import NegativeControl
 
 __all__ = [
     "ALGEBRA_WORDS",
@@ -68,7 +68,7 @@ Index = Mapping[tuple[str, str], Mapping[str, Any]]
 
 def controls_pass(statuses: Mapping[str, Any] | None) -> bool:
     """Whether a criterion's known-answer controls came out as planted: the positive `met`,
-    the negative `not met` (`implicit_em.report.controls`)."""
+    the negative `not met` (`implicit_em.report.judging.controls`)."""
     return (
         statuses is not None
         and statuses.get("positive") == "met"

@@ -32,7 +32,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from implicit_em.report.protocol import PROTOCOL_DIR
+from implicit_em.report.rules.protocol import PROTOCOL_DIR
 
 __all__ = [
     "ALTERNATIVE_KINDS",
@@ -256,7 +256,7 @@ def registry_from_data(data: Mapping[str, Any], items: Sequence[str] | None = No
 @cache
 def load_registry(path: Path = ITEMS_FILE) -> Registry:
     """The item registry from `path` (package data), checked against the claims' ids."""
-    from implicit_em.report.claims import CLAIMS
+    from implicit_em.report.rules.claims import CLAIMS
 
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

@@ -4,7 +4,7 @@ A `Unit` names one piece of an experiment's work (one seed of one configuration)
 module-level function (`fn`, as `"module:function"`), its plain-JSON arguments (`args`), and
 what it needs (`threads` CPU threads, a GPU or not). `compute(unit)` imports the function and
 calls it with the arguments, in whatever process it runs: on the driver (the local executor)
-or on a Ray worker (`implicit_em.report.executors`). A unit function is pure given its
+or on a Ray worker (`implicit_em.report.running.executors`). A unit function is pure given its
 arguments (the seed among them): the same arguments give the same numbers in another process.
 Its value comes back as JSON (the round trip is taken here, so a fresh value and a cached one
 are the same), with its wall seconds, the host and device it ran on, and the warnings it
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
 
-from implicit_em.report.files import json_default
+from implicit_em.report.running.files import json_default
 
 __all__ = [
     "Done",

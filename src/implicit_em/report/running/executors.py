@@ -1,6 +1,6 @@
 """Where units are computed: in this process (`local`, the default) or on a Ray cluster (`ray`).
 
-An executor takes units (`implicit_em.report.plan.Unit`) and yields each one's `Done` as it
+An executor takes units (`implicit_em.report.running.plan.Unit`) and yields each one's `Done` as it
 finishes, tagged with its position in the list; the driver (`runner`) keeps the values in the
 units' folder and aggregates each experiment when its units are in. Workers need no shared
 filesystem: a unit's arguments travel to the worker and its JSON value travels back.
@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 from implicit_em.arguments import missing_modules
-from implicit_em.report.plan import Done, Unit, compute
+from implicit_em.report.running.plan import Done, Unit, compute
 
 __all__ = [
     "EXECUTORS",
@@ -35,6 +36,18 @@ __all__ = [
 ]
 
 EXECUTORS = ("local", "ray")
+
+REACH_SECONDS = 5.0
+"""How long `check_executor` waits for a `HOST:PORT` address to accept a connection (Ray's own
+`init` would wait minutes on an address where nothing answers)."""
+
+AUTH_HINT = (
+    "; a cluster started by `ray start` uses token authentication, which an explicit address "
+    "needs turned on: RAY_AUTH_MODE=token, with the cluster's token in ~/.ray/auth_token "
+    "or RAY_AUTH_TOKEN"
+)
+"""Why joining `HOST:PORT` most often fails: Ray turns token authentication on by itself only
+for `auto`, never for an explicit address."""
 
 RETRIES = 3
 """How often Ray reruns a unit whose worker died (a unit that raises is not rerun)."""
@@ -118,7 +131,10 @@ class RayExecutor:
             except (ConnectionError, RuntimeError, TimeoutError) as err:
                 where = f"--address {address}" if address else "--executor ray"
                 reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err)
-                raise ValueError(f"{where}: cannot start or join a Ray cluster ({reason})") from err
+                hint = "" if address in (None, "auto") else AUTH_HINT
+                raise ValueError(
+                    f"{where}: cannot start or join a Ray cluster ({reason}){hint}"
+                ) from err
         self._task = ray.remote(max_retries=RETRIES, retry_exceptions=False)(_on_worker)
         self._refs: dict[Any, int] = {}
 
@@ -165,9 +181,40 @@ class RayExecutor:
             self._ray.shutdown()
 
 
+def host_and_port(address: str) -> tuple[str, int] | None:
+    """`(host, port)` of a `HOST:PORT` (or `ray://HOST:PORT`) address; `None` for `auto`.
+
+    `ValueError` naming `--address` when it is neither.
+    """
+    if address == "auto":
+        return None
+    bare = address.removeprefix("ray://")
+    host, sep, port = bare.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--address: expected auto or HOST:PORT, got {address!r}")
+    return host.strip("[]"), int(port)
+
+
+def check_reachable(address: str, seconds: float = REACH_SECONDS) -> None:
+    """`ValueError` naming `--address` when nothing accepts a TCP connection at `address`
+    within `seconds` (`auto` is left to Ray, which fails at once when no cluster runs here)."""
+    where = host_and_port(address)
+    if where is None:
+        return
+    try:
+        with socket.create_connection(where, timeout=seconds):
+            pass
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise ValueError(
+            f"--address {address}: nothing answers there ({reason}); "
+            "start the head with `ray start --head` and pass the address it prints"
+        ) from None
+
+
 def check_executor(name: str, address: str | None = None) -> None:
     """`ValueError` naming the option when `name` is no executor, when `--address` comes
-    without Ray, or when the Ray extra is not installed."""
+    without Ray, is malformed or unreachable, or when the Ray extra is not installed."""
     if name not in EXECUTORS:
         raise ValueError(f"--executor: expected one of {', '.join(EXECUTORS)}, got {name!r}")
     if name == "local" and address:
@@ -177,6 +224,8 @@ def check_executor(name: str, address: str | None = None) -> None:
             "implicit-em report --executor ray needs ray, which is not installed: "
             "pip install 'implicit-em[ray]'"
         )
+    if name == "ray" and address:
+        check_reachable(address)
 
 
 def make_executor(name: str, address: str | None = None) -> Executor:

@@ -20,7 +20,7 @@ decision-relevant content (everything but what is only shown and the item marks)
 sentence is not an amendment and changing a threshold, a seed or a budget is. The item marks
 decide item verdicts, not the experiment's: they are hashed with the item registry
 (`implicit_em.report.items.registry.registry_hash`). Which hashes were registered, when,
-and each amendment's reason live in `protocols/registry.json` (`implicit_em.report.registration`).
+and each amendment's reason live in `protocols/registry.json` (`implicit_em.report.rules.registration`).
 
 Seeds: development and quick seeds are below `CONFIRMATION_SEEDS`; full-size (confirmatory)
 seeds are at or above it and have never been run at any other size.
@@ -36,7 +36,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from implicit_em.report.judging import Criterion, Gate, Rule
+from implicit_em.report.judging.rule import Criterion, Gate, Rule
 
 __all__ = [
     "CONFIRMATION_SEEDS",
@@ -47,7 +47,7 @@ __all__ = [
     "load_protocol",
 ]
 
-PROTOCOL_DIR = Path(__file__).parent / "protocols"
+PROTOCOL_DIR = Path(__file__).parents[1] / "protocols"
 """Where the protocol files and the registry live (package data)."""
 
 PROTOCOL_SIZES = ("smoke", "quick", "full", "control")

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from implicit_em.report.executors import Executor
-from implicit_em.report.plan import Unit
-from implicit_em.report.progress import RunProgress, duration, on_terminal
-from implicit_em.report.registration import now as utc_now
-from implicit_em.report.registry import Experiment
-from implicit_em.report.result import Result
-from implicit_em.report.units import kept_units, read_unit, store
+from implicit_em.report.rules.registration import now as utc_now
+from implicit_em.report.running.executors import Executor
+from implicit_em.report.running.plan import Unit
+from implicit_em.report.running.progress import RunProgress, duration, on_terminal
+from implicit_em.report.running.registry import Experiment
+from implicit_em.report.running.result import Result
+from implicit_em.report.running.units import kept_units, read_unit, store
 
 __all__ = ["WARNINGS", "Interrupted", "Job", "announce", "drive", "plan_job"]
 

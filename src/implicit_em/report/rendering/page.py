@@ -12,12 +12,11 @@ from typing import Any
 from implicit_em.pages import embedded_figure, format_number, page
 from implicit_em.pages import escape as _esc
 from implicit_em.pages import table as _table
-from implicit_em.report.claims import CLAIMS, DIRECTIONS, direction
-from implicit_em.report.controls import NegativeControl
-from implicit_em.report.forest import forest_svg
-from implicit_em.report.item_verdicts import controls_pass
-from implicit_em.report.readings import measured_text
-from implicit_em.report.render import (
+from implicit_em.report.judging.controls import NegativeControl
+from implicit_em.report.judging.item_verdicts import controls_pass
+from implicit_em.report.judging.readings import measured_text
+from implicit_em.report.rendering.forest import forest_svg
+from implicit_em.report.rendering.render import (
     alternative_lines,
     comparison_line,
     criterion_evidence,
@@ -28,7 +27,8 @@ from implicit_em.report.render import (
     link_lines,
     part_lines,
 )
-from implicit_em.report.runner import duration
+from implicit_em.report.rules.claims import CLAIMS, DIRECTIONS, direction
+from implicit_em.report.running.runner import duration
 
 __all__ = ["render_html", "sample_count"]
 

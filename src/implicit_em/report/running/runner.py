@@ -4,15 +4,15 @@ Each experiment's result is cached under `<out>/cache/<ID>-<key>.json`, with `ke
 its id, size, configuration (device included) and the source of its module, and its figures
 under `<out>/figures/<ID>-<key>/`. Both appear atomically (written aside, then renamed), so a
 report that is killed or run again reruns only what is not cached or has changed. An
-experiment's work is a plan of units (`implicit_em.report.plan`), computed by an executor (in
-this process, or on a Ray cluster: `implicit_em.report.executors`); while it runs, the driver
-keeps each finished unit under `<out>/units/<ID>-<key>/` (`implicit_em.report.units`), so a
+experiment's work is a plan of units (`implicit_em.report.running.plan`), computed by an executor (in
+this process, or on a Ray cluster: `implicit_em.report.running.executors`); while it runs, the driver
+keeps each finished unit under `<out>/units/<ID>-<key>/` (`implicit_em.report.running.units`), so a
 killed report resumes at the units in progress, and aggregates the experiment here, where its
 figures are written (`drive`). One report at a time holds the output folder (`lock`). The verdict is never cached: it is computed
 from the cached numbers and samples by the experiment's rule on every load. A cache entry also
 keeps the machine line and the commit it was measured on, so a result read back from the cache
 still says where its numbers and its time come from, and its measurement record
-(`implicit_em.report.keys`): an entry whose library code, data files or library versions
+(`implicit_em.report.running.keys`): an entry whose library code, data files or library versions
 changed since is measured again.
 
 The console says what is resumed (finished experiments read from the cache, an experiment's
@@ -38,20 +38,27 @@ from pathlib import Path
 from typing import Any
 
 from implicit_em.machine import summary as machine_summary
-from implicit_em.report.drive import Interrupted, Job, LogWarnings, announce, drive, plan_job
-from implicit_em.report.executors import Executor, LocalExecutor
-from implicit_em.report.files import as_new_file, json_default, write_atomic, write_json
-from implicit_em.report.judging import Judgement
-from implicit_em.report.keys import run_measurement, still_measured
-from implicit_em.report.lock import hold
-from implicit_em.report.plan import alarms_off_console, warning_lines
-from implicit_em.report.progress import duration, progress
-from implicit_em.report.provenance import source_commit
-from implicit_em.report.registration import now as utc_now
-from implicit_em.report.registry import SIZES, Experiment, Figure, Outcome, Table
-from implicit_em.report.replication import Replication
-from implicit_em.report.result import Provenance, Result
-from implicit_em.report.units import unit_places, unit_times
+from implicit_em.report.judging.replication import Replication
+from implicit_em.report.judging.rule import Judgement
+from implicit_em.report.rules.registration import now as utc_now
+from implicit_em.report.running.drive import (
+    Interrupted,
+    Job,
+    LogWarnings,
+    announce,
+    drive,
+    plan_job,
+)
+from implicit_em.report.running.executors import Executor, LocalExecutor
+from implicit_em.report.running.files import as_new_file, json_default, write_atomic, write_json
+from implicit_em.report.running.keys import run_measurement, still_measured
+from implicit_em.report.running.lock import hold
+from implicit_em.report.running.plan import alarms_off_console, warning_lines
+from implicit_em.report.running.progress import duration, progress
+from implicit_em.report.running.provenance import source_commit
+from implicit_em.report.running.registry import SIZES, Experiment, Figure, Outcome, Table
+from implicit_em.report.running.result import Provenance, Result
+from implicit_em.report.running.units import unit_places, unit_times
 
 __all__ = [
     "Interrupted",
@@ -308,7 +315,7 @@ def run_experiments(
 ) -> list[Result]:
     """Run (or load from the cache) each experiment at `size`; crashes become `not run`.
 
-    A `replication` replaces the seeds of every configuration (`report.replication`).
+    A `replication` replaces the seeds of every configuration (`report.judging.replication`).
 
     Before anything runs, `log` announces the expected time of each experiment to run and
     their total: the seconds `measured` for it at this size (by experiment id), else its

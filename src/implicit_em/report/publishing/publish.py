@@ -25,13 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from implicit_em.report.build import PUBLISHED_FULL, write_document
-from implicit_em.report.files import write_atomic
-from implicit_em.report.freshness import published_document, stale_experiments
-from implicit_em.report.provenance import CHECKOUT, TreeState, tree_state
-from implicit_em.report.readme import full_size_column
-from implicit_em.report.registration import check_run, record_data_seen
-from implicit_em.report.registry import Experiment, select
+from implicit_em.report.publishing.freshness import published_document, stale_experiments
+from implicit_em.report.rendering.readme import full_size_column
+from implicit_em.report.rules.registration import check_run, record_data_seen
+from implicit_em.report.running.build import PUBLISHED_FULL, write_document
+from implicit_em.report.running.files import write_atomic
+from implicit_em.report.running.provenance import CHECKOUT, TreeState, tree_state
+from implicit_em.report.running.registry import Experiment, select
 
 __all__ = ["PUBLISHED", "Publication", "gaps", "publish"]
 

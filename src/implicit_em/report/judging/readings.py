@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from implicit_em.report.stats import METHOD_NAMES, Interval, modes
+from implicit_em.report.judging.stats import METHOD_NAMES, Interval, modes
 
 __all__ = [
     "COMBINE_RULES",

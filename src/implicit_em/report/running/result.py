@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from implicit_em.report.controls import status_of
-from implicit_em.report.judging import Judgement
-from implicit_em.report.keys import digest, judgement_record, keyed
-from implicit_em.report.registration import ProtocolStatus, exploratory_reason
-from implicit_em.report.registration import status as protocol_status
-from implicit_em.report.registry import Experiment, Outcome
+from implicit_em.report.judging.controls import status_of
+from implicit_em.report.judging.rule import Judgement
+from implicit_em.report.rules.registration import ProtocolStatus, exploratory_reason
+from implicit_em.report.rules.registration import status as protocol_status
+from implicit_em.report.running.keys import digest, judgement_record, keyed
+from implicit_em.report.running.registry import Experiment, Outcome
 
 __all__ = ["Provenance", "Result"]
 

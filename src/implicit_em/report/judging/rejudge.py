@@ -4,7 +4,7 @@ Every experiment entry of a results.json keeps what was measured (`numbers`, `sa
 known-answer controls' statuses); what is decided from them is computed again: each criterion's
 interval and status and the experiment's verdict by its current protocol's rule
 (`Protocol.rule`), its gates, and every item verdict by the item registry
-(`implicit_em.report.item_verdicts`). The controls' statuses are those of the run (their values
+(`implicit_em.report.judging.item_verdicts`). The controls' statuses are those of the run (their values
 are not published). Two uses:
 
 * `rejudge_folder` (`implicit-em report --rejudge --out FOLDER`): a report folder, such as a quick
@@ -29,15 +29,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from implicit_em.report.build import write_document
-from implicit_em.report.freshness import published_document, stale_experiments
-from implicit_em.report.imports import SOURCE_ROOT
-from implicit_em.report.judging import Rule
-from implicit_em.report.keys import judgement_record, keyed
-from implicit_em.report.protocol import load_protocol
-from implicit_em.report.registration import status as protocol_status
-from implicit_em.report.registry import Experiment, select
-from implicit_em.report.render import report_document
+from implicit_em.report.judging.rule import Rule
+from implicit_em.report.publishing.freshness import published_document, stale_experiments
+from implicit_em.report.rendering.render import report_document
+from implicit_em.report.rules.protocol import load_protocol
+from implicit_em.report.rules.registration import status as protocol_status
+from implicit_em.report.running.build import write_document
+from implicit_em.report.running.imports import SOURCE_ROOT
+from implicit_em.report.running.keys import judgement_record, keyed
+from implicit_em.report.running.registry import Experiment, select
 
 __all__ = ["judged_again", "rejudge_document", "rejudge_folder", "rejudge_publication"]
 

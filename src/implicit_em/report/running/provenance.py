@@ -9,7 +9,7 @@ from pathlib import Path
 
 __all__ = ["CHECKOUT", "TreeState", "source_commit", "tree_state"]
 
-CHECKOUT = Path(__file__).resolve().parents[3]
+CHECKOUT = Path(__file__).resolve().parents[4]
 """The repository root of a checked-out package (meaningless for an installed wheel)."""
 
 

@@ -4,7 +4,7 @@ The import graph is read from the source files under a `root` (the folder that h
 `implicit_em` package), not from a hand-kept list: a module's edges are every `import` and
 `from ... import` in its file, at module level and inside functions (lazy imports) alike,
 resolved to the module that defines the imported name (`from implicit_em.report import Outcome`
-leads to `implicit_em.report.registry`, where `Outcome` is defined, through the package's
+leads to `implicit_em.report.running.registry`, where `Outcome` is defined, through the package's
 re-export), and a submodule read as an attribute of an imported package (`iem.trace`, which the
 package loads on first access) is an edge too. `closure` follows these edges from a start module; what it reaches is an
 over-approximation of the code that can run, never an under-approximation of what is imported.

@@ -33,15 +33,15 @@ from pathlib import Path
 from typing import Any
 
 from implicit_em.data import data_set_files
-from implicit_em.report.imports import (
+from implicit_em.report.rules.protocol import ITEM_MARKS, Protocol, content_hash
+from implicit_em.report.running.imports import (
     SOURCE_ROOT,
     closure,
     imported_packages,
     module_file,
     module_hash,
 )
-from implicit_em.report.protocol import ITEM_MARKS, Protocol, content_hash
-from implicit_em.report.registry import Experiment
+from implicit_em.report.running.registry import Experiment
 
 __all__ = [
     "JUDGEMENT_ROOTS",
@@ -60,10 +60,10 @@ __all__ = [
 ]
 
 JUDGEMENT_ROOTS = (
-    "implicit_em.report.judging",
-    "implicit_em.report.stats",
-    "implicit_em.report.item_verdicts",
-    "implicit_em.report.claims",
+    "implicit_em.report.judging.rule",
+    "implicit_em.report.judging.stats",
+    "implicit_em.report.judging.item_verdicts",
+    "implicit_em.report.rules.claims",
 )
 """The modules that turn measured numbers into verdicts."""
 

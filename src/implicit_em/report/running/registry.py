@@ -2,13 +2,13 @@ r"""The registry of the claims report: experiments, their outcomes, and the expl
 
 An `Experiment` names the claims it tests (the C/R/T/m IDs of `docs/theory.md`), states
 its hypothesis, and measures in two steps: `plan(config)` states its work as units (a
-module-level function with plain-JSON arguments each, `implicit_em.report.plan`), which any
+module-level function with plain-JSON arguments each, `implicit_em.report.running.plan`), which any
 process may compute, and `aggregate(config, results, out)` turns the units' JSON values into an
 `Outcome` (scalar `numbers` for gates and display, per-seed `samples` for the criteria, tables,
 figures), never a verdict. Its rule, seeds, budgets and data sizes are not in its module: they are its protocol
-(`implicit_em.report.protocol`, the data file `protocols/<ID>.json`), registered before the
+(`implicit_em.report.rules.protocol`, the data file `protocols/<ID>.json`), registered before the
 confirmatory run. Each criterion comes with its known-answer `Controls`
-(`implicit_em.report.controls`), written in the experiment's module beside the measurement code
+(`implicit_em.report.judging.controls`), written in the experiment's module beside the measurement code
 they run.
 
 Adding an experiment is one new module under `implicit_em.report.experiments` that defines
@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from implicit_em.report.controls import Controls
-from implicit_em.report.judging import Judgement, Rule
-from implicit_em.report.plan import Unit, compute
-from implicit_em.report.protocol import Protocol, load_protocol
+from implicit_em.report.judging.controls import Controls
+from implicit_em.report.judging.rule import Judgement, Rule
+from implicit_em.report.rules.protocol import Protocol, load_protocol
+from implicit_em.report.running.plan import Unit, compute
 
 __all__ = [
     "SIZES",
@@ -120,7 +120,7 @@ class Experiment:
     setup : str
         Data, models and sizes, in words.
     plan : callable
-        `plan(config) -> Sequence[Unit]`: its work as units (`implicit_em.report.plan`),
+        `plan(config) -> Sequence[Unit]`: its work as units (`implicit_em.report.running.plan`),
         `config` one of `configs` plus `"device"`.
     aggregate : callable
         `aggregate(config, results, out) -> Outcome`: the outcome from the units' JSON values

@@ -10,7 +10,7 @@ r"""The registry of protocols: which protocol versions were registered, when, an
 * `history`: amendments made before the registry existed, recorded with the same fields;
 * `data_seen`: for each size whose data were published (`record_data_seen`), when they were
   first seen (the run's start), on which seeds, and the measurement and judgement keys
-  (`implicit_em.report.keys`) of that run.
+  (`implicit_em.report.running.keys`) of that run.
 
 A verdict is **exploratory** when it rests on any change made after its data were seen
 (`exploratory_reason`): an amendment made after data were seen that touches the seeds it was
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from implicit_em.report.files import write_atomic
-from implicit_em.report.protocol import PROTOCOL_DIR, Protocol
+from implicit_em.report.rules.protocol import PROTOCOL_DIR, Protocol
+from implicit_em.report.running.files import write_atomic
 
 __all__ = [
     "REGISTRY",

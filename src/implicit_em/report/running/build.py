@@ -9,7 +9,7 @@ seconds, with the date and machine line of the run).
 A report below full size is compared with the latest published full-size report,
 `results/full/results.json` (when it exists): each verdict that differs is marked. Until one
 is published the page says "no full run published". A replication (`--seeds`, see
-`report.replication`) is compared at every size: at full size with the published full run, at
+`report.judging.replication`) is compared at every size: at full size with the published full run, at
 quick size with `results/quick/results.json` when one is published there, else the full run.
 """
 
@@ -24,15 +24,15 @@ from typing import Any
 
 import implicit_em
 from implicit_em.machine import summary as machine_summary
-from implicit_em.report.executors import Executor
-from implicit_em.report.files import write_atomic
-from implicit_em.report.page import render_html
-from implicit_em.report.provenance import tree_state
-from implicit_em.report.registry import select
-from implicit_em.report.render import render_markdown, report_document
-from implicit_em.report.replication import Replication, seed_lists
-from implicit_em.report.result import Result
-from implicit_em.report.runner import run_experiments
+from implicit_em.report.judging.replication import Replication, seed_lists
+from implicit_em.report.rendering.page import render_html
+from implicit_em.report.rendering.render import render_markdown, report_document
+from implicit_em.report.running.executors import Executor
+from implicit_em.report.running.files import write_atomic
+from implicit_em.report.running.provenance import tree_state
+from implicit_em.report.running.registry import select
+from implicit_em.report.running.result import Result
+from implicit_em.report.running.runner import run_experiments
 
 __all__ = [
     "PUBLISHED_FULL",

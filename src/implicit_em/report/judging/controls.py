@@ -11,7 +11,7 @@ A control is a function `measure(config) -> per-seed values of the criterion's n
 `config` is the protocol's `control` configuration. Its values are judged by the criterion
 itself (same threshold, same interval method), so a control exercises the measurement and the
 judge together, never the judge alone. A criterion whose controls do not both come out as
-planted casts no vote (`implicit_em.report.item_verdicts.controls_pass`): it has not shown that it can
+planted casts no vote (`implicit_em.report.judging.item_verdicts.controls_pass`): it has not shown that it can
 tell the effect from its absence.
 
 A negative control is of one of two kinds (`NegativeControl`, declared per criterion in its
@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from implicit_em.report.judging import Criterion
+from implicit_em.report.judging.rule import Criterion
 
 __all__ = [
     "NEGATIVE_KINDS",

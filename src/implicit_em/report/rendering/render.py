@@ -1,5 +1,5 @@
 """The report's document (`results.json`) and its markdown summary (`summary.md`); the page,
-`index.html`, is `implicit_em.report.page`.
+`index.html`, is `implicit_em.report.rendering.page`.
 
 `results.json` holds everything the page shows (and the figures' paths beside it), so the page
 can be rebuilt from it with `page.render_html` alone. Below full size, `summary.md` has a "full size"
@@ -14,12 +14,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from implicit_em.pages import format_number
-from implicit_em.report.claims import CLAIMS, direction
-from implicit_em.report.item_verdicts import claim_verdicts, verdict_label
 from implicit_em.report.items.marks import attach_marks, marks_hash
 from implicit_em.report.items.registry import load_registry
-from implicit_em.report.replication import seed_text
-from implicit_em.report.runner import duration
+from implicit_em.report.judging.item_verdicts import claim_verdicts, verdict_label
+from implicit_em.report.judging.replication import seed_text
+from implicit_em.report.rules.claims import CLAIMS, direction
+from implicit_em.report.running.runner import duration
 
 __all__ = [
     "NOT_PUBLISHED",

@@ -11,7 +11,7 @@ A `Rule` holds two kinds of check, both fixed before the experiment runs:
   when it is wholly on the wrong side, `undecided` otherwise (also with too few seeds or a NaN).
   A criterion over several data sets reads one interval per data set (never one over the pooled
   seeds) and its `combine` rule says how they make its status; a zero-width interval is
-  `degenerate`, a gate that casts no vote (`implicit_em.report.readings`).
+  `degenerate`, a gate that casts no vote (`implicit_em.report.judging.readings`).
 
 The experiment's verdict is `holds` when every criterion is met, `fails` when none is, `partly`
 otherwise; a degenerate criterion counts as met when it passes as a gate, not met when it fails
@@ -19,7 +19,7 @@ otherwise; a degenerate criterion counts as met when it passes as a gate, not me
 verdict, that is the verdict; otherwise it is `inconclusive`.
 
 Each criterion bears on one theory item (`claim`) and says whether meeting it `supports` or
-`refutes` it; `implicit_em.report.item_verdicts` turns those votes, by each item's registered rule
+`refutes` it; `implicit_em.report.judging.item_verdicts` turns those votes, by each item's registered rule
 over the parts of its sentence, into one verdict per item.
 """
 
@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from implicit_em.report.readings import (
+from implicit_em.report.judging.readings import (
     COMBINE_RULES,
     DEGENERATE,
     Reading,
@@ -41,7 +41,7 @@ from implicit_em.report.readings import (
     declared_modes,
     format_number,
 )
-from implicit_em.report.stats import (
+from implicit_em.report.judging.stats import (
     MEAN_METHODS,
     MEDIAN_METHODS,
     METHOD_NAMES,
@@ -163,20 +163,20 @@ class Criterion:
     method : {"t", "bootstrap", "bca", "sign-test", "wilson", "clopper-pearson"}
         Interval of a mean (t; bootstrap percentile or BCa, for ratios and few seeds), of a
         median (the exact sign test) or of a share of 1.0s among 0.0/1.0 samples (Wilson;
-        Clopper–Pearson, exact, for few seeds); `implicit_em.report.stats`.
+        Clopper–Pearson, exact, for few seeds); `implicit_em.report.judging.stats`.
     how_it_could_fail : str
         One line: the outcome that would have made it not met.
     primary : bool
         Whether the protocol registered it as its item's primary criterion. It decides nothing
         on its own: the item's verdict is its registered rule over all its criteria
-        (`implicit_em.report.item_verdicts`).
+        (`implicit_em.report.judging.item_verdicts`).
     quote : str
         The sentence of the paper (or of the referee report) it operationalizes, in English,
         with its section: `§4.1: "..."`.
     combine : {"", "all"}
         "" reads one list, `samples[number]`; "all" reads one list per data set,
         `samples["<number>@<data set>"]`, and is met only when met on every data set
-        (`implicit_em.report.readings`).
+        (`implicit_em.report.judging.readings`).
     modes_gap : float or None
         Declared width of the gap that separates modes of this quantity (say a seed that
         specialises from one that does not): the page shows each mode's count and mean.

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from implicit_em.report.protocol import CONFIRMATION_SEEDS, PROTOCOL_DIR
-from implicit_em.report.registration import read_registry
+from implicit_em.report.rules.protocol import CONFIRMATION_SEEDS, PROTOCOL_DIR
+from implicit_em.report.rules.registration import read_registry
 
 __all__ = [
     "MAX_COUNT",

@@ -1,6 +1,6 @@
 """Whether a published full-size report still matches the inputs that would produce it.
 
-Every published experiment records two keys (`implicit_em.report.keys`): its **measurement**
+Every published experiment records two keys (`implicit_em.report.running.keys`): its **measurement**
 record (the hashes of the package modules it used, its configuration, its data files, the
 versions of its libraries, its device) and its **judgement** record (the hashes of the judging
 and statistics code and of its registered rule). An experiment is
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from implicit_em.report.imports import SOURCE_ROOT
-from implicit_em.report.keys import judgement_changes, measurement_changes
-from implicit_em.report.registry import Experiment, select
+from implicit_em.report.running.imports import SOURCE_ROOT
+from implicit_em.report.running.keys import judgement_changes, measurement_changes
+from implicit_em.report.running.registry import Experiment, select
 
 __all__ = [
     "REFRESH_OUT",

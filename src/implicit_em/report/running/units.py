@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from implicit_em.report.files import write_json
-from implicit_em.report.plan import Done, check_name
+from implicit_em.report.running.files import write_json
+from implicit_em.report.running.plan import Done, check_name
 
 __all__ = ["kept", "kept_units", "read_unit", "store", "unit_places", "unit_times"]
 

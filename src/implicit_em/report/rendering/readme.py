@@ -14,8 +14,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from implicit_em.report.item_verdicts import verdict_label
-from implicit_em.report.render import compared_with, comparison_line, full_cell, full_entries
+from implicit_em.report.judging.item_verdicts import verdict_label
+from implicit_em.report.rendering.render import (
+    compared_with,
+    comparison_line,
+    full_cell,
+    full_entries,
+)
 
 __all__ = ["full_size_column"]
 

@@ -1,0 +1,352 @@
+r"""`docs/findings.md`: the paper answered point by point, written from a report's document.
+
+One block per theory item (`claims.CLAIMS`: claims C1–C14d, objections R1–R4 and m1–m3, proposed
+tests T1–T3), each read from the document's item verdicts (`item_verdicts.claim_verdicts`) and
+nothing else:
+
+* **Tested**: the sentence of each part of the item, as its rule quotes it;
+* **Measured**: each criterion and gate of each part, its interval, method, seeds and status,
+  and the size and machine of the run;
+* **Verdict**: the verdict under the item's registered rule, the parts that decided it, and the
+  verdict under every registered alternative (robust, or fragile and under which);
+* **Strongest rival**: the realistic rivals its criteria were read against (what each lacks) and
+  whether each criterion told its rival apart (the negative known-answer control), with the
+  baselines that had to work first;
+* **What would change it**: for each criterion that voted, how far its interval sits from the
+  threshold and how the protocol says it could fail.
+
+With an `earlier` document (the run published before), each block also gives the earlier verdict
+and, where it differs, what changed: the rule (the item's parts and criteria), the measurement
+(a criterion's estimate), or the scale (the size of the run).
+
+`python -m implicit_em.report.rendering.findings PAGE RESULTS [EARLIER]` writes the page; `findings_page`
+returns it, so a test can tell when the page no longer says what the data say.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from implicit_em.report.judging.item_verdicts import verdict_label
+from implicit_em.report.judging.rejudge import rejudge_document
+from implicit_em.report.rules.claims import CLAIMS, direction
+
+__all__ = ["changed_by", "findings_page", "item_block", "main"]
+
+KINDS = {"C": "Claim", "R": "Objection", "m": "Minor objection", "T": "Proposed test"}
+
+
+def _number(x: Any) -> str:
+    if x is None:
+        return "—"
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return str(x)
+    return f"{x:.3g}"
+
+
+def _interval(c: Mapping[str, Any]) -> str:
+    """`estimate [low, high]` of a criterion entry, or its single value."""
+    if c.get("low") is None or c.get("high") is None:
+        return _number(c.get("estimate"))
+    return f"{_number(c['estimate'])} [{_number(c['low'])}, {_number(c['high'])}]"
+
+
+def _criterion_line(c: Mapping[str, Any], protocol: Mapping[str, Any]) -> str:
+    means = protocol.get("means", "")
+    method = protocol.get("method_name") or c.get("method") or ""
+    seeds = protocol.get("seeds")
+    how = f"{method}, {seeds} seeds" if seeds else method
+    if c.get("estimate") is None:
+        return f"  - `{c['experiment']}:{c['number']}` not measured in this run." + (
+            f" {means[0].upper()}{means[1:]}." if means else ""
+        )
+    vote = c.get("vote", "")
+    voted = f"votes {vote}" if vote and vote != "no vote" else f"no vote ({c.get('standing', '')})"
+    return (
+        f"  - `{c['experiment']}:{c['number']}` {_interval(c)} ({how}), needs "
+        f"{c['op']} {_number(c['threshold'])}: **{c['status']}**; {voted}."
+        + (f" {means[0].upper()}{means[1:]}." if means else "")
+    )
+
+
+def _criteria_of(doc: Mapping[str, Any]) -> dict[tuple[str, str], Mapping[str, Any]]:
+    return {
+        (e["id"], c["number"]): c for e in doc.get("experiments", []) for c in e.get("criteria", [])
+    }
+
+
+def _parts_lines(item: Mapping[str, Any], protocols: Mapping[tuple[str, str], Any]) -> list[str]:
+    lines = []
+    for part in item["parts"]:
+        lines.append(f"- *{part['id']}*: {part['reading']}" + _reason(part.get("reason")))
+        for c in part["criteria"]:
+            lines.append(_criterion_line(c, protocols.get((c["experiment"], c["number"]), {})))
+        for g in part["gates"]:
+            word = "passed" if g["passed"] else "failed"
+            lines.append(f"  - gate `{g['experiment']}:{g['name']}` {word}: {g['detail']}.")
+    return lines
+
+
+def _reason(reason: str | None) -> str:
+    return f" ({reason})" if reason else ""
+
+
+def _rivals(item: Mapping[str, Any], protocols: Mapping[tuple[str, str], Any]) -> list[str]:
+    lines, seen = [], set()
+    for part in item["parts"]:
+        for c in part["criteria"]:
+            control = c.get("negative_control") or {}
+            what = control.get("removes") or control.get("why")
+            if control.get("kind") != "realistic" or not what or what in seen:
+                continue
+            seen.add(what)
+            negative = (c.get("controls") or {}).get("negative", "not run")
+            told = "told apart" if negative == "not met" else "not told apart"
+            lines.append(
+                f"- `{c['experiment']}:{c['number']}` against a rival without {what}: its "
+                f"negative control read **{negative}** ({told})."
+            )
+            baseline = protocols.get((c["experiment"], c["number"]), {}).get("baseline")
+            if baseline:
+                lines.append(f"  - first the rival had to work: {baseline['says']}.")
+    if not lines:
+        lines.append(
+            "- None: no criterion of this item was read against a realistic rival "
+            "(a trained model or real mechanism lacking just what it detects)."
+        )
+    return lines
+
+
+def _margin(c: Mapping[str, Any]) -> str:
+    low, high, threshold = c.get("low"), c.get("high"), c.get("threshold")
+    if low is None or high is None or not isinstance(threshold, int | float):
+        return f"its value {_number(c.get('estimate'))} against {c['op']} {_number(threshold)}"
+    if low <= threshold <= high:
+        more = c.get("seeds_to_decide")
+        return f"its interval straddles {_number(threshold)}" + (
+            f" (about {more} seeds would decide it)" if more else ""
+        )
+    side = high if high < threshold else low
+    return f"its interval ends {_number(abs(threshold - side))} from {_number(threshold)}"
+
+
+def _changes(item: Mapping[str, Any], protocols: Mapping[tuple[str, str], Any]) -> list[str]:
+    lines = []
+    for part in item["parts"]:
+        for c in part["criteria"]:
+            if c.get("vote", "no vote") == "no vote":
+                continue
+            how = protocols.get((c["experiment"], c["number"]), {}).get("how_it_could_fail")
+            lines.append(
+                f"- `{c['experiment']}:{c['number']}`: {_margin(c)}."
+                + (f" It could fail if {how[0].lower()}{how[1:]}." if how else "")
+            )
+    if item.get("fragile_under"):
+        lines.append(f"- Reading it under {', '.join(item['fragile_under'])} changes it already.")
+    if not lines:
+        lines.append(
+            "- A criterion that can vote: a measurement with a realistic rival, "
+            "or the gate that keeps it from voting passing."
+        )
+    return lines
+
+
+def _robustness(item: Mapping[str, Any]) -> str:
+    alternatives = [a for a in item.get("alternatives", []) if a.get("available", True)]
+    if not alternatives:
+        return "No alternative reading is registered for this item."
+    shown = "; ".join(
+        f"{a['id']}: {a['verdict']}" + (f" ({a['qualifier']})" if a.get("qualifier") else "")
+        for a in alternatives
+    )
+    flips = [a["id"] for a in alternatives if a.get("flips")]
+    head = (
+        f"Fragile: it flips under {', '.join(flips)}."
+        if flips
+        else "Robust: no alternative flips it."
+    )
+    return f"{head} Under each registered alternative: {shown}."
+
+
+def changed_by(
+    item: Mapping[str, Any],
+    earlier: Mapping[str, Any],
+    size: str,
+    earlier_size: str,
+) -> list[str]:
+    """What differs between an item's entry and its `earlier` entry: `rule` (its parts or their
+    criteria and gates), `measurement` (a shared criterion's estimate) and `scale` (the size
+    of the run)."""
+
+    def refs(entry: Mapping[str, Any]) -> set[tuple[str, ...]]:
+        return {
+            (p["id"], c["experiment"], c.get("number") or c.get("name"))
+            for p in entry.get("parts", [])
+            for c in [*p.get("criteria", []), *p.get("gates", [])]
+        }
+
+    def estimates(entry: Mapping[str, Any]) -> dict[tuple[str, str], Any]:
+        return {
+            (c["experiment"], c["number"]): c.get("estimate")
+            for p in entry.get("parts", [])
+            for c in p.get("criteria", [])
+        }
+
+    reasons = []
+    if refs(item) != refs(earlier) or item.get("rule") != earlier.get("rule"):
+        reasons.append("rule")
+    now, then = estimates(item), estimates(earlier)
+    if any(now[k] != then[k] for k in now.keys() & then.keys()):
+        reasons.append("measurement")
+    if size != earlier_size:
+        reasons.append("scale")
+    return reasons
+
+
+def item_block(
+    item: Mapping[str, Any],
+    protocols: Mapping[tuple[str, str], Any],
+    meta: Mapping[str, Any],
+    earlier: Mapping[str, Any] | None = None,
+    earlier_meta: Mapping[str, Any] | None = None,
+) -> str:
+    """The block of one item: tested, measured, verdict, rival, what would change it."""
+    ident = item["id"]
+    label = verdict_label(item)
+    lines = [
+        f"## {ident}: {CLAIMS[ident]}",
+        "",
+        f"{KINDS[ident[0]]}. **{label}**, {direction(ident, item['verdict'])}"
+        + (
+            " (exploratory: it stands only once rerun on fresh seeds)"
+            if item.get("exploratory")
+            else ""
+        )
+        + ".",
+        "",
+        "**Tested.**",
+        *[f"- *{p['id']}*: “{p['quote']}”" for p in item["parts"] if p.get("quote")],
+        "",
+        f"**Measured** at {meta.get('size', '?')} size ({meta.get('date', '?')}).",
+        *_parts_lines(item, protocols),
+        "",
+        f"**Verdict.** {item['rule'][0].upper()}{item['rule'][1:]}. "
+        + (f"Decided by: {', '.join(item['decided_by'])}. " if item.get("decided_by") else "")
+        + _robustness(item),
+    ]
+    for link in item.get("links", []):
+        state = (
+            "they contradict each other here" if link["contradicts"] else "no contradiction here"
+        )
+        lines.append(f"Linked with {link['with']}: {link['reason']} ({state}).")
+    lines += ["", "**Strongest rival.**", *_rivals(item, protocols)]
+    lines += ["", "**What would change it.**", *_changes(item, protocols)]
+    if earlier is not None and earlier_meta is not None:
+        was = verdict_label(earlier)
+        if earlier["verdict"] == item["verdict"]:
+            said = f"the same, **{was}**"
+        else:
+            why = changed_by(item, earlier, meta.get("size", ""), earlier_meta.get("size", ""))
+            said = f"**{was}**; changed by the {', '.join(why) or 'links between items'}"
+        lines += ["", f"**Earlier run** ({earlier_meta.get('date', '?')}): {said}."]
+    return "\n".join(lines)
+
+
+def _standing(meta: Mapping[str, Any]) -> str:
+    """What kind of run the page is written from."""
+    if meta.get("size") != "full":
+        return (
+            f"This is a {meta.get('size', '?')}-size report, a scaled copy of the full one: its "
+            "verdicts are not the confirmatory ones."
+        )
+    published = (meta.get("publication") or {}).get("date")
+    return (
+        f"The published full-size run (published {published or '?'}); "
+        "`implicit-em publish --check` says whether it still matches the code and protocols, "
+        "and which experiments a confirmatory run under the current protocols must measure again."
+    )
+
+
+def findings_page(
+    doc: Mapping[str, Any], earlier: Mapping[str, Any] | None = None, source: str = ""
+) -> str:
+    """The findings page of the report document `doc` (a parsed results.json, read again under
+    the current rules), beside the `earlier` published document when given."""
+    doc = rejudge_document(doc)
+    meta = doc["meta"]
+    earlier_items: dict[str, Any] = {}
+    earlier_meta = None
+    if earlier is not None:
+        earlier = rejudge_document(earlier)
+        earlier_meta = earlier["meta"]
+        earlier_items = {e["id"]: e for e in earlier["claim_verdicts"]}
+    items = {e["id"]: e for e in doc["claim_verdicts"]}
+    protocols = _criteria_of(doc)
+    tally: dict[str, list[str]] = {}
+    for ident in CLAIMS:
+        if ident in items:
+            tally.setdefault(direction(ident, items[ident]["verdict"]), []).append(ident)
+    lines = [
+        "# Findings: the paper answered point by point",
+        "",
+        f"<!-- written by `python -m implicit_em.report.rendering.findings` from {source or 'a report'}; "
+        "do not edit by hand -->",
+        "",
+        f"From the {meta.get('size', '?')}-size report of {meta.get('date', '?')} on "
+        f"{meta.get('machine', '?')}, read under the item rules in force "
+        "(`src/implicit_em/report/protocols/items.json`; how they read is in "
+        "[the report's guide](report.md)). Each block quotes the sentence tested, says what was "
+        "measured, the verdict under its rule and every registered alternative, the realistic "
+        "rival it was read against, and what would change it.",
+        "",
+        _standing(meta),
+        "",
+        *[
+            f"- {d}: {', '.join(tally[d])}"
+            for d in ("for the paper", "against the paper", "open")
+            if d in tally
+        ],
+        "",
+    ]
+    for ident in CLAIMS:
+        if ident in items:
+            lines += [
+                item_block(items[ident], protocols, meta, earlier_items.get(ident), earlier_meta),
+                "",
+            ]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _load(path: str) -> dict[str, Any]:
+    document = json.loads(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(document, dict) or not {"meta", "experiments"} <= set(document):
+        raise ValueError(f"{path} has no meta and experiments")
+    return document
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    """`python -m implicit_em.report.rendering.findings PAGE RESULTS [EARLIER]`."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) not in (2, 3):
+        print(
+            "usage: python -m implicit_em.report.rendering.findings PAGE RESULTS [EARLIER]",
+            file=sys.stderr,
+        )
+        return 2
+    page, results, *rest = args
+    try:
+        doc = _load(results)
+        earlier = _load(rest[0]) if rest else None
+    except (OSError, ValueError) as err:
+        print(f"error: RESULTS: expected a report's results.json ({err})", file=sys.stderr)
+        return 2
+    Path(page).write_text(findings_page(doc, earlier, source=results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

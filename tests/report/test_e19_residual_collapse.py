@@ -1,0 +1,134 @@
+"""E19: the collapse measures against hand computations, the residual network, a smoke run."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from implicit_em.report import select
+from implicit_em.report.experiments import _component_use as cu
+from implicit_em.report.experiments import _residual_collapse as rc
+from implicit_em.report.experiments import e19_residual_collapse as e19
+from implicit_em.report.experiments._residual_mlp import (
+    NORMS,
+    PreNormResidualMLP,
+    PrototypeHead,
+    norm_layer,
+)
+from implicit_em.report.rules.protocol import load_protocol
+from implicit_em.report.running.plan import compute
+
+(E19,) = select(["E19"])
+PROTOCOL = load_protocol("E19")
+
+
+def test_component_use_of_hand_built_responsibilities():
+    k = 4
+    dealt = torch.eye(k).repeat(3, 1)  # twelve inputs, three to each component
+    use = cu.component_use(dealt, dead_mass=0.1)
+    assert use["distinct"] == pytest.approx(k)
+    assert use["effective"] == pytest.approx(k)
+    assert use["dead_share"] == 0.0
+    assert use["largest_share"] == pytest.approx(1 / k)
+    coincident = torch.full((12, k), 1 / k)
+    use = cu.component_use(coincident, dead_mass=0.1)
+    assert use["effective"] == pytest.approx(k)  # every component an equal share ...
+    assert use["distinct"] == pytest.approx(1.0)  # ... but none tells inputs apart
+    one = torch.zeros(12, k)
+    one[:, 0] = 1
+    use = cu.component_use(one, dead_mass=0.1)
+    assert (use["distinct"], use["effective"]) == (pytest.approx(1.0), pytest.approx(1.0))
+    assert use["dead_share"] == pytest.approx(3 / 4)
+    assert use["largest_share"] == 1.0
+
+
+def test_distinct_components_is_the_exponential_of_the_mutual_information():
+    # two inputs, two components: r = [[0.9, 0.1], [0.1, 0.9]]; mean (0.5, 0.5)
+    r = torch.tensor([[0.9, 0.1], [0.1, 0.9]])
+    h_mean = math.log(2)
+    h_row = -(0.9 * math.log(0.9) + 0.1 * math.log(0.1))
+    assert cu.distinct_components(r) == pytest.approx(math.exp(h_mean - h_row))
+    assert cu.effective_components(r) == pytest.approx(2.0)
+
+
+def test_dead_share_counts_mass_below_its_cut():
+    # masses 0.7, 0.29, 0.01 of K = 3: the cut 0.1/3 = 0.033 leaves one dead
+    r = torch.tensor([[0.7, 0.29, 0.01]])
+    assert cu.dead_share(r, 0.1) == pytest.approx(1 / 3)
+    assert cu.dead_share(r, 0.02) == 0.0
+
+
+def test_bad_responsibilities_are_refused():
+    with pytest.raises(ValueError, match="non-negative rows summing to one"):
+        cu.effective_components(torch.tensor([[0.5, 0.6]]))
+    with pytest.raises(ValueError, match=r"\[N, K\]"):
+        cu.effective_components(torch.ones(3))
+    with pytest.raises(ValueError, match="dead_mass"):
+        cu.dead_share(torch.eye(2), 1.5)
+
+
+@pytest.mark.parametrize("norm", NORMS)
+def test_the_residual_network_maps_images_to_its_width(norm):
+    net = PreNormResidualMLP(10, 8, 2, norm)
+    assert net(torch.randn(5, 10)).shape == (5, 8)
+    assert len(net.mlps) == 2
+
+
+def test_layernorm_without_affine_has_no_parameters_and_a_bad_norm_is_refused():
+    assert not list(norm_layer("layernorm_plain", 8).parameters())
+    assert len(list(norm_layer("layernorm", 8).parameters())) == 2
+    with pytest.raises(ValueError, match="norm must be one of"):
+        norm_layer("groupnorm", 8)
+
+
+def test_the_head_reads_squared_distances_to_prototypes_drawn_from_the_embeddings():
+    e = torch.tensor([[0.0, 0.0], [3.0, 4.0], [1.0, 1.0]])
+    head = PrototypeHead.from_embeddings(e, 2, torch.Generator().manual_seed(0))
+    assert all(any(torch.equal(p, row) for row in e) for p in head.prototypes)
+    d = PrototypeHead(torch.tensor([[0.0, 0.0], [3.0, 4.0]]))(e)
+    assert d.tolist() == [[0.0, 25.0], [25.0, 0.0], [2.0, 13.0]]
+    with pytest.raises(ValueError, match="k must be"):
+        PrototypeHead.from_embeddings(e, 4, torch.Generator())
+
+
+def test_the_volume_arms_add_their_terms_and_the_others_fit_the_lse_alone():
+    d = torch.rand(16, 4, dtype=torch.float64) * 3
+    config = PROTOCOL.sizes["smoke"]
+    lse = rc.arm_loss(d, "layernorm", config)
+    assert lse == pytest.approx(float(-torch.logsumexp(-d, -1).mean()))
+    assert rc.arm_loss(d, "batchnorm", config) == lse
+    assert rc.arm_loss(d, "log_det", config) > lse  # a spread of 0..3 has det(Cov) < 1
+    with pytest.raises(ValueError, match="arm must be one of"):
+        rc.arm_loss(d, "dropout", config)
+
+
+def test_the_protocol_reads_every_criterion_and_controls_each():
+    numbers = {c.number for c in PROTOCOL.criteria}
+    assert numbers == set(e19.CONTROLS)
+    for criterion in PROTOCOL.data["criteria"]:
+        assert criterion["negative_control"]["kind"] == "realistic"
+        arm = criterion["number"].split("_share_")[1]
+        assert ("baseline" in criterion) == (arm != "bare"), criterion["number"]
+    assert set(PROTOCOL.sizes["quick"]["arms"]) == set(e19.NEGATIVE)
+
+
+def test_a_smoke_run_reads_each_arm_from_its_own_trainings(tmp_path):
+    config = {**PROTOCOL.sizes["smoke"], "device": "cpu"}
+    results = {unit.name: compute(unit).value for unit in E19.plan(config)}
+    outcome = E19.aggregate(config, results, tmp_path)
+    assert set(outcome.samples) == {c.number for c in PROTOCOL.criteria}
+    (seed,) = config["seeds"]
+    for number, values in outcome.samples.items():
+        measure, arm = number.rsplit("_share_", 1)
+        assert values == [results[f"{arm}-seed{seed}"]["final"][f"{measure}_share"]]
+    k = config["components"]
+    for arm in config["arms"]:
+        final = results[f"{arm}-seed{seed}"]["final"]
+        assert 1 - 1e-9 <= final["distinct"] <= final["effective"] + 1e-9 <= k + 1e-9
+        assert outcome.numbers[f"loss_drop_{arm}"] == pytest.approx(
+            final["loss_start"] - final["loss_end"]
+        )
+        assert 0 <= outcome.numbers[f"knn_{arm}"] <= 1
+    assert (tmp_path / "residual_components.png").exists()

@@ -1,0 +1,101 @@
+"""The findings page: one block per item, written from the published run, and kept in step."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from implicit_em.report.rendering.findings import changed_by, findings_page
+from implicit_em.report.rules.claims import CLAIMS
+
+ROOT = Path(__file__).resolve().parents[2]
+PUBLISHED = ROOT / "results" / "full" / "results.json"
+PAGE = ROOT / "docs" / "findings.md"
+
+
+@pytest.fixture(scope="module")
+def page() -> str:
+    return findings_page(json.loads(PUBLISHED.read_text()), source="results/full/results.json")
+
+
+def test_the_committed_page_says_what_the_published_run_says(page):
+    assert PAGE.read_text() == page, (
+        "docs/findings.md is out of date: python -m implicit_em.report.rendering.findings "
+        "docs/findings.md results/full/results.json"
+    )
+
+
+def test_every_item_has_its_block_with_the_five_answers(page):
+    blocks = page.split("\n## ")[1:]
+    assert [b.split(":", 1)[0] for b in blocks] == list(CLAIMS)
+    for block in blocks:
+        for heading in (
+            "**Tested.**",
+            "**Measured**",
+            "**Verdict.**",
+            "**Strongest rival.**",
+            "**What would change it.**",
+        ):
+            assert heading in block, (block.split("\n", 1)[0], heading)
+
+
+def test_the_verdict_shown_is_the_items_verdict_under_the_current_rules(page):
+    from implicit_em.report.judging.item_verdicts import verdict_label
+    from implicit_em.report.judging.rejudge import rejudge_document
+
+    doc = rejudge_document(json.loads(PUBLISHED.read_text()))
+    for item in doc["claim_verdicts"]:
+        block = page.split(f"\n## {item['id']}: ", 1)[1]
+        assert f"**{verdict_label(item)}**" in block.split("\n\n", 2)[1]
+
+
+def _entry(estimate: float, criteria: tuple[str, ...] = ("a",)) -> dict:
+    return {
+        "rule": "every part is needed",
+        "parts": [
+            {
+                "id": "p",
+                "criteria": [
+                    {"experiment": "E1", "number": n, "estimate": estimate} for n in criteria
+                ],
+                "gates": [],
+            }
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("now", "then", "sizes", "why"),
+    [
+        (_entry(1.0), _entry(1.0), ("full", "full"), []),
+        (_entry(1.0), _entry(2.0), ("full", "full"), ["measurement"]),
+        (_entry(1.0), _entry(1.0, ("a", "b")), ("full", "full"), ["rule"]),
+        (_entry(1.0), _entry(2.0), ("full", "quick"), ["measurement", "scale"]),
+    ],
+)
+def test_what_changed_a_verdict_is_named(now, then, sizes, why):
+    assert changed_by(now, then, *sizes) == why
+
+
+def test_a_file_that_is_no_report_is_one_line_and_exit_2(tmp_path):
+    bad = tmp_path / "results.json"
+    bad.write_text("not json")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "implicit_em.report.rendering.findings",
+            str(tmp_path / "f.md"),
+            str(bad),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("error: RESULTS: expected a report's results.json")
+    assert not (tmp_path / "f.md").exists()
