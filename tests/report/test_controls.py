@@ -13,8 +13,17 @@ import pytest
 from implicit_em.report import select
 from implicit_em.report.judging.controls import control_statuses
 
+# Controls that take tens of seconds: E16's fit the field's rivals (crowd-kit's GLAD among them)
+# at its quick size, the size at which the report itself runs them beside the quick units.
+SLOW = {"E16"}
+
 CASES = [
-    pytest.param(experiment, criterion, id=f"{experiment.id}-{criterion.claim}-{criterion.number}")
+    pytest.param(
+        experiment,
+        criterion,
+        id=f"{experiment.id}-{criterion.claim}-{criterion.number}",
+        marks=[pytest.mark.slow] if experiment.id in SLOW else [],
+    )
     for experiment in select(None)
     for criterion in experiment.rule.criteria
 ]
