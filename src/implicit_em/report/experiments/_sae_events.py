@@ -18,7 +18,9 @@ read all the same.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 import torch
@@ -33,7 +35,15 @@ __all__ = ["SparseAutoencoder", "activations", "sae_run"]
 
 def activations(config: Mapping[str, Any], seed: int) -> tuple[Tensor, Tensor]:
     """The hidden activations `[N, hidden]` of an MLP trained on `config`'s images from seed
-    `seed`, on the training and the test images (on the CPU)."""
+    `seed`, on the training and the test images (on the CPU); trained once per process for
+    the same data, MLP and seed (both arms of a seed read the same activations)."""
+    keys = ("data", "n_train", "n_test", "mlp_hidden", "mlp_steps", "batch")
+    return _activations(json.dumps({k: config[k] for k in keys}, sort_keys=True), seed)
+
+
+@lru_cache(maxsize=4)
+def _activations(key: str, seed: int) -> tuple[Tensor, Tensor]:
+    config = json.loads(key)
     images = images_of({**config, "device": "cpu"})
     torch.manual_seed(seed)
     mlp = nn.Sequential(

@@ -41,6 +41,7 @@ from implicit_em.report.experiments._event_readings import (
     lead_over,
     share,
 )
+from implicit_em.report.experiments._experts import one_thread
 from implicit_em.report.experiments._moe_events import moe_run
 from implicit_em.report.experiments._sae_events import sae_run
 from implicit_em.report.plan import Unit
@@ -68,8 +69,10 @@ def family_config(config: Mapping[str, Any], family: str) -> dict[str, Any]:
 
 
 def family_run(config: dict[str, Any], family: str, arm: str, seed: int) -> dict[str, Any]:
-    """One run of `family` under `arm` from `seed` (a unit)."""
-    return RUNS[family](config, seed, arm)
+    """One run of `family` under `arm` from `seed` (a unit), on one CPU thread: the models are
+    so small that more threads only add synchronization."""
+    with one_thread():
+        return RUNS[family](config, seed, arm)
 
 
 def plan(config: dict[str, Any]) -> list[Unit]:
