@@ -51,10 +51,31 @@ def test_onset_is_one_step_after_the_earliest_dead_component_was_last_active():
 
 
 RUNS = [
-    {"event": True, "onset": 100, "steps": 400, "tracer": 80, "loss_spike": None, "grad_spike": 120},
+    {
+        "event": True,
+        "onset": 100,
+        "steps": 400,
+        "tracer": 80,
+        "loss_spike": None,
+        "grad_spike": 120,
+    },
     {"event": True, "onset": 50, "steps": 400, "tracer": None, "loss_spike": 60, "grad_spike": 10},
-    {"event": False, "onset": None, "steps": 400, "tracer": None, "loss_spike": 5, "grad_spike": None},
-    {"event": False, "onset": None, "steps": 400, "tracer": 30, "loss_spike": None, "grad_spike": None},
+    {
+        "event": False,
+        "onset": None,
+        "steps": 400,
+        "tracer": None,
+        "loss_spike": 5,
+        "grad_spike": None,
+    },
+    {
+        "event": False,
+        "onset": None,
+        "steps": 400,
+        "tracer": 30,
+        "loss_spike": None,
+        "grad_spike": None,
+    },
 ]
 
 

@@ -52,7 +52,9 @@ class MajorityTransformer(nn.Module):
         self.qkv = nn.Linear(width, 3 * width)
         self.out = nn.Linear(width, width)
         self.norm = nn.LayerNorm(width)
-        self.mlp = nn.Sequential(nn.Linear(width, 2 * width), nn.ReLU(), nn.Linear(2 * width, width))
+        self.mlp = nn.Sequential(
+            nn.Linear(width, 2 * width), nn.ReLU(), nn.Linear(2 * width, width)
+        )
         self.head = nn.Linear(width, vocab)
 
     def _qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -85,10 +87,7 @@ def _collapse_onset(readings: list[tuple[int, float]], threshold: float) -> int 
     when the last reading is not."""
     onset = None
     for t, h in readings:
-        if h < threshold:
-            onset = t if onset is None else onset
-        else:
-            onset = None
+        onset = (t if onset is None else onset) if h < threshold else None
     return onset
 
 

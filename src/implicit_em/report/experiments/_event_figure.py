@@ -9,10 +9,16 @@ from typing import Any
 from implicit_em.report.experiments._event_readings import DETECTORS
 from implicit_em.report.figures import new_figure, save
 
-MARKERS = {"tracer": ("o", "#1f77b4"), "loss_spike": ("s", "#ff7f0e"), "grad_spike": ("^", "#2ca02c")}
+MARKERS = {
+    "tracer": ("o", "#1f77b4"),
+    "loss_spike": ("s", "#ff7f0e"),
+    "grad_spike": ("^", "#2ca02c"),
+}
 
 
-def event_figure(runs: Mapping[str, Sequence[Mapping[str, Any]]], titles: Mapping[str, str], out: Path) -> str:
+def event_figure(
+    runs: Mapping[str, Sequence[Mapping[str, Any]]], titles: Mapping[str, str], out: Path
+) -> str:
     """One panel per family (`runs`: its runs' readings): one row per run, the onset as a black
     bar (runs without an event drawn grey, without one), each detector's first step as a marker;
     a detector that never fired is not drawn."""

@@ -59,9 +59,7 @@ def false_alarms(runs: Sequence[Run], detector: str) -> list[float]:
 
 def lead_before_onset(runs: Sequence[Run], detector: str) -> list[float]:
     """Onset minus `detector`'s first step, over the event runs it caught."""
-    return [
-        float(r["onset"] - r[detector]) for r in runs if r["event"] and r[detector] is not None
-    ]
+    return [float(r["onset"] - r[detector]) for r in runs if r["event"] and r[detector] is not None]
 
 
 def _first(run: Run, detector: str) -> float:

@@ -145,6 +145,11 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
             lead_rows.append(
                 (EVENTS[family], f"tracer ahead of {DETECTORS[monitor]}", _median_cell(gains))
             )
+        first: dict[str, int] = {}  # which alarms came first on the runs with an event
+        for r in (r for r in runs if r["event"]):
+            for alarm in r["tracer_alarms"]:
+                first[alarm] = first.get(alarm, 0) + 1
+        numbers[f"first_alarms_{family}"] = dict(sorted(first.items()))
         if family in JUDGED:
             samples[f"detect_share_{family}"] = detections(runs, "tracer")
             samples[f"false_alarm_share_{family}"] = false_alarms(runs, "tracer")
@@ -197,7 +202,8 @@ def _notes(n: Mapping[str, Any], config: Mapping[str, Any]) -> list[str]:
             f"spikes: {n[f'detect_share_{family}_loss_spike']:.2f} and "
             f"{n[f'false_alarm_share_{family}_loss_spike']:.2f}; gradient-norm spikes: "
             f"{n[f'detect_share_{family}_grad_spike']:.2f} and "
-            f"{n[f'false_alarm_share_{family}_grad_spike']:.2f})."
+            f"{n[f'false_alarm_share_{family}_grad_spike']:.2f}); the tracer's first alarms on "
+            f"the event runs: {n[f'first_alarms_{family}'] or 'none'}."
         )
     if "router_residual_max" in n:
         out.append(
