@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from implicit_em.report.experiments._event_readings import DETECTORS
-from implicit_em.report.figures import new_figure, save
+from implicit_em.report.rendering.figures import new_figure, save
 
 MARKERS = {
     "tracer": ("o", "#1f77b4"),

@@ -28,7 +28,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments._attention_events import attention_run
 from implicit_em.report.experiments._event_figure import event_figure
 from implicit_em.report.experiments._event_readings import (
@@ -44,9 +43,10 @@ from implicit_em.report.experiments._event_readings import (
 from implicit_em.report.experiments._experts import one_thread
 from implicit_em.report.experiments._moe_events import moe_run
 from implicit_em.report.experiments._sae_events import sae_run
-from implicit_em.report.plan import Unit
-from implicit_em.report.registry import Experiment, Figure, Outcome, Table
-from implicit_em.report.stats import median_interval, share_interval
+from implicit_em.report.judging.controls import Control, Controls
+from implicit_em.report.judging.stats import median_interval, share_interval
+from implicit_em.report.running.plan import Unit
+from implicit_em.report.running.registry import Experiment, Figure, Outcome, Table
 
 RUNS: dict[str, Callable[[Mapping[str, Any], int, str], dict[str, Any]]] = {
     "moe": moe_run,
