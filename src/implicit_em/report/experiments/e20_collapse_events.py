@@ -112,7 +112,8 @@ def _median_cell(values: Sequence[float]) -> str:
 
 
 def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> Outcome:
-    numbers: dict[str, Any] = {"seeds": len(config["seeds"]), "monitor": config["monitor"]}
+    numbers: dict[str, Any] = {"seeds": len(config["seeds"])}
+    numbers.update({f"monitor_{k}": v for k, v in config["monitor"].items()})
     samples: dict[str, list[float]] = {}
     rows, lead_rows = [], []
     by_family = {}
@@ -149,7 +150,7 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
         for r in (r for r in runs if r["event"]):
             for alarm in r["tracer_alarms"]:
                 first[alarm] = first.get(alarm, 0) + 1
-        numbers[f"first_alarms_{family}"] = dict(sorted(first.items()))
+        numbers[f"first_alarms_{family}"] = ", ".join(f"{a} {c}" for a, c in sorted(first.items()))
         if family in JUDGED:
             samples[f"detect_share_{family}"] = detections(runs, "tracer")
             samples[f"false_alarm_share_{family}"] = false_alarms(runs, "tracer")
