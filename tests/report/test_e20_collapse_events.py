@@ -9,6 +9,7 @@ import pytest
 
 from implicit_em.report import select
 from implicit_em.report.experiments._event_readings import (
+    by_alarm,
     detections,
     false_alarms,
     lead_before_onset,
@@ -90,6 +91,19 @@ def test_leads_count_from_the_onset_and_read_a_silent_detector_at_the_end():
     assert lead_before_onset(RUNS, "tracer") == [20.0]
     assert lead_before_onset(RUNS, "grad_spike") == [-20.0, 40.0]
     assert lead_over(RUNS, "loss_spike") == [400.0 - 80.0, 60.0 - 400.0]
+
+
+def test_each_alarm_reads_as_a_detector_of_its_own():
+    runs = [
+        {**RUNS[0], "alarm_steps": {"log_z_drift": 80, "attention_entropy_collapse": 110}},
+        {**RUNS[2], "alarm_steps": {}},
+        {**RUNS[3], "alarm_steps": {"log_z_drift": 30}},
+    ]
+    alarms = by_alarm(runs)
+    assert sorted(alarms) == ["attention_entropy_collapse", "log_z_drift"]
+    assert lead_before_onset(alarms["attention_entropy_collapse"], "tracer") == [-10.0]
+    assert false_alarms(alarms["log_z_drift"], "tracer") == [0.0, 1.0]
+    assert false_alarms(alarms["attention_entropy_collapse"], "tracer") == [0.0, 0.0]
 
 
 @pytest.fixture(scope="module")

@@ -22,6 +22,7 @@ from typing import Any
 __all__ = [
     "DETECTORS",
     "MONITORS",
+    "by_alarm",
     "detections",
     "false_alarms",
     "fired",
@@ -71,6 +72,13 @@ def lead_over(runs: Sequence[Run], monitor: str) -> list[float]:
     """Over the event runs, `monitor`'s first step minus the tracer's (a detector that never
     fired read at the run's length)."""
     return [_first(r, monitor) - _first(r, "tracer") for r in runs if r["event"]]
+
+
+def by_alarm(runs: Sequence[Run]) -> dict[str, list[dict[str, Any]]]:
+    """Each tracer alarm that fired in some run as a detector of its own: per alarm, the runs
+    with `"tracer"` replaced by that alarm's first step (None where it did not fire)."""
+    alarms = sorted({a for r in runs for a in r["alarm_steps"]})
+    return {a: [{**r, "tracer": r["alarm_steps"].get(a)} for r in runs] for a in alarms}
 
 
 def share(values: Sequence[float]) -> float:

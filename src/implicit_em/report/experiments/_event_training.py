@@ -169,7 +169,7 @@ def run_reading(
     """One run's reading as plain JSON: whether the event happened and its onset; the first
     step of the tracer's first alarm (any alarm, any site) and of each practitioner monitor
     (`monitor`: `window`, and `k_loss` and `k_grad` for the loss and the gradient norm);
-    which alarms fired first; the run's length."""
+    which alarms fired first, and each alarm's first step; the run's length."""
     window = int(monitor["window"])
     first_alarm = min((s for s, _, _ in log.alarms), default=None)
     return {
@@ -181,6 +181,7 @@ def run_reading(
         "tracer": first_alarm,
         "tracer_alarms": sorted({a for s, a, _ in log.alarms if s == first_alarm}),
         "alarm_kinds": sorted({a for _, a, _ in log.alarms}),
+        "alarm_steps": {a: min(s for s, b, _ in log.alarms if b == a) for _, a, _ in log.alarms},
         "loss_spike": first_spike(log.losses, window, float(monitor["k_loss"])),
         "grad_spike": first_spike(log.grad_norms, window, float(monitor["k_grad"])),
         "residuals": log.residuals,
