@@ -231,7 +231,9 @@ def wrong_class_competition(grad_d: Tensor, d: Tensor, labels: Tensor, bins: int
     alone."""
     n, k = d.shape
     if k < 3 or grad_d.shape != (n, k) or labels.shape != (n,):
-        raise ValueError("wrong_class_competition needs d and grad_d [N, K] with K >= 3, labels [N]")
+        raise ValueError(
+            "wrong_class_competition needs d and grad_d [N, K] with K >= 3, labels [N]"
+        )
     wrong = torch.ones_like(d, dtype=torch.bool).scatter(1, labels[:, None], False)
     own = d[wrong].view(n, k - 1).double()
     correction = grad_d[wrong].view(n, k - 1).abs().double()
