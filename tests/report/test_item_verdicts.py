@@ -294,7 +294,7 @@ def test_every_criterion_classifies_its_negative_control():
             if kind["kind"] == "realistic":
                 realistic.add(c["number"])
     assert "wrong_competition" in realistic  # trained one-vs-rest sigmoids
-    assert "gd_heldout_recovery" in realistic  # gradient descent without the normalizer
+    assert "gd_heldout_reached_share" in realistic  # gradient descent without the normalizer
     assert "lse_gain_one_cluster" in realistic  # correntropy at the same width
     assert "sigmoid_minus_ce_bits" not in realistic  # an untrained transformer
 
