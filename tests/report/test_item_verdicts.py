@@ -113,6 +113,17 @@ def test_construction_with_a_stated_reason_verifies_by_algebra():
     assert _read([gate], [passed])["verdict"] == "verified (algebra)"
     assert _read([gate], [failed])["verdict"] == "violated (algebra)"
     assert _read([gate], [{**passed, "verdict": "not run"}])["verdict"] == "not tested"
+    # A gate an older run did not measure (added since) neither verifies nor violates.
+    unmeasured = _e("E1", gates=[{"name": "err", "passed": None, "detail": "not measured"}])
+    assert _read([gate], [{**unmeasured, "verdict": "invalid"}])["verdict"] == "not tested"
+
+
+def test_a_gate_whose_number_was_not_measured_has_no_pass():
+    from implicit_em.report.judging.rule import Gate, GateResult
+
+    gate = Gate(number="err", op="<=", threshold=1e-6, means="an identity")
+    assert GateResult.of(gate, {}).as_dict()["passed"] is None
+    assert GateResult.of(gate, {"err": 0.0}).as_dict()["passed"] is True
 
 
 def test_an_untestable_item_is_not_tested_with_its_reason():
