@@ -36,4 +36,4 @@ def test_trace_imports_neither_report_nor_plot():
 
 
 def test_report_renders_with_pages():
-    assert "implicit_em.pages" in _imports(SRC / "report" / "page.py")
+    assert "implicit_em.pages" in _imports(SRC / "report" / "rendering" / "page.py")

@@ -91,6 +91,19 @@ def test_encoder_coupling_sees_normalization_and_not_independent_weights() -> No
         cp.encoder_coupling(normalized[:10], d, y)
 
 
+def test_wrong_class_competition_sees_a_shared_normalizer_and_not_independent_outputs() -> None:
+    g = torch.Generator().manual_seed(0)
+    d = 3 * torch.rand(4000, 5, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 5, (4000,), generator=g)
+    # Cross-entropy's per-sample gradient r - onehot against independent sigmoids sigma(1 - d).
+    shared = cp.head_gradient("ce", d, y)
+    independent = cp.head_gradient("ovr_sigmoid", d, y, bias=1.0)
+    assert cp.wrong_class_competition(shared, d, y) > 0.3
+    assert abs(cp.wrong_class_competition(independent, d, y)) < 0.05
+    with pytest.raises(ValueError, match="K >= 3"):
+        cp.wrong_class_competition(shared[:, :2], d[:, :2], y.clamp(max=1))
+
+
 def test_blobs_are_four_labelled_clusters() -> None:
     x, labels, centres = cp.blobs(400, 0)
     assert x.shape == (400, 2) and centres.shape == (4, 2) and set(labels) == {0, 1, 2, 3}

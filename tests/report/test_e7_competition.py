@@ -93,14 +93,14 @@ def test_wrong_order_kept_is_the_smoothed_agreement_minus_the_unsmoothed_one():
     assert sc.wrong_order_kept(reversed_rows, clamp) == pytest.approx([-2.0, -2.0])
 
 
-def test_uniform_share_loss_pushes_every_wrong_class_alike():
-    d = torch.rand(5, 4, dtype=torch.float64, requires_grad=True)
-    y = torch.tensor([0, 1, 2, 3, 0])
-    (grad,) = torch.autograd.grad(sc.uniform_share_loss(d, y) * 5, d)
-    wrong = torch.ones(5, 4, dtype=torch.bool).scatter(1, y[:, None], False)
-    shares = grad[wrong].view(5, 3)
-    torch.testing.assert_close(shares, shares[:, :1].expand(5, 3))
-    assert (shares < 0).all()
+def test_a_rival_counts_only_where_it_classifies_about_as_well():
+    reference = [{"accuracy": 0.90}, {"accuracy": 0.90}]
+    rival = [
+        {"accuracy": 0.88, "competition": 0.01},
+        {"accuracy": 0.80, "competition": 0.02},
+    ]
+    values = sc.working_rival_values(rival, reference, "competition")
+    assert values[0] == 0.01 and math.isnan(values[1])
 
 
 def test_planted_sphere_encoder_is_the_identity():
@@ -117,8 +117,13 @@ def test_smoke_run(tmp_path):
         assert -1 <= n[f"rank_corr_{level}"] <= 1
         assert 0 <= n[f"ece_{level}"] <= 1 and 0 <= n[f"accuracy_{level}"] <= 1
         assert n[f"concentration_{level}"] <= 1
+        assert -1 <= n[f"competition_{level}"] <= 1
     for name in ("ovr_sigmoid", "mse"):
         assert 0 <= n[f"accuracy_{name}"] <= 1 and 0 <= n[f"ece_{name}"] <= 1
+        assert -1 <= n[f"competition_{name}"] <= 1
+    assert n["accuracy_shortfall_ovr_sigmoid"] == pytest.approx(
+        n["accuracy_ls00"] - n["accuracy_ovr_sigmoid"]
+    )
     assert -1 <= n["encoder_coupling_ce"] <= 1
     assert -2 <= n["wrong_order_kept"] <= 2
     # The tracer's wrong-class entropy is the one read here from the same gradients.

@@ -113,6 +113,17 @@ def test_construction_with_a_stated_reason_verifies_by_algebra():
     assert _read([gate], [passed])["verdict"] == "verified (algebra)"
     assert _read([gate], [failed])["verdict"] == "violated (algebra)"
     assert _read([gate], [{**passed, "verdict": "not run"}])["verdict"] == "not tested"
+    # A gate an older run did not measure (added since) neither verifies nor violates.
+    unmeasured = _e("E1", gates=[{"name": "err", "passed": None, "detail": "not measured"}])
+    assert _read([gate], [{**unmeasured, "verdict": "invalid"}])["verdict"] == "not tested"
+
+
+def test_a_gate_whose_number_was_not_measured_has_no_pass():
+    from implicit_em.report.judging.rule import Gate, GateResult
+
+    gate = Gate(number="err", op="<=", threshold=1e-6, means="an identity")
+    assert GateResult.of(gate, {}).as_dict()["passed"] is None
+    assert GateResult.of(gate, {"err": 0.0}).as_dict()["passed"] is True
 
 
 def test_an_untestable_item_is_not_tested_with_its_reason():
@@ -293,7 +304,9 @@ def test_every_criterion_classifies_its_negative_control():
             assert kind.get("removes") if kind["kind"] == "realistic" else kind.get("why")
             if kind["kind"] == "realistic":
                 realistic.add(c["number"])
-    assert "wrong_concentration" not in realistic  # planted uniform repulsion
+    assert "wrong_competition" in realistic  # trained one-vs-rest sigmoids
+    assert "gd_heldout_reached_share" in realistic  # gradient descent without the normalizer
+    assert "lse_gain_one_cluster" in realistic  # correntropy at the same width
     assert "sigmoid_minus_ce_bits" not in realistic  # an untrained transformer
 
 

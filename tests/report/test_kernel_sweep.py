@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from implicit_em import objectives
 from implicit_em.report.experiments import _kernel_sweep as ks
-from implicit_em.report.experiments._clusters import four_blobs
+from implicit_em.report.experiments._clusters import Variant, four_blobs, loss
 from implicit_em.report.experiments._heavy_tailed import student_t_nll
 
 CONFIG = {
@@ -87,3 +87,19 @@ def test_cells_count_only_where_both_fit_and_flags_read_the_contrasts() -> None:
     unfit = [_unit(0.3, 0.0, 1.0, 0.0, fit=0.5)]
     unfit[0]["lse"]["fit"] = [0.5, 0.5]
     assert all(math.isnan(v) for v in ks.cell_shares(unfit, CONFIG)["both"])
+
+
+def test_the_one_scale_correntropy_is_the_swept_one() -> None:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(30, 2, generator=g)
+    prototypes = torch.randn(4, 2, generator=g)
+    delta, fraction = 2.0, 0.3
+    rival = Variant("correntropy", "correntropy", fraction)
+    one = loss(rival, x, prototypes, delta, torch.zeros(2, 2), {})
+    swept = ks.batched_loss(
+        "correntropy",
+        ks.squared_distances(x, prototypes[None]),
+        torch.tensor([fraction * delta]),
+        1.0,
+    )
+    torch.testing.assert_close(one, swept[0])

@@ -31,6 +31,7 @@ def test_em_fixed_point_is_stationary_and_gd_reaches_it_from_a_good_start() -> N
     assert float(lf.lse_gradient(x, em.means, 1.0).abs().max()) < 1e-8
     result = lf.compare_from_start(x, start, 1.0, 1e-9, 20000, 1e-5)
     assert result["landed"] == "same" and result["same"] == 1.0
+    assert result["em_gradient"] < 1e-9  # EM's fixed point is stationary (the gate)
     assert abs(result["em_objective"] - result["gd_objective"]) < 1e-9
 
 

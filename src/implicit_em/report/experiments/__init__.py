@@ -33,6 +33,7 @@ MODULES = (
     "e17_attention_posterior",
     "e18_closed_world",
     "e19_residual_collapse",
+    "e20_collapse_events",
 )
 
 

@@ -41,8 +41,10 @@ class Clusters:
 
 @dataclass(frozen=True)
 class Variant:
-    """One objective at one scale: `family` (`gaussian`, `student_t`, `background`) and its
-    scale as a fraction of the cluster separation."""
+    """One objective at one scale: `family` (`gaussian`, `student_t`, `background`, or
+    `correntropy`: the Gaussian kernel of the mixture NLL at the same scale, summed over the
+    prototypes without the normalisation) and its scale as a fraction of the cluster
+    separation."""
 
     name: str
     family: str
@@ -84,6 +86,8 @@ def loss(
     scale = variant.fraction * delta
     if variant.family == "gaussian":
         return objectives.mixture_nll(squared_euclidean(x, prototypes) / (2 * scale**2))
+    if variant.family == "correntropy":
+        return (1 - torch.exp(-squared_euclidean(x, prototypes) / (2 * scale**2))).sum(-1).mean()
     if variant.family == "student_t":
         return student_t_nll(x, prototypes, scale, config["student_t_dof"])
     if variant.family == "background":

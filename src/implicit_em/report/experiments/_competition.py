@@ -19,6 +19,13 @@ Shared by E4 (prototypes) and E7 (classification heads):
   class's distance $d_{iy_i}$ within narrow bins of the nearest wrong class's distance. It
   reads the trained geometry as well as the loss (the features, the prototypes' layout, the
   encoder's Jacobian), so for no head is its value fixed by the algebra.
+* **Competition among the wrong classes.** `wrong_class_competition`: whether a wrong class's
+  correction $\lvert\partial\ell_i/\partial d_{ik}\rvert$ grows as the nearest *other* wrong
+  class recedes, at a fixed distance $d_{ik}$ of its own. Under cross-entropy the wrong classes
+  split one normalized budget, $r_{ik} = e^{-d_{ik}}/\sum_j e^{-d_{ij}}$; under one-vs-rest
+  sigmoids $\sigma(b - d_{ik})$ a class's correction depends on its own distance alone. How much
+  the other wrong classes matter in a trained model (rather than the correct class, which
+  dominates the sum once it is fit) is what the held-out distances decide.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ __all__ = [
     "held_out_measures",
     "mlp_update_norm",
     "one_cluster_start",
+    "wrong_class_competition",
     "wrong_class_feature_gradient",
 ]
 
@@ -193,13 +201,44 @@ def encoder_coupling(update_norm: Tensor, d: Tensor, labels: Tensor, bins: int =
         raise ValueError("update_norm and labels must be [N] for d [N, K]")
     correct = d.gather(1, labels[:, None])[:, 0].double().cpu().numpy()
     nearest_wrong = d.scatter(1, labels[:, None], float("inf")).amin(1).double().cpu().numpy()
-    magnitude = update_norm.double().cpu().numpy()
-    order = np.argsort(nearest_wrong, kind="stable")
+    return _within_bin_spearman(nearest_wrong, update_norm.double().cpu().numpy(), correct, bins)
+
+
+def _within_bin_spearman(key: np.ndarray, a: np.ndarray, b: np.ndarray, bins: int) -> float:
+    """Mean Spearman correlation of `a` with `b` within `bins` equal-count bins of `key`; bins
+    with fewer than 10 entries or a constant side are skipped, the rest weighted by their
+    entries. NaN when none qualifies."""
+    order = np.argsort(key, kind="stable")
     total, weight = 0.0, 0
     for chunk in np.array_split(order, bins):
-        m, c = magnitude[chunk], correct[chunk]
-        if len(chunk) < 10 or np.ptp(m) == 0 or np.ptp(c) == 0:
+        if len(chunk) < 10 or np.ptp(a[chunk]) == 0 or np.ptp(b[chunk]) == 0:
             continue
-        total += len(chunk) * float(spearmanr(m, c).statistic)
+        total += len(chunk) * float(spearmanr(a[chunk], b[chunk]).statistic)
         weight += len(chunk)
     return total / weight if weight else float("nan")
+
+
+def wrong_class_competition(grad_d: Tensor, d: Tensor, labels: Tensor, bins: int = 20) -> float:
+    r"""Whether the wrong classes compete for the correction, from per-sample gradients
+    `grad_d[N, K]` at distances `d[N, K]` (`K` >= 3) with labels `[N]`.
+
+    Every (input $i$, wrong class $k$) pair gives the correction $\lvert g_{ik}\rvert$, its own
+    distance $d_{ik}$ and the distance of the nearest other wrong class,
+    $\min_{j\ne y_i,k} d_{ij}$. Returned: the mean within-bin Spearman correlation of the
+    correction with that rival distance, in `bins` equal-count bins of the own distance
+    (`_within_bin_spearman`). Positive: a wrong class is corrected more when its rivals are
+    farther (they share one budget); about 0: each class's correction follows its own distance
+    alone."""
+    n, k = d.shape
+    if k < 3 or grad_d.shape != (n, k) or labels.shape != (n,):
+        raise ValueError(
+            "wrong_class_competition needs d and grad_d [N, K] with K >= 3, labels [N]"
+        )
+    wrong = torch.ones_like(d, dtype=torch.bool).scatter(1, labels[:, None], False)
+    own = d[wrong].view(n, k - 1).double()
+    correction = grad_d[wrong].view(n, k - 1).abs().double()
+    self_pair = torch.eye(k - 1, dtype=torch.bool, device=d.device)
+    rival = own[:, None, :].expand(n, k - 1, k - 1).masked_fill(self_pair, float("inf")).amin(-1)
+    return _within_bin_spearman(
+        *(t.reshape(-1).cpu().numpy() for t in (own, correction, rival)), bins=bins
+    )

@@ -137,7 +137,9 @@ def landing(
     """Where gradient descent's end `gd` lies against EM's end `em`.
 
     Returns `landed` (`same`, `other` or `not stationary`), `same` (1.0 or 0.0), the matched
-    difference of the means, both objectives and both pass counts, and whether EM converged.
+    difference of the means, both objectives and both pass counts, whether EM converged, and
+    the gradient at EM's end (`em_gradient`: its largest entry times $s^2$, in the data's
+    units; zero at a fixed point of the EM map, which is a stationary point of the objective).
     """
     difference = matched_difference(gd.means, em.means)
     if not gd.converged:
@@ -155,4 +157,5 @@ def landing(
         "em_passes": float(em.passes),
         "gd_passes": float(gd.passes),
         "em_converged": float(em.converged),
+        "em_gradient": float(lse_gradient(x, em.means, bandwidth).abs().max()) * bandwidth**2,
     }

@@ -18,6 +18,7 @@ from implicit_em.report.experiments._competition import (
     head_loss,
     held_out_measures,
     mlp_update_norm,
+    wrong_class_competition,
     wrong_class_feature_gradient,
 )
 from implicit_em.report.experiments._neural import (
@@ -47,7 +48,9 @@ def held_out(
     r"""A trained head `name` (no smoothing in its gradient) measured on the test set.
 
     `accuracy` and `ece`; `concentration`: how unevenly the wrong classes share the correction
-    $\partial\ell/\partial d$ (`correction_concentration`); `encoder_coupling`: the wrong
+    $\partial\ell/\partial d$ (`correction_concentration`); `competition`: whether a wrong
+    class's correction grows as the other wrong classes recede
+    (`_competition.wrong_class_competition`); `encoder_coupling`: the wrong
     classes' update to the shared encoder against the correct class's fit
     (`_competition.encoder_coupling`); `wrong_order`: for the first `order_inputs`
     test inputs, the ranks of the wrong classes by distance (nearest last).
@@ -63,6 +66,7 @@ def held_out(
     return {
         **held_out_measures(name, d, y, bias=bias),
         "concentration": float(correction_concentration(grad, y).nanmean()),
+        "competition": wrong_class_competition(grad, d, y),
         "encoder_coupling": encoder_coupling(norm, d, y),
         "wrong_order": wrong_class_ranks(-d[:n], y[:n]).tolist(),
     }

@@ -1,4 +1,4 @@
-"""E7's measures over seeds and its known-answer controls: the wrong classes' order kept under smoothing, the accuracy it costs, the comparators' coupling gaps, and planted classes (a chain, a sphere) run through the same training and measurements."""
+"""E7's measures over seeds and its known-answer controls: the wrong classes' order kept under smoothing, the accuracy it costs, the comparators' coupling gaps, and planted classes (a chain, a sphere) run through the same training and measurements, with trained one-vs-rest sigmoids as the rival that lacks the shared normalizer."""
 
 from __future__ import annotations
 
@@ -19,11 +19,9 @@ from implicit_em.report.experiments._neural import (
 from implicit_em.report.experiments._prototype_training import (
     held_out,
     train_classifier,
+    train_comparator,
 )
-from implicit_em.report.experiments._prototypes import (
-    PrototypeClassifier,
-    correction_concentration,
-)
+from implicit_em.report.experiments._prototypes import PrototypeClassifier
 from implicit_em.report.judging.controls import Control, Controls
 
 
@@ -117,31 +115,36 @@ def _runs(config: dict[str, Any], smoothing: float = 0.0) -> list[dict[str, Any]
     return [_planted(smoothing, seed, frozen) for seed in config["seeds"]]
 
 
-def uniform_share_loss(d: Tensor, y: Tensor) -> Tensor:
-    r"""Cross-entropy with the wrong classes' distances replaced by their mean $\bar d$:
-    $\ell = d_y + \log\bigl(e^{-d_y} + (K-1)e^{-\bar d}\bigr)$, batch mean. Each wrong class gets
-    the same correction $-(1 - q_y)/(K-1)$: a uniform repulsion (a planted control)."""
-    k = d.shape[-1]
-    correct = d.gather(1, y[:, None])[:, 0]
-    mean_wrong = (d.sum(1) - correct) / (k - 1)
-    both = torch.stack([-correct, math.log(k - 1) - mean_wrong], 1)
-    return (correct + torch.logsumexp(both, 1)).mean()
+RIVAL_ACCURACY_SLACK = 0.03
+"""How far below cross-entropy's test accuracy a trained rival may classify and still count."""
 
 
-def _uniform_concentration(config: dict[str, Any]) -> list[float]:
-    values = []
-    for seed in config["seeds"]:
-        images = planted_chain(config)
-        torch.manual_seed(seed)
-        model = PrototypeClassifier(
-            images.n_features, config["hidden"], config["features"], PLANTED_CLASSES
-        )
-        with torch.no_grad():
-            d = model(images.x_test).double()
-        d.requires_grad_(True)
-        (grad,) = torch.autograd.grad(uniform_share_loss(d, images.y_test) * len(d), d)
-        values.append(float(correction_concentration(grad, images.y_test).nanmean()))
-    return values
+@cache
+def _planted_rival(name: str, seed: int, frozen: str) -> dict[str, Any]:
+    """The unnormalized head `name` trained on the planted chain as the experiment trains its
+    comparators, and measured (`frozen`: the control configuration as JSON)."""
+    config = json.loads(frozen)
+    return train_comparator(planted_chain(config), name, seed, config)
+
+
+def working_rival_values(
+    rival: list[dict[str, Any]], reference: list[dict[str, Any]], key: str
+) -> list[float]:
+    """Per seed, the rival's `key`, or NaN (the control undecided) where it classifies more
+    than `RIVAL_ACCURACY_SLACK` below the reference model of the same seed: a rival counts
+    once it works on the task."""
+    return [
+        r[key] if r["accuracy"] >= c["accuracy"] - RIVAL_ACCURACY_SLACK else math.nan
+        for r, c in zip(rival, reference, strict=True)
+    ]
+
+
+def _rival_competition(config: dict[str, Any]) -> list[float]:
+    """Trained one-vs-rest sigmoids on the planted chain: their wrong-class competition, where
+    they classify as well as cross-entropy (`working_rival_values`)."""
+    frozen = json.dumps({k: v for k, v in config.items() if k != "seeds"}, sort_keys=True)
+    rival = [_planted_rival("ovr_sigmoid", seed, frozen) for seed in config["seeds"]]
+    return working_rival_values(rival, _runs(config), "competition")
 
 
 UNIFORM_TARGET = (PLANTED_CLASSES - 1) / PLANTED_CLASSES
@@ -230,14 +233,15 @@ def controls() -> dict[str, Controls]:
         "only normalization can tie the wrong classes' update to the correct class's distance"
     )
     controls = {
-        "wrong_concentration": Controls(
+        "wrong_competition": Controls(
             positive=Control(
-                chain,
-                lambda config: [r["concentration"] for r in _runs(config)],
+                f"{chain}; cross-entropy",
+                lambda config: [r["competition"] for r in _runs(config)],
             ),
             negative=Control(
-                "uniform repulsion: every wrong class gets the same correction",
-                _uniform_concentration,
+                f"{chain}; trained one-vs-rest sigmoids (no shared normalizer), counted where "
+                f"they classify within {RIVAL_ACCURACY_SLACK:g} of cross-entropy",
+                _rival_competition,
             ),
         ),
         "wrong_order_kept": Controls(

@@ -155,7 +155,7 @@ def _gate(ref: Ref, experiments: Mapping[str, Mapping[str, Any]]) -> dict[str, A
     found = next(
         (g for g in (experiment or {}).get("gates", []) if g.get("name") == ref.number), None
     )
-    passed = None if found is None else bool(found["passed"])
+    passed = None if found is None or found["passed"] is None else bool(found["passed"])
     if experiment is not None and experiment.get("verdict") == "not run":
         passed = None
     detail = found["detail"] if found else f"{ref.text} not in this report"

@@ -129,7 +129,7 @@ class GateResult:
         )
         return {
             "name": g.number,
-            "passed": bool(self.passed),
+            "passed": self.passed,
             "detail": detail,
             "verifies": g.verifies,
         }

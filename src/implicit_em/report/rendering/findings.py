@@ -86,7 +86,7 @@ def _parts_lines(item: Mapping[str, Any], protocols: Mapping[tuple[str, str], An
         for c in part["criteria"]:
             lines.append(_criterion_line(c, protocols.get((c["experiment"], c["number"]), {})))
         for g in part["gates"]:
-            word = "passed" if g["passed"] else "failed"
+            word = {True: "passed", False: "failed", None: "not measured"}[g["passed"]]
             lines.append(f"  - gate `{g['experiment']}:{g['name']}` {word}: {g['detail']}.")
     return lines
 

@@ -209,6 +209,9 @@ def _protocol_line(e: Mapping[str, Any]) -> str:
     return " ".join(lines)
 
 
+_GATE_WORDS = {True: "passed", False: "FAILED", None: "not measured"}
+
+
 def _section(root: Path, e: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
     parts = [
         f'<section id="{_esc(e["id"])}"><h2>{_esc(e["id"])}: {_esc(e["title"])} {_verdict(e["verdict"])}</h2>',
@@ -219,15 +222,11 @@ def _section(root: Path, e: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
         f"<p class='meta'>{_esc(_protocol_line(e))}</p>",
     ]
     if e["gates"]:
-        rows = [(g["name"], "passed" if g["passed"] else "FAILED", g["detail"]) for g in e["gates"]]
+        rows = [(g["name"], _GATE_WORDS[g["passed"]], g["detail"]) for g in e["gates"]]
         parts.append(_table(("sanity gate", "", "detail"), rows, "Sanity gates"))
     if e["criteria"]:
-        parts.append(
-            _table(
-                *_criteria_rows(e["criteria"], e.get("seeds")),
-                "Criteria (95% intervals over the samples)",
-            )
-        )
+        header_and_rows = _criteria_rows(e["criteria"], e.get("seeds"))
+        parts.append(_table(*header_and_rows, "Criteria (95% intervals over the samples)"))
     mark = full_mark(e, meta)
     mark = f" ({mark})" if mark else ""
     exploratory = exploratory_mark(e)
