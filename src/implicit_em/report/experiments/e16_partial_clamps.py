@@ -396,7 +396,7 @@ EXPERIMENT = Experiment(
         ),
         "fails": "The field's methods beat the clamp by more than a point on every kind of label.",
     },
-    minutes={"smoke": 0.5, "quick": 1.0, "full": 20.0},
+    minutes={"smoke": 1.0, "quick": 1.0, "full": 20.0},
     controls={
         f"gain_{arm}": Controls(
             _gain_control(arm, "clean_labels"), _gain_control(arm, "clamp_removed")
