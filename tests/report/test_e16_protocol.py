@@ -82,3 +82,12 @@ def test_aggregate_reads_the_gates_and_gains_from_the_units(tmp_path):
     assert numbers["rivals_converged"] == pytest.approx(0.5)  # one crowd seed of two
     assert numbers[works_key("crowd", "GLAD")] == pytest.approx(0.03)
     assert outcome.samples == {f"gain_{arm}": [-0.02, -0.01] for arm in ARMS}
+
+
+def test_the_units_run_on_one_thread_and_give_the_threads_back():
+    import torch
+
+    before = torch.get_num_threads()
+    with e16._one_thread():
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before

@@ -29,12 +29,14 @@ a check of the implementation (gate `em_agreement`).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from torch import Tensor
 
 from implicit_em.report.experiments import _partial_clamps as pc
@@ -193,14 +195,32 @@ def arm_unit(arm: str, seed: int, data: dict[str, Tensor], config: dict[str, Any
     }
 
 
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """torch and the BLAS libraries on one thread, restored after: E16's matrices are a few
+    thousand rows by 16 columns, where a second thread only waits (on the 2-core machine under
+    load, the quick size took 348 s of wall time with the default threads and 185 s with one)."""
+    from threadpoolctl import threadpool_limits
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with threadpool_limits(1):
+            yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def _arm_unit(config: dict[str, Any], arm: str, seed: int) -> dict:
     """`arm_unit` of one arm and seed on the configuration's features."""
-    return arm_unit(arm, seed, features(config), config)
+    with _one_thread():
+        return arm_unit(arm, seed, features(config), config)
 
 
 def _clean_unit(config: dict[str, Any]) -> dict[str, float]:
     """`clean_accuracies` on the configuration's features (no seed enters: the rows are fixed)."""
-    return clean_accuracies(features(config), config)
+    with _one_thread():
+        return clean_accuracies(features(config), config)
 
 
 def plan(config: dict[str, Any]) -> list[Unit]:
@@ -333,9 +353,10 @@ def _plot(numbers: dict[str, Any], out: Path) -> str:
 
 def _gain_control(arm: str, plant: str) -> Control:
     def measure_it(config: dict[str, Any]) -> list[float]:
-        data, planted = features(config), {**config, "plant": plant}
-        rows = [setting(arm, seed, data, planted) for seed in config["seeds"]]
-        return [clamp_against_rivals(r, data, planted, _ours(r, planted))["gain"] for r in rows]
+        with _one_thread():
+            data, planted = features(config), {**config, "plant": plant}
+            rows = [setting(arm, seed, data, planted) for seed in config["seeds"]]
+            return [clamp_against_rivals(r, data, planted, _ours(r, planted))["gain"] for r in rows]
 
     says = (
         "the same model trained on the true labels"
