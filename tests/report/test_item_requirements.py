@@ -146,9 +146,7 @@ def test_every_wind_tunnel_item_reads_inconclusive_where_its_runs_did_not_train(
         "ce_over_floor_max": ("C11", "R3", "T1"),
         "kl_gain_min": ("C12",),
     }[next(iter(untrained))]
-    verdicts = claim_verdicts(
-        list(bears), _wind_tunnel({**TRAINED, **untrained}), load_registry()
-    )
+    verdicts = claim_verdicts(list(bears), _wind_tunnel({**TRAINED, **untrained}), load_registry())
     for item, got in zip(bears, verdicts, strict=True):
         label = verdict_label(got)
         assert label.startswith("inconclusive (") and "not converged" in label, (item, label)
