@@ -413,7 +413,7 @@ EXPERIMENT = Experiment(
         "(t = 600) and late (t = 1,500). The attention maps' timescales (argmax and "
         "entropy settling) and the held-out KL's are reported beside them. The full runs are "
         "read by E10's plateau rule at their end. Quick and full run the same task and "
-        "model; quick is 40 steps with the freeze steps scaled (3, 6, 15), on fewer seeds and a "
+        "model; quick is 20 steps with the freeze steps scaled (1, 3, 8), on fewer seeds and a "
         "smaller held-out set. Controls (on a shorter run): at the freeze step every weight is set to its "
         "final value except the value projections (positive: the routing has settled, the rest "
         "has not) or the query projections (negative), which are erased and must be learned "
@@ -437,7 +437,7 @@ EXPERIMENT = Experiment(
             "this task the attention does not settle before the values."
         ),
     },
-    minutes={"smoke": 0.5, "quick": 1.0, "full": 20.0},
+    minutes={"smoke": 0.5, "quick": 3.2, "full": 530.0},
     controls={
         f"cost_gap_{name}": Controls(_control(i, "routing"), _control(i, "rest"))
         for i, name in enumerate(POINTS)
