@@ -11,25 +11,46 @@ import torch
 from implicit_em.report import select
 from implicit_em.report.experiments import _windtunnel as wt
 from implicit_em.report.experiments.e11_windtunnel_sigmoid import OBJECTIVES
+from implicit_em.windtunnel.config import preset
 from implicit_em.windtunnel.evaluation import held_out
 
 E10, E11, E12 = select(["E10", "E11", "E12"])
 
 
+CADENCE = ("n_test", "warmup", "eval_every", "ckpt_every")
+"""What a smaller budget may shrink besides the caps: the held-out set and the warmup,
+evaluation and checkpoint intervals."""
+
+
 @pytest.mark.parametrize("experiment", [E10, E11, E12], ids=lambda e: e.id)
 def test_quick_is_a_smaller_copy_of_full(experiment) -> None:
     quick, full = experiment.configs["quick"], experiment.configs["full"]
-    assert quick["tasks"] == full["tasks"]
-    same = {k: v for k, v in quick["train"].items() if k != "n_test"}
-    assert same == {k: v for k, v in full["train"].items() if k != "n_test"}
-    assert quick["train"]["n_test"] <= full["train"]["n_test"]
+    assert quick["tasks"] == full["tasks"] and quick["scale"] == full["scale"]
+    same = {k: v for k, v in quick["train"].items() if k not in CADENCE}
+    assert same == {k: v for k, v in full["train"].items() if k not in CADENCE}
+    for key in CADENCE:
+        assert quick["train"][key] <= full["train"][key]
     for task in wt.TASKS:
         assert quick["budget"][task]["steps"] <= full["budget"][task]["steps"]
-    assert len(quick["seeds"]) >= 3 and len(full["seeds"]) >= 5
+        assert quick["budget"][task]["min_steps"] == full["budget"][task]["min_steps"]
+    assert len(quick["seeds"]) >= 2 and len(full["seeds"]) >= 10
+
+
+@pytest.mark.parametrize("experiment", [E10, E11, E12], ids=lambda e: e.id)
+def test_full_runs_the_reference_tasks_on_fresh_seeds(experiment) -> None:
+    full, quick = experiment.configs["full"], experiment.configs["quick"]
+    for task in ("bijection", "hmm"):
+        assert full["tasks"][task] == preset(task, "reference").task_params
+    assert full["tasks"]["dice"] == {"n_faces": 6, "length": 64}
+    development = set(wt.DEVELOPMENT_SEEDS)
+    for size in experiment.configs.values():
+        assert not development & set(size["seeds"])
+    assert not set(full["seeds"]) & set(quick["seeds"])
+    assert not set(full["seeds"]) & set(range(1010))  # every earlier size's seeds
 
 
 def test_one_budget_and_one_rule_for_every_model_and_objective_of_a_task() -> None:
-    config = E10.configs["quick"]
+    config = E10.configs["full"]
     runs = [
         wt.task_config(config, "bijection", model=m, objective=o)
         for m in ("transformer", "mlp-prefix", "mlp-pos")
@@ -39,7 +60,9 @@ def test_one_budget_and_one_rule_for_every_model_and_objective_of_a_task() -> No
         (r.steps, r.min_steps, r.schedule, r.stop_at_plateau, r.plateau_tol, r.plateau_floor_tol)
         for r in runs
     }
-    assert rules == {(5000, 1000, "wsd", True, 0.02, 0.01)}
+    assert rules == {(24000, 4000, "wsd", True, 0.02, 0.01)}
+    budget = config["budget"]["bijection"]
+    assert E11.configs["full"]["budget"]["bijection"] == budget
 
 
 def test_a_planted_posterior_reads_as_bayes_under_every_objective() -> None:

@@ -29,9 +29,13 @@ def test_smoke_run_measures_what_the_rule_reads(experiment, tmp_path):
 
 @pytest.mark.parametrize("experiment", select(None), ids=lambda e: e.id)
 def test_seed_counts(experiment):
-    """Quick: at least 5 seeds (3 for the wind tunnel); full: at least 10 (5)."""
+    """Quick: at least 5 seeds (3 for E13's wind tunnel, 2 for E10-E12's, whose quick size
+    cannot converge on the reference tasks); full: at least 10 (5 for E13)."""
     wind_tunnel = "scale" in experiment.configs["quick"]
-    quick, full = (3, 5) if wind_tunnel else (5, 10)
+    if experiment.id in ("E10", "E11", "E12"):
+        quick, full = 2, 10
+    else:
+        quick, full = (3, 5) if wind_tunnel else (5, 10)
     assert len(experiment.configs["quick"]["seeds"]) >= quick
     assert len(experiment.configs["full"]["seeds"]) >= full
 

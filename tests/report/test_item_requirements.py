@@ -90,31 +90,63 @@ def test_the_wind_tunnel_protocols_mark_their_requirements():
     )
 
 
+TRAINED = {"unconverged_runs": 0.0, "ce_over_floor_max": 0.1, "kl_gain_min": 0.9}
+"""Numbers of a wind tunnel whose runs all converged and trained (E11's CE transformer below
+half the floor, E12's runs at least halved their KL), routing mattering on E12's task."""
+
+
+def _wind_tunnel(numbers: dict) -> list[dict]:
+    """E10-E12 as results.json holds them, every criterion met, with the registered marks
+    attached from their protocols."""
+    from implicit_em.report.items.marks import attach_marks
+
+    out = []
+    for eid in ("E10", "E11", "E12"):
+        criteria = [{**_criterion("met"), "number": n, "requires": []} for n in protocol_marks(eid)]
+        out.append(
+            {
+                "id": eid,
+                "verdict": "holds",
+                "criteria": criteria,
+                "gates": [],
+                "numbers": {"routing_init_cost_bits": 0.5, **numbers},
+            }
+        )
+    return attach_marks(out)
+
+
 def test_c11_reads_inconclusive_not_converged_from_an_unconverged_wind_tunnel():
     """The registered marks (attached from E10's and E11's protocols) and the registered items:
     an unconverged run opens C11 whatever its intervals say; converged, its criteria fall to
     their own standings (here: trivial negative controls, no vote)."""
-    from implicit_em.report.items.marks import attach_marks
     from implicit_em.report.items.registry import load_registry
 
-    def experiments(unconverged: float) -> list[dict]:
-        out = []
-        for eid in ("E10", "E11"):
-            criteria = [
-                {**_criterion("met"), "number": n, "requires": []} for n in protocol_marks(eid)
-            ]
-            out.append(
-                {
-                    "id": eid,
-                    "verdict": "holds",
-                    "criteria": criteria,
-                    "gates": [],
-                    "numbers": {"unconverged_runs": unconverged},
-                }
-            )
-        return attach_marks(out)
-
-    (stuck,) = claim_verdicts(["C11"], experiments(1.0), load_registry())
+    (stuck,) = claim_verdicts(
+        ["C11"], _wind_tunnel({**TRAINED, "unconverged_runs": 1.0}), load_registry()
+    )
     assert verdict_label(stuck) == "inconclusive (not converged)"
-    (done,) = claim_verdicts(["C11"], experiments(0.0), load_registry())
+    (done,) = claim_verdicts(["C11"], _wind_tunnel(TRAINED), load_registry())
     assert done["verdict"] == "not tested" and "not converged" not in verdict_label(done)
+
+
+@pytest.mark.parametrize(
+    "untrained",
+    [{"unconverged_runs": 1.0}, {"ce_over_floor_max": 0.9}, {"kl_gain_min": 0.1}],
+    ids=["unconverged", "ce-untrained", "kl-not-halved"],
+)
+def test_every_wind_tunnel_item_reads_inconclusive_where_its_runs_did_not_train(untrained):
+    """C11, C12, R3 and T1: a run that did not converge, E11's CE transformer above half the
+    floor or an E12 run that did not halve its KL makes each item the failed requirement
+    bears on `inconclusive (not converged)`, never a verdict and never `invalid` (the quick
+    size's budget cannot reach the plateau rule's `min_steps`)."""
+    from implicit_em.report.items.registry import load_registry
+
+    bears = {
+        "unconverged_runs": ("C11", "C12", "R3", "T1"),
+        "ce_over_floor_max": ("C11", "R3", "T1"),
+        "kl_gain_min": ("C12",),
+    }[next(iter(untrained))]
+    verdicts = claim_verdicts(list(bears), _wind_tunnel({**TRAINED, **untrained}), load_registry())
+    for item, got in zip(bears, verdicts, strict=True):
+        label = verdict_label(got)
+        assert label.startswith("inconclusive (") and "not converged" in label, (item, label)

@@ -8,8 +8,10 @@ and `min_steps`, the same for every model and objective of the task), the `seeds
 of its run directories, `runs_dir` (`outputs/windtunnel`, the CLI's default, so that runs made
 by `implicit-em windtunnel` are reused when the configuration matches; None: a folder inside the
 experiment's own output) and `workers`, the configurations trained at once in separate
-processes. Quick and full run the same tasks and models; they differ in caps, seeds and the
-size of the held-out set. A unit trains its own runs (`unit_folder`) with `workers` processes,
+processes. Quick and full run the same tasks (the reference's sizes) and models; quick has
+lower caps (below the plateau rule's `min_steps`, so that it cannot converge and its items read
+`inconclusive (not converged)`), shorter warmup, evaluation and checkpoint intervals, fewer
+seeds and a smaller held-out set. A unit trains its own runs (`unit_folder`) with `workers` processes,
 so it declares that many threads.
 
 **One budget rule, one convergence gate.** Every run trains under warmup-stable-decay
@@ -18,8 +20,9 @@ task's `min_steps`) where the plateau rule holds (`implicit_em.windtunnel.evalua
 the mean held-out KL of the last 20% of the steps fell by less than 2% from the mean of the 20%
 before, or by less than 1% of the task's floor, the uniform prediction's KL), then decays
 linearly to zero over a quarter as many steps, and the final KL is read. A run that never meets
-the rule by 80% of its task's cap decays there and is `converged = False`; each experiment
-gates on every run having converged (else its verdict is `invalid`). The same rule stops the
+the rule by 80% of its task's cap decays there and is `converged = False`; every criterion
+requires every run of its experiment to have converged (else the items it bears on read
+`inconclusive (not converged)`; the experiment's verdict is left alone). The same rule stops the
 run and gates it: there is no second reading. E12, which measures timescales, holds the rate
 to a fixed length (its interventions compare runs of equal length) and reads the same rule at
 its end. Smoke and control sizes check the machinery only: their tolerance is 100%.
@@ -46,6 +49,9 @@ from implicit_em.windtunnel.grid import run_configs, worker_pool
 from implicit_em.windtunnel.tasks import Batch
 
 TASKS = ("bijection", "hmm", "dice")
+DEVELOPMENT_SEEDS = range(7000, 7100)
+"""The seeds on which the full size's model, rate and budgets were chosen (docs/windtunnel.md,
+'Choosing the full size'): no size of E10-E12 may report on them."""
 MODEL_NAMES = {
     "transformer": "transformer",
     "mlp-prefix": "prefix MLP",

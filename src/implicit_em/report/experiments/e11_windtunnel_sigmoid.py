@@ -213,7 +213,7 @@ EXPERIMENT = Experiment(
         "unconverged run leaves the items it bears on inconclusive (not converged). Each cell "
         "is read in KL and in the mean absolute error of the predictive entropy (bits). Sigmoid outputs are normalized only to be "
         "evaluated. All four losses are proper scoring rules. Quick and full run the same task "
-        "and model (E10's); they differ in caps, seeds and held-out size. Controls: each cell's "
+        "and model (E10's); quick's caps lie below the rule's minimum steps. Controls: each cell's "
         "model replaced by the posterior blurred with 1% of the uniform (read through the cell's "
         "own link: softmax logits log q, sigmoid logits logit q), or the numerator's cell by its "
         "untrained transformer, through the same KL measurement."
@@ -242,6 +242,6 @@ EXPERIMENT = Experiment(
             "normalization and the log-loss make the difference T1 and R3 ask about."
         ),
     },
-    minutes={"smoke": 0.5, "quick": 1.0, "full": 20.0},
+    minutes={"smoke": 0.5, "quick": 0.2, "full": 190.0},
     controls=CONTROLS,
 )
