@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from implicit_em.objectives import append_null, cross_entropy, null_responsibility
 from implicit_em.report import select
 from implicit_em.report.experiments import _open_set
+from implicit_em.report.experiments import _open_set_corruptions as corruptions
+from implicit_em.report.experiments import _open_set_measures as measures
 from implicit_em.report.experiments import _open_set_scores as e8_scores
 from implicit_em.report.experiments import e8_open_set as e8
 from implicit_em.report.experiments._neural import load_images
@@ -172,6 +174,80 @@ def test_sigmoid_and_outlier_exposure_losses():
         oe.loss(x, y, CONFIG)
 
 
+def test_exposed_null_adds_the_outliers_cross_entropy_toward_none_of_the_above():
+    """null_oe: the null_x loss on known inputs + λ · mean −log r₀ on the outliers."""
+    torch.manual_seed(0)
+    model = _open_set.OpenSetClassifier("null_oe", 5, 8, 3, 4, d0=0.5).double()
+    x, y = torch.randn(16, 5, dtype=torch.float64), torch.randint(0, 4, (16,))
+    outliers = torch.randn(10, 5, dtype=torch.float64)
+    h, z = model(x)
+    target = torch.nn.functional.one_hot(y, 5).double() * 0.95
+    target[:, 4] += 0.05
+    known = cross_entropy(append_null(-z, model.null_distance(h)), target)
+    h_out, z_out = model(outliers)
+    r0 = null_responsibility(-z_out, model.null_distance(h_out))
+    expected = known + 0.5 * (-torch.log(r0)).mean()
+    got = model.loss(x, y, CONFIG, outliers)
+    assert float(got.detach()) == pytest.approx(float(expected.detach()))
+    assert isinstance(model.null, _open_set.BackgroundNull)
+    with pytest.raises(ValueError, match="outliers"):
+        model.loss(x, y, CONFIG)
+
+
+def test_corruptions_on_known_answers():
+    generator = torch.Generator().manual_seed(0)
+    x = torch.rand(4, 784, dtype=torch.float64)
+    torch.testing.assert_close(corruptions.noise(x, 0.0, generator), x)
+    torch.testing.assert_close(corruptions.contrast(x, 1.0, generator), x)
+    flat = corruptions.contrast(x, 0.0, generator)
+    torch.testing.assert_close(flat, x.mean(1, keepdim=True).expand_as(x))
+    noisy = corruptions.noise(torch.zeros(2000, 784, dtype=torch.float64), 0.3, generator)
+    assert float(noisy.std()) == pytest.approx(0.3, rel=0.01)
+    # A point blurred: the separable Gaussian kernel, summing to one, centred on the point.
+    point = torch.zeros(1, 784, dtype=torch.float64)
+    point[0, 14 * 28 + 14] = 1.0
+    blurred = corruptions.blur(point, 1.0, generator).reshape(28, 28)
+    assert float(blurred.sum()) == pytest.approx(1.0)
+    assert blurred[14, 14] == blurred.max() and blurred[14, 15] == pytest.approx(
+        float(blurred[14, 14]) * np.exp(-0.5)
+    )
+
+
+def test_corrupt_draws_one_registered_corruption_per_row_and_stays_in_pixel_range():
+    mean = torch.full((1, 784), 0.3)
+    x = torch.rand(60, 784) - mean
+    severities = {"noise": 0.5, "blur": 1.0, "contrast": 0.4}
+    out = corruptions.corrupt(x, mean, severities, seed=3)
+    again = corruptions.corrupt(x, mean, severities, seed=3)
+    torch.testing.assert_close(out, again)
+    pixels = out + mean
+    assert float(pixels.min()) >= -1e-6 and float(pixels.max()) <= 1 + 1e-6
+    assert not torch.allclose(out, x)
+    alone = corruptions.corrupt(x, mean, {"contrast": 1.0}, seed=3)
+    torch.testing.assert_close(alone, (x + mean).clamp(0, 1) - mean)
+    with pytest.raises(ValueError, match="corruptions"):
+        corruptions.corrupt(x, mean, {"fog": 1.0}, seed=0)
+
+
+def test_gain_over_rivals_reads_the_softmax_detector_chosen_on_validation():
+    seed = {
+        "softmax": {
+            "val": {"msp": 0.99, "energy": 0.6, "mahalanobis": 0.8, "knn": 0.7},
+            "near": {
+                n: {"auroc": a}
+                for n, a in {"msp": 0.5, "energy": 0.65, "mahalanobis": 0.7, "knn": 0.9}.items()
+            },
+        },
+        "null_x": {"val": {}, "near": {"null": {"auroc": 0.75}}},
+    }
+    # MSP is not a rival; Mahalanobis is chosen on validation, though KNN is best on test.
+    assert measures.gain_over_rivals(seed, "null_x", "near") == pytest.approx(0.05)
+    assert (
+        measures.gain_over_chosen(seed, "null_x", ("softmax",), "near", measures.RIVALS)[1]
+        == "softmax/mahalanobis"
+    )
+
+
 def test_smoothing_ablation_is_label_smoothing_without_a_null():
     torch.manual_seed(0)
     model = _open_set.OpenSetClassifier("smoothing", 5, 8, 3, 4, d0=0.0).double()
@@ -222,6 +298,11 @@ def test_smoke_run(tmp_path):
         assert 0 <= n[f"auroc_{where}_null_x_null"] <= 1
     for model in e8.MODELS:
         assert 0 <= n[f"share_{model}"] <= 1 and 0 <= n[f"share_far_{model}"] <= 1
+    assert set(e8.SETS) == {"near", "corrupt", "far"}
+    for null in e8.GAINED:
+        for where in ("near", "corrupt"):
+            key = f"{null}_gain_over_rivals_{where}"
+            assert -1 <= n[key] <= 1 and outcome.samples[key]
     assert n["null_rank_violations"] == 0
     assert -1 <= n["null_gain_over_best_near"] <= 1 and -1 <= n["null_x_gain_over_oe_far"] <= 1
     assert len(n["chosen_baseline_per_seed"]) == len(E8.configs["smoke"]["seeds"])

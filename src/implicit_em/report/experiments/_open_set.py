@@ -14,6 +14,9 @@ Every model is an MLP encoder $h(x)$ and a head over the $K$ known classes:
 * `null_x`: the same with an input-dependent null, a broad background component in feature
   space, $d_0(x) = \lVert h - m\rVert^2/\tau + c$ with learnable $m$, $c$ and
   $\tau = 1 + \operatorname{softplus}(\rho) > 1$ (wider than the unit-scale prototypes);
+* `null_oe`: `null_x` trained with outlier exposure as "none of the above": besides the known
+  inputs' loss, $\lambda$ times the cross-entropy $-\log r_0(x)$ of a batch of outliers
+  toward the null component ($r_0 \to 1$ on them);
 * `oe`: the softmax head trained with outlier exposure (Hendrycks et al., ICLR 2019):
   cross-entropy on known inputs plus $\lambda$ times the cross-entropy from the uniform
   distribution, $-\frac1K\sum_j \log\operatorname{softmax}(z)_j$, on a batch of outliers from
@@ -54,10 +57,13 @@ MODELS = {
     "distance": "distance (prototype) head",
     "null": "distance head + null component, constant d₀",
     "null_x": "distance head + null component, input-dependent d₀(x)",
+    "null_oe": "distance head + null d₀(x) trained on outliers as none of the above",
     "oe": "softmax head + outlier exposure",
     "smoothing": "distance head + label smoothing, no null (ablation)",
 }
-NULLS = ("null", "null_x")
+NULLS = ("null", "null_x", "null_oe")
+EXPOSED = ("oe", "null_oe")
+"""The models trained with outlier exposure."""
 LINEAR = ("softmax", "sigmoid", "oe")
 SCORES = {
     "msp": "max softmax probability",
@@ -110,7 +116,7 @@ class OpenSetClassifier(nn.Module):
             NullComponent(d0, learnable=True)
             if kind == "null"
             else BackgroundNull(features, d0)
-            if kind == "null_x"
+            if kind in ("null_x", "null_oe")
             else None
         )
 
@@ -134,14 +140,15 @@ class OpenSetClassifier(nn.Module):
     def loss(
         self, x: Tensor, y: Tensor, config: dict[str, Any], outliers: Tensor | None = None
     ) -> Tensor:
-        """The training loss on known inputs `(x, y)` (and `outliers`, for `oe`)."""
+        """The training loss on known inputs `(x, y)` (and `outliers`, for `oe` and
+        `null_oe`)."""
         h, z = self(x)
         epsilon = config["null_target"]
+        if self.kind in EXPOSED and outliers is None:
+            raise ValueError("outlier exposure needs a batch of outliers")
         if self.kind in ("softmax", "oe"):
             loss = nn.functional.cross_entropy(z, y)
-            if self.kind == "oe":
-                if outliers is None:
-                    raise ValueError("outlier exposure needs a batch of outliers")
+            if outliers is not None and self.kind == "oe":
                 _, z_out = self(outliers)
                 uniform = -torch.log_softmax(z_out, dim=1).mean(1).mean()
                 loss = loss + config["oe_weight"] * uniform
@@ -157,7 +164,13 @@ class OpenSetClassifier(nn.Module):
         k = d.shape[-1]
         target = nn.functional.one_hot(y, k + 1).to(d.dtype) * (1.0 - epsilon)
         target[:, k] += epsilon
-        return cross_entropy(extended, target)
+        loss = cross_entropy(extended, target)
+        if outliers is not None and self.kind == "null_oe":
+            h_out, z_out = self(outliers)
+            extended_out = append_null(-z_out, self.null_distance(h_out))
+            none_of_the_above = torch.full_like(z_out[:, 0], k, dtype=torch.long)
+            loss = loss + config["oe_weight"] * cross_entropy(extended_out, none_of_the_above)
+        return loss
 
 
 def train_model(
@@ -169,8 +182,8 @@ def train_model(
     config: dict[str, Any],
     outliers: Tensor | None = None,
 ) -> OpenSetClassifier:
-    """Train one open-set classifier on the known classes `(x, y)` (Adam); `oe` also draws a
-    batch of `outliers` per step."""
+    """Train one open-set classifier on the known classes `(x, y)` (Adam); `oe` and
+    `null_oe` also draw a batch of `outliers` per step."""
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     model = OpenSetClassifier(
@@ -180,7 +193,7 @@ def train_model(
     for index in minibatches(len(y), config["batch"], config["steps"], generator):
         index = index.to(x.device)
         batch_outliers = None
-        if kind == "oe" and outliers is not None:
+        if kind in EXPOSED and outliers is not None:
             pick = torch.randint(len(outliers), (config["batch"],), generator=generator)
             batch_outliers = outliers[pick.to(x.device)]
         loss = model.loss(x[index], y[index], config, batch_outliers)

@@ -34,16 +34,16 @@ def measure_model(
     unknown = split.test_unknown
     near = scorer.scores(split.x_test)
     far = scorer.scores(split.x_far)
-    far_unknown = np.concatenate(
-        [np.zeros((~unknown).sum(), bool), np.ones(len(split.x_far), bool)]
-    )
+    others = {"far": far}
+    if split.x_corrupt is not None:
+        others["corrupt"] = scorer.scores(split.x_corrupt)
     val = scorer.scores(split.x_val)
     known = torch.from_numpy(~unknown).to(split.y_test.device)
     result: dict[str, Any] = {
         "near": {n: open_set_metrics(v, unknown) for n, v in near.items()},
-        "far": {
-            n: open_set_metrics(np.concatenate([near[n][~unknown], far[n]]), far_unknown)
-            for n in near
+        **{
+            where: {n: _against_known(near[n][~unknown], scores[n]) for n in near}
+            for where, scores in others.items()
         },
         "val": {n: open_set_metrics(v, split.val_unknown)["auroc"] for n, v in val.items()},
         "share": float((scorer.confidence(split.x_test)[unknown] > CONFIDENT).mean()),
@@ -55,8 +55,14 @@ def measure_model(
     if kind == "null":
         result["null_check"] = scorer.null_check(split.x_test)
     if keep:
-        result["scores"] = {"near": near, "far": far}
+        result["scores"] = {"near": near, **others}
     return result
+
+
+def _against_known(known: np.ndarray, unknown: np.ndarray) -> dict[str, float]:
+    """`open_set_metrics` of a score on known test inputs against another set's inputs."""
+    positive = np.concatenate([np.zeros(len(known), bool), np.ones(len(unknown), bool)])
+    return open_set_metrics(np.concatenate([known, unknown]), positive)
 
 
 def closed_world_share_softmax(seed: dict[str, dict[str, Any]]) -> float:
@@ -71,11 +77,33 @@ def null_auroc(seed: dict[str, dict[str, Any]], where: str = "near") -> float:
 
 
 def gain_over_chosen(
-    seed: dict[str, dict[str, Any]], candidate: str, pool: tuple[str, ...], where: str
+    seed: dict[str, dict[str, Any]],
+    candidate: str,
+    pool: tuple[str, ...],
+    where: str,
+    detectors: tuple[str, ...] | None = None,
 ) -> tuple[float, str]:
     """The AUROC of `candidate`'s $r_0$ on the `where` test set minus that of the baseline of
-    the models `pool` (and their detectors) with the best validation AUROC, and its name."""
-    validation = {f"{k}/{n}": seed[k]["val"][n] for k in pool for n in seed[k]["val"]}
+    the models `pool` (and their `detectors`, every one when None) with the best validation
+    AUROC, and its name."""
+    validation = {
+        f"{k}/{n}": seed[k]["val"][n]
+        for k in pool
+        for n in seed[k]["val"]
+        if detectors is None or n in detectors
+    }
     chosen = chosen_on_validation(validation)
     kind, name = chosen.split("/")
     return seed[candidate][where]["null"]["auroc"] - seed[kind][where][name]["auroc"], chosen
+
+
+RIVALS = ("energy", "mahalanobis", "knn")
+"""The softmax head's detectors a null must beat (C14c): the energy score that a constant
+null's $r_0$ ranks as, and the two feature-space detectors."""
+
+
+def gain_over_rivals(seed: dict[str, dict[str, Any]], candidate: str, where: str) -> float:
+    """One seed's AUROC of `candidate`'s $r_0$ on the `where` set minus that of the softmax
+    head's detector of `RIVALS` with the best validation AUROC (chosen per seed on the
+    validation split, never on the test inputs)."""
+    return gain_over_chosen(seed, candidate, ("softmax",), where, RIVALS)[0]

@@ -46,6 +46,9 @@ class OpenSetSplit:
         Test images of the known and the unknown classes; `y_test` is -1 for an unknown.
     x_far : Tensor
         Far out-of-distribution images (another data set).
+    x_corrupt : Tensor or None
+        The known test images under registered corruptions (E8's second near set), or None
+        (`_open_set_corruptions.with_corruptions` sets it).
     """
 
     known: tuple[int, ...]
@@ -59,6 +62,7 @@ class OpenSetSplit:
     x_test: Tensor
     y_test: Tensor
     x_far: Tensor
+    x_corrupt: Tensor | None = None
 
     @property
     def classes(self) -> int:
