@@ -238,10 +238,15 @@ def test_gain_over_rivals_reads_the_softmax_detector_chosen_on_validation():
                 for n, a in {"msp": 0.5, "energy": 0.65, "mahalanobis": 0.7, "knn": 0.9}.items()
             },
         },
-        "null_x": {"val": {}, "near": {"null": {"auroc": 0.75}}},
+        "null_x": {"val": {}, "near": {"null": {"auroc": 0.75}, "energy": {"auroc": 0.6}}},
     }
     # MSP is not a rival; Mahalanobis is chosen on validation, though KNN is best on test.
     assert measures.gain_over_rivals(seed, "null_x", "near") == pytest.approx(0.05)
+    # The head's own energy is a rival too: a constant null (r₀ ranks as it) gains at most 0.
+    seed["null_x"]["near"]["energy"]["auroc"] = 0.75
+    assert measures.gain_over_rivals(seed, "null_x", "near") == 0.0
+    seed["null_x"]["near"]["energy"]["auroc"] = 0.72
+    assert measures.gain_over_rivals(seed, "null_x", "near") == pytest.approx(0.03)
     assert (
         measures.gain_over_chosen(seed, "null_x", ("softmax",), "near", measures.RIVALS)[1]
         == "softmax/mahalanobis"
