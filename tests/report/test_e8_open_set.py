@@ -229,6 +229,20 @@ def test_corrupt_draws_one_registered_corruption_per_row_and_stays_in_pixel_rang
         corruptions.corrupt(x, mean, {"fog": 1.0}, seed=0)
 
 
+def test_the_corrupted_set_is_drawn_from_the_known_test_images():
+    images = load_images({"data": "fashion-mnist", "n_train": 3000, "device": "cpu"})
+    config = {"known": 6, "outlier": 2, "n_val": 100, "n_test": 500}
+    split = random_split(images, digits_as_images(images.mean), 0, config)
+    known = split.x_test[split.y_test >= 0]
+    whole = corruptions.with_corruptions(split, images.mean, {"contrast": 1.0}, 0)
+    torch.testing.assert_close(whole.x_corrupt, (known + images.mean).clamp(0, 1) - images.mean)
+    some = corruptions.with_corruptions(split, images.mean, {"contrast": 1.0}, 0, rows=50)
+    assert len(some.x_corrupt) == 50
+    # Each drawn row is one of the known test images (contrast 1 leaves pixels in [0, 1]).
+    distance = torch.cdist(some.x_corrupt, (known + images.mean).clamp(0, 1) - images.mean)
+    assert float(distance.amin(1).max()) < 0.05  # float32 cdist; distinct images are ~10 apart
+
+
 def test_gain_over_rivals_reads_the_softmax_detector_chosen_on_validation():
     seed = {
         "softmax": {

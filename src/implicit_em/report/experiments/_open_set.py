@@ -142,10 +142,12 @@ class OpenSetClassifier(nn.Module):
     ) -> Tensor:
         """The training loss on known inputs `(x, y)` (and `outliers`, for `oe` and
         `null_oe`)."""
-        h, z = self(x)
-        epsilon = config["null_target"]
         if self.kind in EXPOSED and outliers is None:
             raise ValueError("outlier exposure needs a batch of outliers")
+        if self.kind == "null_oe" and outliers is not None:
+            return self._exposed_null_loss(x, y, config, outliers)
+        h, z = self(x)
+        epsilon = config["null_target"]
         if self.kind in ("softmax", "oe"):
             loss = nn.functional.cross_entropy(z, y)
             if outliers is not None and self.kind == "oe":
@@ -160,17 +162,29 @@ class OpenSetClassifier(nn.Module):
             return cross_entropy(d, y, label_smoothing=epsilon)
         if self.null is None:
             return cross_entropy(d, y)
-        extended = append_null(d, self.null_distance(h))
-        k = d.shape[-1]
-        target = nn.functional.one_hot(y, k + 1).to(d.dtype) * (1.0 - epsilon)
+        target = self._null_target(y, d.shape[-1], epsilon, d.dtype)
+        return cross_entropy(append_null(d, self.null_distance(h)), target)
+
+    @staticmethod
+    def _null_target(y: Tensor, k: int, epsilon: float, dtype: torch.dtype) -> Tensor:
+        r"""The soft target over $K+1$ components, $(1-\varepsilon)e_y + \varepsilon e_0$."""
+        target = nn.functional.one_hot(y, k + 1).to(dtype) * (1.0 - epsilon)
         target[:, k] += epsilon
-        loss = cross_entropy(extended, target)
-        if outliers is not None and self.kind == "null_oe":
-            h_out, z_out = self(outliers)
-            extended_out = append_null(-z_out, self.null_distance(h_out))
-            none_of_the_above = torch.full_like(z_out[:, 0], k, dtype=torch.long)
-            loss = loss + config["oe_weight"] * cross_entropy(extended_out, none_of_the_above)
-        return loss
+        return target
+
+    def _exposed_null_loss(
+        self, x: Tensor, y: Tensor, config: dict[str, Any], outliers: Tensor
+    ) -> Tensor:
+        r"""`null_oe`: the soft-target cross-entropy on the known rows plus `oe_weight` times
+        $-\log r_0$ on the outliers (target: the null), from one pass over both."""
+        h, z = self(torch.cat([x, outliers]))
+        extended = append_null(-z, self.null_distance(h))
+        n, k = len(x), z.shape[1]
+        target = self._null_target(y, k, config["null_target"], z.dtype)
+        none_of_the_above = torch.full((len(outliers),), k, dtype=torch.long, device=z.device)
+        return cross_entropy(extended[:n], target) + config["oe_weight"] * cross_entropy(
+            extended[n:], none_of_the_above
+        )
 
 
 def train_model(

@@ -66,7 +66,11 @@ def _control_splits(config: dict[str, Any]) -> list[tuple[int, OpenSetSplit]]:
         (
             seed,
             with_corruptions(
-                random_split(images, x_far, seed, config), images.mean, config["corruptions"], seed
+                random_split(images, x_far, seed, config),
+                images.mean,
+                config["corruptions"],
+                seed,
+                config.get("n_corrupt"),
             ),
         )
         for seed in config["seeds"]

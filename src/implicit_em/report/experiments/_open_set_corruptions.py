@@ -12,7 +12,7 @@ training mean), and the result is clipped to $[0, 1]$ and centred again:
 
 The severities $s$ are registered in the protocol (`corruptions`), fixed before the run. Per
 seed, every known test image gets one corruption drawn at random (uniformly over the registered
-kinds): the corrupted set has as many rows as there are known test images.
+kinds), on all of the known test images or a random `n_corrupt` of them.
 """
 
 from __future__ import annotations
@@ -92,8 +92,16 @@ def corrupt(x: Tensor, mean: Tensor, severities: Mapping[str, float], seed: int)
 
 
 def with_corruptions(
-    split: OpenSetSplit, mean: Tensor, severities: Mapping[str, float], seed: int
+    split: OpenSetSplit,
+    mean: Tensor,
+    severities: Mapping[str, float],
+    seed: int,
+    rows: int | None = None,
 ) -> OpenSetSplit:
-    """`split` with its corrupted set: its known test images under `corrupt`."""
-    known = split.y_test >= 0
-    return replace(split, x_corrupt=corrupt(split.x_test[known], mean, severities, seed))
+    """`split` with its corrupted set: its known test images (a random `rows` of them, drawn
+    with `seed`, when given) under `corrupt`."""
+    known = split.x_test[split.y_test >= 0]
+    if rows is not None and rows < len(known):
+        pick = np.sort(np.random.default_rng(seed).choice(len(known), size=rows, replace=False))
+        known = known[torch.from_numpy(pick).to(known.device)]
+    return replace(split, x_corrupt=corrupt(known, mean, severities, seed))

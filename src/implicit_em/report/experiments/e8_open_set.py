@@ -85,7 +85,9 @@ def _split(config: dict[str, Any], seed: int) -> OpenSetSplit:
     known test images under the registered corruptions as the corrupted set."""
     images = images_of(config)
     split = random_split(images, digits_as_images(images.mean), seed, config)
-    return with_corruptions(split, images.mean, config["corruptions"], seed)
+    return with_corruptions(
+        split, images.mean, config["corruptions"], seed, config.get("n_corrupt")
+    )
 
 
 def _model_unit(config: dict[str, Any], kind: str, seed: int, keep: bool) -> dict[str, Any]:
