@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from implicit_em.report.controls import Control, Controls
 from implicit_em.report.experiments._neural import Images, load_images
 from implicit_em.report.experiments._open_set_corruptions import corrupt, with_corruptions
 from implicit_em.report.experiments._open_set_measures import (
@@ -36,6 +35,7 @@ from implicit_em.report.experiments._open_set_splits import (
     digits_as_images,
     random_split,
 )
+from implicit_em.report.judging.controls import Control, Controls
 
 __all__ = ["CONTROLS"]
 

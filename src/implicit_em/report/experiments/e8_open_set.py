@@ -64,7 +64,6 @@ from implicit_em.report.experiments._open_set_splits import (
     digits_as_images,
     random_split,
 )
-from implicit_em.report.judging.controls import Control, Controls
 from implicit_em.report.rendering.figures import new_figure, save
 from implicit_em.report.running.plan import Unit
 from implicit_em.report.running.registry import Experiment, Figure, Outcome, Table
