@@ -99,6 +99,11 @@ def test_react_clips_at_the_training_percentile_then_takes_the_energy() -> None:
     score = os_.react_energy(h_train, h, lambda f: torch.cat([f, -f], dim=1))
     expected = [-math.log(math.exp(9) + math.exp(-9)), -math.log(math.exp(3) + math.exp(-3))]
     assert score.tolist() == pytest.approx(expected)
+    assert float(os_.react_clip(h_train)) == 9.0
+    given = os_.react_energy(
+        h_train, h, lambda f: torch.cat([f, -f], dim=1), clip=torch.tensor(9.0)
+    )
+    assert given.tolist() == score.tolist()
 
 
 def test_the_baseline_is_chosen_on_validation() -> None:

@@ -47,6 +47,7 @@ from implicit_em.report.experiments._open_set_scores import (
     knn,
     logit_scores,
     mahalanobis,
+    react_clip,
     react_energy,
     vim,
 )
@@ -234,6 +235,7 @@ class Scorer:
         with torch.no_grad():
             self.h_train, self.z_train = model(x_train)
         self.bank = self.h_train[: config["knn_bank"]]
+        self.clip = react_clip(self.h_train)
 
     def scores(self, x: Tensor) -> dict[str, np.ndarray]:
         model, config = self.model, self.config
@@ -244,7 +246,7 @@ class Scorer:
                 **logit_scores(z),
                 "mahalanobis": mahalanobis(self.h_train, self.y_train, h, classes),
                 "knn": knn(self.bank, h, k=config["knn_k"]),
-                "react": react_energy(self.h_train, h, model.logits),
+                "react": react_energy(self.h_train, h, model.logits, clip=self.clip),
             }
             if model.kind in LINEAR:
                 head = model.head

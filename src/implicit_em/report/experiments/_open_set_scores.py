@@ -46,6 +46,7 @@ __all__ = [
     "max_logit",
     "msp",
     "open_set_metrics",
+    "react_clip",
     "react_energy",
     "vim",
 ]
@@ -161,13 +162,23 @@ def vim(
     return alpha * residual - torch.logsumexp(z.double(), dim=1)
 
 
+def react_clip(h_train: Tensor, percentile: float = 90.0) -> Tensor:
+    """ReAct's clip $c$: the `percentile`-th percentile of all entries of `h_train`. Float64."""
+    return torch.quantile(h_train.double().flatten(), percentile / 100.0)
+
+
 def react_energy(
-    h_train: Tensor, h: Tensor, head: Callable[[Tensor], Tensor], percentile: float = 90.0
+    h_train: Tensor,
+    h: Tensor,
+    head: Callable[[Tensor], Tensor],
+    percentile: float = 90.0,
+    clip: Tensor | None = None,
 ) -> Tensor:
     r"""ReAct (Sun et al., NeurIPS 2021): the energy $-\log\sum_j e^{z_j}$ of the logits
     `head(min(h, c))`, with every feature clipped at $c$, the `percentile`-th percentile of all
-    entries of `h_train`. Float64."""
-    c = torch.quantile(h_train.double().flatten(), percentile / 100.0)
+    entries of `h_train` ([react_clip][]; `clip`, when given, is that value already computed).
+    Float64."""
+    c = react_clip(h_train, percentile) if clip is None else clip
     return energy(head(h.clamp(max=c.to(h.dtype))))
 
 
