@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from implicit_em.report.experiments._experts import one_thread
 from implicit_em.report.experiments._open_set import (
     CONFIDENT,
     Scorer,
@@ -21,12 +22,15 @@ from implicit_em.report.experiments._open_set_splits import (
 )
 
 
+@one_thread()
 def measure_model(
     kind: str, split: OpenSetSplit, seed: int, config: dict[str, Any], keep: bool = False
 ) -> dict[str, Any]:
-    """Train one model on `split` and measure it: every detector's metrics on the near and the
-    far test set and its validation AUROC, the closed-world shares, the closed-set accuracy and
-    (constant null) the null check; `keep` also returns the scores (for the figure)."""
+    """Train one model on `split` and measure it: every detector's metrics on the near, the
+    corrupted and the far test set and its validation AUROC, the closed-world shares, the
+    closed-set accuracy and (constant null) the null check; `keep` also returns the scores
+    (for the figure). Torch runs on one thread inside (the models are small: more threads
+    only add synchronization, and oversubscribe a busy machine)."""
     model = train_model(
         kind, split.x_train, split.y_train, split.classes, seed, config, split.x_outlier
     )
