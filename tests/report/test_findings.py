@@ -15,22 +15,27 @@ from implicit_em.report.rules.claims import CLAIMS
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = ROOT / "results" / "full" / "results.json"
 PAGE = ROOT / "docs" / "findings.md"
+QUICK = ROOT / "results" / "quick" / "results.json"
+REPLICATION = ROOT / "results" / "quick-replication" / "results.json"
 
 
 @pytest.fixture(scope="module")
 def page() -> str:
-    return findings_page(json.loads(PUBLISHED.read_text()), source="results/full/results.json")
+    replicated = (json.loads(QUICK.read_text()), json.loads(REPLICATION.read_text()))
+    published = json.loads(PUBLISHED.read_text())
+    return findings_page(published, source="results/full/results.json", replicated=replicated)
 
 
 def test_the_committed_page_says_what_the_published_run_says(page):
     assert PAGE.read_text() == page, (
         "docs/findings.md is out of date: python -m implicit_em.report.rendering.findings "
-        "docs/findings.md results/full/results.json"
+        "docs/findings.md results/full/results.json --replication "
+        "results/quick/results.json results/quick-replication/results.json"
     )
 
 
 def test_every_item_has_its_block_with_the_five_answers(page):
-    blocks = page.split("\n## ")[1:]
+    blocks = page.split("\n## Replication on fresh seeds")[0].split("\n## ")[1:]
     assert [b.split(":", 1)[0] for b in blocks] == list(CLAIMS)
     for block in blocks:
         for heading in (
@@ -99,3 +104,16 @@ def test_a_file_that_is_no_report_is_one_line_and_exit_2(tmp_path):
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith("error: RESULTS: expected a report's results.json")
     assert not (tmp_path / "f.md").exists()
+
+
+def test_the_replication_section_counts_the_verdicts_both_runs_share(page):
+    from implicit_em.report.judging.rejudge import rejudge_document
+
+    quick, again = (rejudge_document(json.loads(p.read_text())) for p in (QUICK, REPLICATION))
+    ours = {e["id"]: e["verdict"] for e in quick["claim_verdicts"]}
+    theirs = {e["id"]: e["verdict"] for e in again["claim_verdicts"]}
+    same = [i for i in ours if ours[i] == theirs[i]]
+    section = page.split("## Replication on fresh seeds", 1)[1]
+    assert f"reproduced {len(same)} of {len(ours)} item verdicts" in section
+    for item in set(ours) - set(same):
+        assert f"- {item}: **" in section

@@ -25,12 +25,14 @@ returns it, so a test can tell when the page no longer says what the data say.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from implicit_em.report.items.links import CONFIDENT
 from implicit_em.report.judging.item_verdicts import verdict_label
 from implicit_em.report.judging.rejudge import rejudge_document
 from implicit_em.report.rules.claims import CLAIMS, direction
@@ -271,8 +273,39 @@ def _standing(meta: Mapping[str, Any]) -> str:
     )
 
 
+def replication_lines(quick: Mapping[str, Any], replication: Mapping[str, Any]) -> list[str]:
+    """Which item verdicts of the quick report `quick` the report on other seeds
+    `replication` reproduced (both read under the current rules)."""
+    quick, replication = rejudge_document(quick), rejudge_document(replication)
+    ours = {e["id"]: e for e in quick["claim_verdicts"]}
+    theirs = {e["id"]: e for e in replication["claim_verdicts"]}
+    shared = [i for i in CLAIMS if i in ours and i in theirs]
+    same = [i for i in shared if ours[i]["verdict"] == theirs[i]["verdict"]]
+    confident = [i for i in same if ours[i]["verdict"] in CONFIDENT]
+    seeds = (replication["meta"].get("replication") or {}).get("label", "other seeds")
+    lines = [
+        "## Replication on fresh seeds",
+        "",
+        f"The quick report of {quick['meta'].get('date', '?')} was run again on {seeds} "
+        f"({replication['meta'].get('date', '?')}; `results/quick-replication/`). It reproduced "
+        f"{len(same)} of {len(shared)} item verdicts: {', '.join(same) or 'none'}; "
+        f"{len(confident)} of them a confident verdict ({', '.join(confident) or 'none'}), the "
+        "others open (not tested, inconclusive, mixed or fragile) on both.",
+    ]
+    for i in shared:
+        if i not in same:
+            lines.append(
+                f"- {i}: **{verdict_label(ours[i])}** on the quick seeds, "
+                f"**{verdict_label(theirs[i])}** on the replication's."
+            )
+    return lines
+
+
 def findings_page(
-    doc: Mapping[str, Any], earlier: Mapping[str, Any] | None = None, source: str = ""
+    doc: Mapping[str, Any],
+    earlier: Mapping[str, Any] | None = None,
+    source: str = "",
+    replicated: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None,
 ) -> str:
     """The findings page of the report document `doc` (a parsed results.json, read again under
     the current rules), beside the `earlier` published document when given."""
@@ -318,6 +351,8 @@ def findings_page(
                 item_block(items[ident], protocols, meta, earlier_items.get(ident), earlier_meta),
                 "",
             ]
+    if replicated is not None:
+        lines += replication_lines(*replicated)
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -329,22 +364,23 @@ def _load(path: str) -> dict[str, Any]:
 
 
 def main(argv: Iterable[str] | None = None) -> int:
-    """`python -m implicit_em.report.rendering.findings PAGE RESULTS [EARLIER]`."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) not in (2, 3):
-        print(
-            "usage: python -m implicit_em.report.rendering.findings PAGE RESULTS [EARLIER]",
-            file=sys.stderr,
-        )
-        return 2
-    page, results, *rest = args
+    """`python -m implicit_em.report.rendering.findings PAGE RESULTS [--earlier EARLIER]
+    [--replication QUICK REPLICATION]`."""
+    parser = argparse.ArgumentParser(prog="python -m implicit_em.report.rendering.findings")
+    parser.add_argument("page")
+    parser.add_argument("results")
+    parser.add_argument("--earlier")
+    parser.add_argument("--replication", nargs=2, metavar=("QUICK", "REPLICATION"))
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        doc = _load(results)
-        earlier = _load(rest[0]) if rest else None
+        doc = _load(args.results)
+        earlier = _load(args.earlier) if args.earlier else None
+        replicated = tuple(_load(p) for p in args.replication) if args.replication else None
     except (OSError, ValueError) as err:
         print(f"error: RESULTS: expected a report's results.json ({err})", file=sys.stderr)
         return 2
-    Path(page).write_text(findings_page(doc, earlier, source=results))
+    page = findings_page(doc, earlier, source=args.results, replicated=replicated)
+    Path(args.page).write_text(page)
     return 0
 
 
