@@ -129,10 +129,11 @@ def _bca_quantiles(x: np.ndarray, means: np.ndarray, quantiles: np.ndarray) -> n
     z0 = float(_scipy.norm.ppf(min(max(share_below, 1e-12), 1.0 - 1e-12)))
     jackknife = (x.sum() - x) / (x.size - 1)
     d = jackknife.mean() - jackknife
-    spread = float(np.sum(d**2))
-    if spread == 0.0:
+    scale = float(np.max(np.abs(d)))
+    if scale == 0.0:
         return quantiles
-    a = float(np.sum(d**3)) / (6.0 * spread**1.5)
+    d = d / scale  # `a` is scale-free; scaling keeps (Σ d²)^{3/2} from underflowing to 0
+    a = float(np.sum(d**3)) / (6.0 * float(np.sum(d**2)) ** 1.5)
     z = _scipy.norm.ppf(quantiles)
     return _scipy.norm.cdf(z0 + (z0 + z) / (1.0 - a * (z0 + z)))
 
