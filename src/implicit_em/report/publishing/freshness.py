@@ -67,10 +67,14 @@ def published_document(folder: Path | str) -> dict[str, Any] | None:
     """The published `results.json` in `folder`, or None when nothing is published there
     (`ValueError` naming the file when it is there but not a report)."""
     path = Path(folder) / "results.json"
-    if not path.is_file():
-        return None
+    return read_document(path) if path.is_file() else None
+
+
+def read_document(path: Path | str) -> dict[str, Any]:
+    """The report document (a `results.json`) at `path`: `ValueError` naming the file when it
+    is not a report, `OSError` when it cannot be read."""
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        document = json.loads(Path(path).read_text(encoding="utf-8"))
     except ValueError as err:
         raise ValueError(f"{path}: not a report's results.json ({err})") from err
     if not isinstance(document, dict) or not {"meta", "experiments"} <= set(document):

@@ -26,7 +26,6 @@ returns it, so a test can tell when the page no longer says what the data say.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import Any
 from implicit_em.report.items.links import CONFIDENT
 from implicit_em.report.judging.item_verdicts import verdict_label
 from implicit_em.report.judging.rejudge import rejudge_document
+from implicit_em.report.publishing.freshness import read_document
 from implicit_em.report.rules.claims import CLAIMS, direction
 
 __all__ = ["changed_by", "findings_page", "item_block", "main"]
@@ -59,19 +59,17 @@ def _interval(c: Mapping[str, Any]) -> str:
 
 def _criterion_line(c: Mapping[str, Any], protocol: Mapping[str, Any]) -> str:
     means = protocol.get("means", "")
+    said = f" {means[0].upper()}{means[1:]}." if means else ""
+    if c.get("estimate") is None:
+        return f"  - `{c['experiment']}:{c['number']}` not measured in this run.{said}"
     method = protocol.get("method_name") or c.get("method") or ""
     seeds = protocol.get("seeds")
     how = f"{method}, {seeds} seeds" if seeds else method
-    if c.get("estimate") is None:
-        return f"  - `{c['experiment']}:{c['number']}` not measured in this run." + (
-            f" {means[0].upper()}{means[1:]}." if means else ""
-        )
     vote = c.get("vote", "")
     voted = f"votes {vote}" if vote and vote != "no vote" else f"no vote ({c.get('standing', '')})"
     return (
         f"  - `{c['experiment']}:{c['number']}` {_interval(c)} ({how}), needs "
-        f"{c['op']} {_number(c['threshold'])}: **{c['status']}**; {voted}."
-        + (f" {means[0].upper()}{means[1:]}." if means else "")
+        f"{c['op']} {_number(c['threshold'])}: **{c['status']}**; {voted}.{said}"
     )
 
 
@@ -161,10 +159,7 @@ def _robustness(item: Mapping[str, Any]) -> str:
     alternatives = [a for a in item.get("alternatives", []) if a.get("available", True)]
     if not alternatives:
         return "No alternative reading is registered for this item."
-    shown = "; ".join(
-        f"{a['id']}: {a['verdict']}" + (f" ({a['qualifier']})" if a.get("qualifier") else "")
-        for a in alternatives
-    )
+    shown = "; ".join(f"{a['id']}: {verdict_label(a)}" for a in alternatives)
     flips = [a["id"] for a in alternatives if a.get("flips")]
     head = (
         f"Fragile: it flips under {', '.join(flips)}."
@@ -356,13 +351,6 @@ def findings_page(
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _load(path: str) -> dict[str, Any]:
-    document = json.loads(Path(path).read_text(encoding="utf-8"))
-    if not isinstance(document, dict) or not {"meta", "experiments"} <= set(document):
-        raise ValueError(f"{path} has no meta and experiments")
-    return document
-
-
 def main(argv: Iterable[str] | None = None) -> int:
     """`python -m implicit_em.report.rendering.findings PAGE RESULTS [--earlier EARLIER]
     [--replication QUICK REPLICATION]`."""
@@ -373,9 +361,9 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("--replication", nargs=2, metavar=("QUICK", "REPLICATION"))
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        doc = _load(args.results)
-        earlier = _load(args.earlier) if args.earlier else None
-        replicated = tuple(_load(p) for p in args.replication) if args.replication else None
+        doc = read_document(args.results)
+        earlier = read_document(args.earlier) if args.earlier else None
+        replicated = tuple(read_document(p) for p in args.replication) if args.replication else None
     except (OSError, ValueError) as err:
         print(f"error: RESULTS: expected a report's results.json ({err})", file=sys.stderr)
         return 2
