@@ -7,6 +7,7 @@ suite must never reach a hub; figures are drawn with matplotlib's file-only Agg 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -40,3 +41,11 @@ def torchrun() -> Callable[..., subprocess.CompletedProcess]:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 
     return launch
+
+
+@pytest.fixture
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -165,12 +164,10 @@ def test_a_ray_cluster_gives_the_local_numbers_and_survives_a_killed_worker(clus
 
 
 @pytest.fixture
-def head(tmp_path):
+def head(free_port):
     """A Ray head started as a user starts one (`ray start --head`), stopped at the end."""
     ray_cli = Path(sys.executable).with_name("ray")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port
     start = [str(ray_cli), "start", "--head", f"--port={port}", "--num-cpus=1"]
     start += ["--include-dashboard=false", "--disable-usage-stats"]
     subprocess.run(start, check=True, capture_output=True, timeout=120)

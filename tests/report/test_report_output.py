@@ -425,14 +425,6 @@ def test_bad_input_is_one_line_and_a_non_zero_exit(args, message, tmp_path):
     assert "Traceback" not in done.stderr
 
 
-def _closed_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize(
     ("address", "message"),
     [
@@ -441,9 +433,11 @@ def _closed_port() -> int:
         ("closed", "--address 127.0.0.1:{port}: nothing answers there (Connection refused)"),
     ],
 )
-def test_a_ray_address_that_cannot_be_joined_is_one_line_at_once(address, message, tmp_path):
+def test_a_ray_address_that_cannot_be_joined_is_one_line_at_once(
+    address, message, tmp_path, free_port
+):
     pytest.importorskip("ray")
-    port = _closed_port()
+    port = free_port
     address = f"127.0.0.1:{port}" if address == "closed" else address
     args = ("--executor", "ray", "--address", address, "--out", str(tmp_path))
     done = subprocess.run(_cli("--smoke", *args), capture_output=True, text=True, timeout=60)
