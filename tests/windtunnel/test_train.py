@@ -13,13 +13,21 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from implicit_em.cli import app
 from implicit_em.windtunnel.cli import compare_table
 from implicit_em.windtunnel.config import RunConfig, build_model, preset
 from implicit_em.windtunnel.evaluation import plateau
-from implicit_em.windtunnel.losses import loss_fn, softmax_brier
+from implicit_em.windtunnel.losses import (
+    UNNORMALIZED,
+    loss_fn,
+    sigmoid_linear,
+    softmax_brier,
+    softmax_linear,
+)
 from implicit_em.windtunnel.models import count_parameters
 from implicit_em.windtunnel.optim import learning_rate
 from implicit_em.windtunnel.tasks import Bijection
@@ -63,6 +71,13 @@ def test_loss_fn_matches_the_core_objectives_by_hand() -> None:
     torch.testing.assert_close(loss_fn(logits, batch, "brier", "posterior"), brier_soft)
     softmax_brier = ((torch.softmax(z, -1) - onehot) ** 2).sum(-1).mean()
     torch.testing.assert_close(loss_fn(logits, batch, "softmax-brier", "sample"), softmax_brier)
+    linear = -(torch.softmax(z, -1) * onehot).sum(-1).mean()
+    torch.testing.assert_close(loss_fn(logits, batch, "softmax-linear", "sample"), linear)
+    absolute = (torch.sigmoid(z) - onehot).abs().sum(-1).mean()
+    torch.testing.assert_close(loss_fn(logits, batch, "sigmoid-linear", "sample"), absolute)
+    # With a soft target, the absolute error expected over the answer drawn from it.
+    absolute_soft = (p * (1 - torch.sigmoid(z)) + (1 - p) * torch.sigmoid(z)).sum(-1).mean()
+    torch.testing.assert_close(loss_fn(logits, batch, "sigmoid-linear", "posterior"), absolute_soft)
 
 
 def test_softmax_brier_is_minimized_by_the_posterior() -> None:
@@ -73,6 +88,26 @@ def test_softmax_brier_is_minimized_by_the_posterior() -> None:
     at_posterior = expected(-p.log())
     for shift in (torch.tensor([[0.3, -0.1, 0.0]]), torch.tensor([[-0.5, 0.5, 0.2]])):
         assert expected(-p.log() + shift) > at_posterior
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(0.05, 1.0), min_size=3, max_size=6))
+def test_the_improper_losses_prefer_the_argmax_to_the_posterior(weights: list[float]) -> None:
+    p = torch.tensor([weights], dtype=torch.float64)
+    p = p / p.sum()
+    assume(float(p.max()) < 0.99 and float(p.max() - p.topk(2).values[0, 1]) > 1e-3)
+    k = p.shape[-1]
+
+    def expected(loss, d: torch.Tensor) -> float:
+        return float(sum(p[0, y] * loss(d, torch.tensor([y])) for y in range(k)))
+
+    sharp = torch.full_like(p, 30.0)
+    sharp[0, p.argmax()] = -30.0  # distances: the argmax near 0, every other answer far
+    # The linear score: the one-hot argmax beats the posterior itself.
+    assert expected(softmax_linear, sharp) < expected(softmax_linear, -p.log())
+    # The absolute error: sigma_k = 1[p_k > 1/2] beats sigma_k = p_k.
+    step = torch.where(p > 0.5, -30.0, 30.0)
+    assert expected(sigmoid_linear, step) < expected(sigmoid_linear, -torch.logit(p))
 
 
 def test_presets_and_validation() -> None:
@@ -170,7 +205,9 @@ def test_mlp_is_capacity_matched_in_every_preset() -> None:
                 assert abs(n_mlp - n_tf) <= 0.1 * n_tf
 
 
-@pytest.mark.parametrize("objective", ["ce", "softmax-brier", "sigmoid", "brier"])
+@pytest.mark.parametrize(
+    "objective", ["ce", "softmax-brier", "sigmoid", "brier", "softmax-linear", "sigmoid-linear"]
+)
 def test_result_contents(tmp_path: Path, objective: str) -> None:
     config = replace(TINY, objective=objective, model="mlp")
     result = run(config, tmp_path, progress=False)
@@ -183,7 +220,7 @@ def test_result_contents(tmp_path: Path, objective: str) -> None:
     assert result["history"]["eval_step"] == [0, 6, 12, 18, 24]
     assert isinstance(result["converged"], bool)
     assert result["plateau"]["since"] == 18  # the last evaluation at or before 0.8 x 24 steps
-    if objective in ("ce", "softmax-brier"):
+    if objective not in UNNORMALIZED:
         assert result["sigma_sum_gap"] is None
     else:
         assert 0 <= result["sigma_sum_gap"] < TINY.task_params["n_faces"]

@@ -52,6 +52,8 @@ class Objective(StrEnum):
     softmax_brier = "softmax-brier"
     sigmoid = "sigmoid"
     brier = "brier"
+    softmax_linear = "softmax-linear"
+    sigmoid_linear = "sigmoid-linear"
 
 
 class Scale(StrEnum):

@@ -6,8 +6,8 @@ matches it.
 
 Beside the architecture and the optimizer, a configuration states:
 
-* the objective (`"ce"` and `"softmax-brier"`, normalized; `"sigmoid"` and `"brier"`,
-  unnormalized; see `losses`);
+* the objective (`"ce"`, `"softmax-brier"` and the improper `"softmax-linear"`, normalized;
+  `"sigmoid"`, `"brier"` and the improper `"sigmoid-linear"`, unnormalized; see `losses`);
 * the learning-rate schedule (`"cosine"`: warmup, then a cosine to `min_lr_ratio * lr`;
   `"constant"`: warmup, then `lr`; `"wsd"`: warmup, `lr` held, then a linear decay to zero
   over the last `decay_fraction` of the steps; see `optim`);
@@ -29,6 +29,7 @@ from typing import Any
 
 from torch import nn
 
+from implicit_em.windtunnel.losses import OBJECTIVES
 from implicit_em.windtunnel.models import (
     GPT,
     NORMS,
@@ -51,7 +52,6 @@ __all__ = [
 ]
 
 MODELS = ("transformer", "mlp-prefix", "mlp-pos")
-OBJECTIVES = ("ce", "softmax-brier", "sigmoid", "brier")
 SCHEDULES = ("cosine", "constant", "wsd")
 FREEZES = ("", "routing", "rest")
 _MODEL_ALIASES = {"mlp": "mlp-prefix"}

@@ -41,6 +41,7 @@ import torch
 from torch import Tensor, nn
 
 from implicit_em.windtunnel.config import RunConfig
+from implicit_em.windtunnel.losses import NORMALIZED
 from implicit_em.windtunnel.metrics import position_errors, predictive_log_probs, sigma_sum_gap
 from implicit_em.windtunnel.tasks import Batch
 
@@ -80,9 +81,7 @@ def evaluate(model: nn.Module, test: Batch, objective: str, chunk: int = 1024) -
     return {
         "bits_mae": errors.bits_mae,
         "kl_bits": errors.kl_mean,
-        "sigma_sum_gap": (
-            None if objective in ("ce", "softmax-brier") else sigma_sum_gap(logits, test.mask)
-        ),
+        "sigma_sum_gap": (None if objective in NORMALIZED else sigma_sum_gap(logits, test.mask)),
         "uniform_kl_bits": uniform_kl(test),
         "per_position": {
             "entropy_mae": curve(errors.entropy_mae),

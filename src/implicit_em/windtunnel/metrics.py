@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from implicit_em.windtunnel.losses import NORMALIZED, UNNORMALIZED
+
 __all__ = [
     "PositionErrors",
     "entropy_bits",
@@ -55,18 +57,16 @@ def kl_bits(p: Tensor, log_q: Tensor) -> Tensor:
 def predictive_log_probs(logits: Tensor, objective: str) -> Tensor:
     r"""The model's normalized predictive $\log q$ from its logits (in float64).
 
-    `"ce"` and `"softmax-brier"`: $q = \operatorname{softmax}(z)$. `"sigmoid"` and `"brier"`: the independent
+    The softmax objectives (`losses.NORMALIZED`): $q = \operatorname{softmax}(z)$. The sigmoid ones (`losses.UNNORMALIZED`): the independent
     per-answer probabilities $\sigma(z_k)$ normalized at evaluation only,
     $q_k = \sigma(z_k) / \sum_j \sigma(z_j)$, i.e. $\log q = \log\operatorname{softmax}(\log\sigma(z))$.
     """
     z = logits.double()
-    if objective in ("ce", "softmax-brier"):
+    if objective in NORMALIZED:
         return torch.log_softmax(z, dim=-1)
-    if objective in ("sigmoid", "brier"):
+    if objective in UNNORMALIZED:
         return torch.log_softmax(torch.nn.functional.logsigmoid(z), dim=-1)
-    raise ValueError(
-        f"objective must be 'ce', 'softmax-brier', 'sigmoid' or 'brier', got {objective!r}"
-    )
+    raise ValueError(f"objective must be one of {NORMALIZED + UNNORMALIZED}, got {objective!r}")
 
 
 def sigma_sum_gap(logits: Tensor, mask: Tensor) -> float:

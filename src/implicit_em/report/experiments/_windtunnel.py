@@ -46,6 +46,7 @@ from implicit_em.report.running.progress import progress
 from implicit_em.windtunnel.config import RunConfig, build_model, preset
 from implicit_em.windtunnel.evaluation import evaluate, held_out, plateau
 from implicit_em.windtunnel.grid import run_configs, worker_pool
+from implicit_em.windtunnel.losses import UNNORMALIZED
 from implicit_em.windtunnel.tasks import Batch
 
 TASKS = ("bijection", "hmm", "dice")
@@ -211,7 +212,7 @@ class PlantedPosterior(nn.Module):
         k = batch.posterior.shape[-1]
         q = ((1 - blur) * batch.posterior + blur / k).clamp_min(1e-12)
         self.tokens = batch.tokens
-        self.logits = torch.logit(q) if objective in ("sigmoid", "brier") else q.log()
+        self.logits = torch.logit(q) if objective in UNNORMALIZED else q.log()
 
     def forward(self, tokens: Tensor) -> Tensor:
         same = (tokens[:, None, :] == self.tokens[None, :, :]).all(-1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -198,20 +200,50 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
 
 
 def _control(task: str, number: str, models: dict[str, str]) -> Control:
-    """A control of `task`'s criterion `number`: each of E10's three models replaced by a
-    known input (`"bayes"`: the posterior blurred by `BLUR`; `"untrained"`: the model as
-    initialized), measured by `wt.model_kl` and read by `task_samples`."""
+    """A control of `task`'s criterion `number`: each of E10's three slots (transformer, prefix
+    MLP, position-wise MLP) filled by a known input: `"bayes"`, the posterior blurred by `BLUR`;
+    or a model trained at the control size by the experiment's own training code, named by
+    `"trained:<model>"` (`"trained:<model>+1000"`: seeds shifted by 1000, a second
+    initialization of the same model), measured by `wt.model_kl` and read by `task_samples`."""
 
     def measure(config: dict[str, Any]) -> list[float]:
-        per_model = []
-        for model in MODELS:
-            runs = [wt.task_config(config, task, model=model, seed=s) for s in config["seeds"]]
-            read = wt.untrained_kl if models[model] == "untrained" else _bayes_kl
-            per_model.append([read(r) for r in runs])
-        return task_samples(*per_model)[number]
+        per_slot = []
+        for slot in MODELS:
+            kind = models[slot]
+            if kind == "bayes":
+                runs = [wt.task_config(config, task, model=slot, seed=s) for s in config["seeds"]]
+                per_slot.append([_bayes_kl(r) for r in runs])
+            else:
+                model, _, shift = kind.removeprefix("trained:").partition("+")
+                seeds = tuple(s + int(shift or 0) for s in config["seeds"])
+                per_slot.append(
+                    _trained_kls(json.dumps(config, sort_keys=True), task, model, seeds)
+                )
+        return task_samples(*per_slot)[number]
 
-    said = ", ".join(f"{wt.MODEL_NAMES[m]} {kind}" for m, kind in models.items())
+    said = ", ".join(f"{wt.MODEL_NAMES[m]} slot: {_said(kind)}" for m, kind in models.items())
     return Control(f"{wt.TASK_NAMES[task]}: {said}", measure)
+
+
+def _said(kind: str) -> str:
+    if kind == "bayes":
+        return "the posterior blurred by 1%"
+    model, _, shift = kind.removeprefix("trained:").partition("+")
+    again = " from a second initialization" if shift else ""
+    return f"the trained {wt.MODEL_NAMES[model]}{again}"
+
+
+@functools.lru_cache(maxsize=64)
+def _trained_kls(
+    config_json: str, task: str, model: str, seeds: tuple[int, ...]
+) -> list[dict[str, float]]:
+    """The held-out KL and floor of `model` trained on `task` at the control configuration
+    (`config_json`), one per seed: the same training and reading as E10's units."""
+    config = json.loads(config_json)
+    runs = [wt.task_config(config, task, model=model, seed=s) for s in seeds]
+    with wt.unit_folder() as out:
+        found = wt.train(config, out, runs, None)
+    return [{"kl_bits": f["kl_bits"], "uniform_kl_bits": f["uniform_kl_bits"]} for f in found]
 
 
 def _bayes_kl(run: Any) -> dict[str, float]:
@@ -219,21 +251,34 @@ def _bayes_kl(run: Any) -> dict[str, float]:
 
 
 def _controls(task: str) -> dict[str, Controls]:
+    """Positive: every slot given the blurred posterior (or, for the MLP contrast, the prefix
+    MLP's slot given the trained position-wise MLP, which cannot see the context). Negative:
+    the realistic rival that lacks just what the criterion detects, trained at the control size:
+    the position-wise MLP (matched parameters, same training, no mixing across positions) in
+    the slot that must reach the posterior; the prefix MLP from a second initialization in the
+    transformer's slot, so that no architecture differs."""
     bayes = {m: "bayes" for m in MODELS}
-    untrained = {m: "untrained" for m in MODELS}
-    contrast = {**bayes, "mlp-prefix": "untrained"}
+    blind = "trained:mlp-pos"
     return {
         f"{task}_transformer_over_floor": Controls(
             _control(task, "transformer_over_floor", bayes),
-            _control(task, "transformer_over_floor", untrained),
+            _control(task, "transformer_over_floor", {**bayes, "transformer": blind}),
         ),
         f"{task}_prefix_minus_transformer_bits": Controls(
-            _control(task, "prefix_minus_transformer_bits", contrast),
-            _control(task, "prefix_minus_transformer_bits", bayes),
+            _control(task, "prefix_minus_transformer_bits", {**bayes, "mlp-prefix": blind}),
+            _control(
+                task,
+                "prefix_minus_transformer_bits",
+                {
+                    **bayes,
+                    "transformer": "trained:mlp-prefix+1000",
+                    "mlp-prefix": "trained:mlp-prefix",
+                },
+            ),
         ),
         f"{task}_prefix_over_floor": Controls(
             _control(task, "prefix_over_floor", bayes),
-            _control(task, "prefix_over_floor", contrast),
+            _control(task, "prefix_over_floor", {**bayes, "mlp-prefix": blind}),
         ),
     }
 
@@ -271,9 +316,13 @@ EXPERIMENT = Experiment(
         "on a 0.01 grid with minimum 0.05; dice 6 faces, T = 64) and one model (2 layers x 64, "
         "4 heads, RMSNorm, lr 2e-3, batch 64; MLPs matched); quick is the same with caps below "
         "the rule's minimum steps (so it cannot converge and its items read inconclusive), fewer "
-        "seeds and a smaller held-out set (the protocol file). Controls: each model replaced by the posterior "
-        "blurred with 1% of the uniform, or by its untrained initialization, through the same "
-        "KL measurement."
+        "seeds and a smaller held-out set (the protocol file). Controls, through the same training and KL "
+        "measurement at a small size: positive, the posterior blurred with 1% of the uniform "
+        "(for the MLP contrast, the trained position-wise MLP in the prefix MLP's place); "
+        "negative, the realistic rival that lacks just what the criterion detects: the trained "
+        "position-wise MLP (no mixing across positions) where the posterior must be reached, "
+        "and a second initialization of the prefix MLP in the transformer's place for the "
+        "contrast."
     ),
     plan=plan,
     aggregate=aggregate,

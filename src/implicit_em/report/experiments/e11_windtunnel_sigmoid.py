@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -164,31 +167,66 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
     )
 
 
-def _control(number: str, planted: dict[str, str]) -> Control:
-    """A control of `number`: each cell's model replaced by a known input (`"bayes"`: the
-    posterior blurred by `BLUR`, read through the cell's own link; `"untrained"`: the
-    transformer as initialized), measured by `wt.model_kl` and read by `excess_samples`."""
+IMPROPER = {
+    "ce": "softmax-linear",
+    "softmax-brier": "softmax-linear",
+    "sigmoid": "sigmoid-linear",
+    "brier": "sigmoid-linear",
+}
+"""Each cell's realistic negative: the same normalization trained with an improper scoring rule
+(the linear score for softmax, the absolute error for sigmoids, `windtunnel.losses`), whose
+minimizer is the argmax, not the posterior: the cell without just properness."""
+
+
+def _control(number: str, trained: bool) -> Control:
+    """A control of `number`. Positive (`trained` False): each cell's model replaced by the
+    posterior blurred by `BLUR`, read through the cell's own link. Negative: both cells trained
+    at the control size by the experiment's own training code, the numerator's under its
+    normalization's improper loss (`IMPROPER`) and the denominator's under its own objective;
+    measured by `wt.model_kl` and read by `excess_samples`."""
+    top, bottom = EXCESS[number]
 
     def measure(config: dict[str, Any]) -> list[float]:
-        kl = {o: [] for o in OBJECTIVES}
+        kl: dict[str, list[float]] = {o: [] for o in OBJECTIVES}
         for seed in config["seeds"]:
             for run in _configs(config, seed):
-                kind = planted.get(run.objective, "bayes")
-                found = wt.untrained_kl(run) if kind == "untrained" else wt.planted_kl(run, BLUR)
-                kl[run.objective].append(found["kl_bits"])
-        return excess_samples(kl)[number]
+                if not trained:
+                    kl[run.objective].append(wt.planted_kl(run, BLUR)["kl_bits"])
+        if trained:
+            key = json.dumps(config, sort_keys=True)
+            kl[top] = _trained_kls(key, IMPROPER[top])
+            kl[bottom] = _trained_kls(key, bottom)
+        return excess_samples({o: v or [math.nan] * len(config["seeds"]) for o, v in kl.items()})[
+            number
+        ]
 
-    words = {"bayes": "given the blurred posterior", "untrained": "untrained"}
-    said = "; ".join(
-        f"{' + '.join(CELLS[o])} {words[planted.get(o, 'bayes')]}" for o in EXCESS[number]
-    )
+    if trained:
+        loss = "linear score" if IMPROPER[top] == "softmax-linear" else "absolute error"
+        said = (
+            f"{CELLS[top][0]} trained with the improper {loss} in place of "
+            f"{' + '.join(CELLS[top])}, less {' + '.join(CELLS[bottom])} trained"
+        )
+    else:
+        said = "; ".join(
+            f"{' + '.join(CELLS[o])} given the blurred posterior" for o in (top, bottom)
+        )
     return Control(said, measure)
 
 
-CONTROLS = {
-    number: Controls(_control(number, {}), _control(number, {top: "untrained"}))
-    for number, (top, _) in EXCESS.items()
-}
+@functools.lru_cache(maxsize=16)
+def _trained_kls(config_json: str, objective: str) -> list[float]:
+    """The held-out KL of the bijection transformer trained under `objective` at the control
+    configuration (`config_json`), one per seed: the same training and reading as E11's units."""
+    config = json.loads(config_json)
+    runs = [
+        wt.task_config(config, "bijection", model="transformer", objective=objective, seed=s)
+        for s in config["seeds"]
+    ]
+    with wt.unit_folder() as out:
+        return [f["kl_bits"] for f in wt.train(config, out, runs, None)]
+
+
+CONTROLS = {number: Controls(_control(number, False), _control(number, True)) for number in EXCESS}
 
 
 EXPERIMENT = Experiment(
@@ -213,10 +251,13 @@ EXPERIMENT = Experiment(
         "unconverged run leaves the items it bears on inconclusive (not converged). Each cell "
         "is read in KL and in the mean absolute error of the predictive entropy (bits). Sigmoid outputs are normalized only to be "
         "evaluated. All four losses are proper scoring rules. Quick and full run the same task "
-        "and model (E10's); quick's caps lie below the rule's minimum steps. Controls: each cell's "
+        "and model (E10's); quick's caps lie below the rule's minimum steps. Controls: positive, each cell's "
         "model replaced by the posterior blurred with 1% of the uniform (read through the cell's "
-        "own link: softmax logits log q, sigmoid logits logit q), or the numerator's cell by its "
-        "untrained transformer, through the same KL measurement."
+        "own link: softmax logits log q, sigmoid logits logit q); negative, the realistic rival "
+        "without just properness: the numerator's normalization trained with an improper loss "
+        "(the linear score for softmax, the absolute error for sigmoids, both minimized by the "
+        "argmax), the denominator's cell trained as itself, at a small size through the same "
+        "training and KL measurement."
     ),
     plan=plan,
     aggregate=aggregate,
