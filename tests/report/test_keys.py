@@ -28,6 +28,7 @@ from implicit_em.report.rules.protocol import Protocol
 from implicit_em.report.running.build import write_report
 from implicit_em.report.running.imports import SOURCE_ROOT, closure, imports_of, module_hash
 from implicit_em.report.running.keys import (
+    RECORDING,
     measurement_changes,
     measurement_modules,
     measurement_record,
@@ -289,3 +290,12 @@ def test_the_tree_state_says_whether_a_checkout_is_clean(tmp_path):
     state = tree_state(checkout)
     assert not state.clean and state.changed == ("src/implicit_em/new.py",)
     assert not tree_state(tmp_path).clean  # not a checkout of the package
+
+
+def test_recording_what_a_unit_used_is_not_measurement_code():
+    measured = measurement_modules(E1_MODULE)
+    assert "implicit_em.report.running.plan" in measured  # computes the unit's value
+    assert not measured & RECORDING  # CPU seconds and the machine line change no value
+    assert not measurement_modules(E1_MODULE, loaded=RECORDING) & RECORDING
+    e8 = "implicit_em.report.experiments.e8_open_set"
+    assert "implicit_em.machine" in closure([e8])  # reachable: only the walk's rule leaves it out

@@ -161,6 +161,10 @@ def test_a_ray_cluster_gives_the_local_numbers_and_survives_a_killed_worker(clus
     assert os.getpid() not in pids  # the units ran in the workers, not here
     sleeper = on_ray[-1].units
     assert sleeper["count"] == 2 and sum(w["units"] for w in sleeper["where"].values()) == 2
+    for result in on_ray:  # each unit's CPU time and machine line came back from its worker
+        units = result.units
+        assert units["cpu_units"] == units["count"] and units["cpu_seconds"] >= 0
+        assert units["machines"] and all("machine" in r for r in units["each"].values())
 
 
 @pytest.fixture

@@ -106,6 +106,17 @@ def test_html_has_a_section_per_experiment_and_embeds_every_figure(smoke_report)
         assert f"{units['count']} units of work" in text and units["longest"] in text
         for place, used in units["where"].items():  # where they ran: host (device)
             assert f"ran on {place}: {used['units']} unit" in text
+            assert used["machines"] and all(m in text for m in used["machines"])
+        # their CPU time, measured for every unit, in seconds and CPU-hours
+        assert units["cpu_units"] == units["count"] and units["cpu_seconds"] >= 0
+        assert f"CPU {units['cpu_seconds']:.1f} s = {units['cpu_hours']:.3g} CPU-hours" in text
+        assert len(units["each"]) == units["count"]  # every unit, by name
+        for record in units["each"].values():
+            assert {"seconds", "cpu_seconds", "host", "device", "machine"} == set(record)
+            assert (
+                units["machines"][record["machine"]]
+                in units["where"][f"{record['host']} ({record['device']})"]["machines"]
+            )
 
 
 def test_results_json_and_summary_agree(smoke_report):
@@ -130,7 +141,9 @@ def test_results_json_and_summary_agree(smoke_report):
     for entry in document["experiments"]:
         mark = " (exploratory)" if entry["exploratory"] else ""
         verdict = f"**{entry['verdict']}**{mark}"
-        assert f"{verdict} | not published | {duration(entry['seconds'])} |" in summary
+        cpu = duration(entry["units"]["cpu_seconds"])  # and its units' CPU time
+        time_cell = f"{duration(entry['seconds'])} (CPU {cpu})"
+        assert f"{verdict} | not published | {time_cell} |" in summary
         assert entry["verdict"] in VERDICTS
         assert entry["rule"] and entry["hypothesis"] and (entry["criteria"] or entry["gates"])
         for gate in entry["gates"]:
@@ -292,7 +305,11 @@ def test_units_are_kept_while_an_experiment_runs_and_resume_after_a_crash(tmp_pa
     assert timed["count"] == 3 and timed["resumed"] == 3 and timed["longest"] == "seed1"
     assert timed["longest_seconds"] == 5.0 and timed["seconds"] == 7.0
     ((place, used),) = timed["where"].items()  # one host, the CPU: where the units ran
-    assert place.endswith("(cpu)") and used == {"units": 3, "seconds": 7.0}
+    assert place.endswith("(cpu)") and (used["units"], used["seconds"]) == (3, 7.0)
+    assert timed["cpu_units"] == 3 and used["cpu_units"] == 3  # every unit's CPU time was read
+    assert used["machines"] == timed["machines"] and len(timed["machines"]) == 1
+    assert sorted(timed["each"]) == ["seed0", "seed1", "seed2"]
+    assert timed["each"]["seed1"]["seconds"] == 5.0 and timed["each"]["seed1"]["machine"] == 0
     cached = run_experiments([_experiment("X3", flaky, _tenths)], "smoke", tmp_path, **QUIET)[0]
     assert cached.cached and cached.units == timed and cached.as_dict()["units"] == timed
     with pytest.raises(ValueError, match="not starting with _"):

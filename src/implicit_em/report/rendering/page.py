@@ -27,6 +27,7 @@ from implicit_em.report.rendering.render import (
     link_lines,
     part_lines,
 )
+from implicit_em.report.rendering.units import units_line
 from implicit_em.report.rules.claims import CLAIMS, DIRECTIONS, direction
 from implicit_em.report.running.runner import duration
 
@@ -258,37 +259,11 @@ def _section(root: Path, e: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
     machine = f"; measured on {_esc(machine)}" if machine and machine != meta["machine"] else ""
     parts.append(
         f"<p class='meta'>Size {_esc(e['size'])}{seeds}; measured time {e['seconds']:.1f} s"
-        f"{cached}{_units_line(e.get('units'))}{commit}{machine}; cache key {_esc(e['key'])}</p>"
+        f"{cached}{units_line(e.get('units'))}{commit}{machine}; cache key {_esc(e['key'])}</p>"
     )
     parts.append(_configuration(e["config"]))
     parts.append("</section>")
     return "\n".join(parts)
-
-
-def _units_line(units: Mapping[str, Any] | None) -> str:
-    """The experiment's units as its provenance line shows them ('' when none was timed)."""
-    if not units:
-        return ""
-    read_back = units["resumed"]
-    resumed = f", {_esc(read_back)} read back from an earlier sitting" if read_back else ""
-    return (
-        f"; {_esc(units['count'])} units of work, {units['seconds']:.1f} s together, the longest "
-        f"{_esc(units['longest'])} {units['longest_seconds']:.1f} s{resumed}"
-        f"{_where_line(units.get('where') or {})}"
-    )
-
-
-def _where_line(where: Mapping[str, Mapping[str, float]]) -> str:
-    """Where the units ran: per host (device), how many and their seconds ('' when not
-    recorded)."""
-    if not where:
-        return ""
-    places = "; ".join(
-        f"{_esc(place)}: {int(used['units'])} unit{'' if used['units'] == 1 else 's'}, "
-        f"{used['seconds']:.1f} s"
-        for place, used in sorted(where.items())
-    )
-    return f"; ran on {places}"
 
 
 def _configuration(config: Mapping[str, Any]) -> str:

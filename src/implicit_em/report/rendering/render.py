@@ -39,6 +39,7 @@ __all__ = [
     "part_lines",
     "render_markdown",
     "report_document",
+    "time_cell",
 ]
 
 NO_FULL_RUN = "no full run published"
@@ -223,6 +224,18 @@ def exploratory_mark(entry: Mapping[str, Any]) -> str:
     return EXPLORATORY if entry.get("exploratory") else ""
 
 
+def time_cell(entry: Mapping[str, Any]) -> str:
+    """An experiment's measured time, with its units' CPU time where it was recorded:
+    `12 min (CPU 40 min)`, or `(CPU 40 min, 3 of 5 units)` when not every unit's was."""
+    units = entry.get("units") or {}
+    cpu = units.get("cpu_seconds")
+    if cpu is None:
+        return duration(entry["seconds"])
+    part = units.get("cpu_units", 0), units.get("count", 0)
+    over = "" if part[0] == part[1] else f", {part[0]} of {part[1]} units"
+    return f"{duration(entry['seconds'])} (CPU {duration(cpu)}{over})"
+
+
 def headline(entry: Mapping[str, Any]) -> str:
     return "; ".join(f"{k} = {format_number(v)}" for k, v in entry["headline"].items())
 
@@ -310,7 +323,7 @@ def render_markdown(document: Mapping[str, Any]) -> str:
                     f"{e['id']}: {_cell(e['title'])}",
                     f"**{e['verdict']}**{exploratory_mark(e)}",
                     *full,
-                    duration(e["seconds"]),
+                    time_cell(e),
                     _cell(headline(e)),
                 ]
             )

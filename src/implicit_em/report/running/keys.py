@@ -17,7 +17,10 @@ per-seed samples again, not for measuring again.
 
 The report's framework (runner, registry, protocols) imports the judging modules; a walk from
 an experiment does not follow those edges, so judging code counts as measurement code only
-where measurement code (an experiment module or the library) imports it itself.
+where measurement code (an experiment module or the library) imports it itself. Nor does it
+follow the framework's edges into the modules that record what a unit used (`RECORDING`: its
+CPU seconds and the machine line, which change no value), so that a change to how usage is
+recorded or the machine line is worded leaves every measurement key as it was.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from implicit_em.report.running.registry import Experiment
 __all__ = [
     "JUDGEMENT_ROOTS",
     "LIBRARIES",
+    "RECORDING",
     "data_hashes",
     "digest",
     "judgement_changes",
@@ -66,6 +70,10 @@ JUDGEMENT_ROOTS = (
     "implicit_em.report.rules.claims",
 )
 """The modules that turn measured numbers into verdicts."""
+
+RECORDING = frozenset({"implicit_em.report.running.usage", "implicit_em.machine"})
+"""The modules that record what a unit used and where (`running.usage`, `machine`): the
+framework reaches them from `running.plan`, but they change no measured value."""
 
 LIBRARIES = {
     "torch": "torch",
@@ -103,16 +111,17 @@ def measurement_modules(
     start: str, root: Path = SOURCE_ROOT, loaded: Iterable[str] = ()
 ) -> set[str]:
     """The package's modules that the experiment whose module is `start` can use: its import
-    closure, where the framework's edges into judging code and into the list of experiments
-    are not followed, united with `loaded` (the package's modules first imported during the
-    run) less the judging modules."""
+    closure, where the framework's edges into judging code, into the list of experiments and
+    into the recording modules (`RECORDING`) are not followed, united with `loaded` (the
+    package's modules first imported during the run) less the judging and recording modules."""
     judging = judgement_modules(root)
+    unfollowed = judging | RECORDING | {_EXPERIMENTS}
 
     def follow(here: str, there: str) -> bool:
-        return not (_framework(here) and (there in judging or there == _EXPERIMENTS))
+        return not (_framework(here) and there in unfollowed)
 
     found = closure([start], root, follow)
-    return found | {m for m in loaded if m.startswith("implicit_em") and m not in judging}
+    return found | {m for m in loaded if m.startswith("implicit_em") and m not in unfollowed}
 
 
 def measurement_record(

@@ -7,9 +7,10 @@ calls it with the arguments, in whatever process it runs: on the driver (the loc
 or on a Ray worker (`implicit_em.report.running.executors`). A unit function is pure given its
 arguments (the seed among them): the same arguments give the same numbers in another process.
 Its value comes back as JSON (the round trip is taken here, so a fresh value and a cached one
-are the same), with its wall seconds, the host and device it ran on, and the warnings it
-raised (which the driver writes to a log file, not the console); the tracer's alarms raised
-inside a unit stay records (`alarms_off_console`).
+are the same), with its wall seconds, its CPU seconds (`usage.cpu_clock`: the process's
+threads and the worker processes it joined), the host, device and machine line it ran on, and
+the warnings it raised (which the driver writes to a log file, not the console); the tracer's
+alarms raised inside a unit stay records (`alarms_off_console`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from time import perf_counter
 from typing import Any
 
 from implicit_em.report.running.files import json_default
+from implicit_em.report.running.usage import cpu_clock, machine_line
 
 __all__ = [
     "Done",
@@ -121,7 +123,9 @@ class Unit:
 @dataclass(frozen=True)
 class Done:
     """A computed unit: its JSON `value` (None when it raised: `error` is then the traceback),
-    its wall `seconds`, and the `host` and `device` it ran on."""
+    its wall `seconds`, the `host` and `device` it ran on, its `cpu_seconds`
+    (`usage.cpu_clock`) and the `machine` line of the process (`usage.machine_line`); the last
+    two are None where they were not measured (a unit whose worker was lost)."""
 
     name: str
     value: Any
@@ -130,11 +134,15 @@ class Done:
     device: str
     warnings: tuple[str, ...] = ()
     error: str | None = None
+    cpu_seconds: float | None = None
+    machine: str | None = None
 
     @property
-    def record(self) -> dict[str, Any]:
-        """Where and how long it ran, as the units' folder keeps it."""
-        return {"seconds": self.seconds, "host": self.host, "device": self.device}
+    def place(self) -> dict[str, str]:
+        """Where it ran, as the units' folder keeps it: host and device, and the machine line
+        where it was read."""
+        where = {"host": self.host, "device": self.device}
+        return where if self.machine is None else {**where, "machine": self.machine}
 
 
 def _device(args: Mapping[str, Any]) -> str:
@@ -172,7 +180,7 @@ def alarms_off_console() -> Iterator[None]:
 def compute(unit: Unit) -> Done:
     """Compute `unit` in this process; an exception becomes a `Done` with its traceback (a
     killed process is the executor's to retry, not this function's)."""
-    start = perf_counter()
+    start, clock = perf_counter(), cpu_clock()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default")
         try:
@@ -180,13 +188,16 @@ def compute(unit: Unit) -> Done:
                 value, error = as_json(resolve(str(unit.fn))(**unit.args)), None
         except Exception:
             value, error = None, traceback.format_exc()
-    said = warning_lines(caught)
+    seconds, cpu_seconds = perf_counter() - start, cpu_clock() - clock
+    device = _device(unit.args)
     return Done(
         unit.name,
         value,
-        perf_counter() - start,
+        seconds,
         platform.node(),
-        _device(unit.args),
-        said,
+        device,
+        warning_lines(caught),
         error,
+        cpu_seconds,
+        machine_line(device),
     )

@@ -58,7 +58,7 @@ from implicit_em.report.running.progress import duration, progress
 from implicit_em.report.running.provenance import source_commit
 from implicit_em.report.running.registry import SIZES, Experiment, Figure, Outcome, Table
 from implicit_em.report.running.result import Provenance, Result
-from implicit_em.report.running.units import unit_places, unit_times
+from implicit_em.report.running.units import unit_summary
 
 __all__ = [
     "Interrupted",
@@ -187,35 +187,6 @@ def _store(
     write_json(path, data)
 
 
-def unit_summary(
-    times: dict[str, float], resumed: int, places: Mapping[str, Mapping[str, str]] | None = None
-) -> dict[str, Any] | None:
-    """What a finished experiment's units took (`units.unit_times`): how many were timed, their
-    seconds together (every sitting's work), the longest and its seconds, how many were read
-    back from an earlier sitting (`resumed`), and where they ran (`units.unit_places`): per
-    host and device, the units and their seconds. None when it timed no unit."""
-    if not times:
-        return None
-    longest = max(times, key=times.__getitem__)
-    where: dict[str, dict[str, float]] = {}
-    for name, seconds in times.items():
-        place = (places or {}).get(name)
-        if place is None:
-            continue
-        label = f"{place['host']} ({place['device']})"
-        entry = where.setdefault(label, {"units": 0, "seconds": 0.0})
-        entry["units"] += 1
-        entry["seconds"] += seconds
-    return {
-        "count": len(times),
-        "seconds": sum(times.values()),
-        "longest": longest,
-        "longest_seconds": times[longest],
-        "resumed": resumed,
-        "where": where,
-    }
-
-
 def _not_run(job: Job, size: str, here: Provenance, error: str) -> Result:
     last = error.strip().splitlines()[-1] if error.strip() else "unknown error"
     return Result(
@@ -269,7 +240,7 @@ def _finish(job: Job, size: str, out: Path, here: Provenance, log_warnings: LogW
     shutil.rmtree(final_dir, ignore_errors=True)
     as_new_file(work_dir)
     os.replace(work_dir, final_dir)
-    timed = unit_summary(unit_times(job.folder), job.resumed, unit_places(job.folder))
+    timed = unit_summary(job.folder, job.resumed)
     # units may have run in other processes (Ray): the record is the import closure read from
     # the source, which covers what they import
     measurement = run_measurement(experiment, size, config, set())
