@@ -14,15 +14,18 @@ from implicit_em.report import select
 from implicit_em.report.judging.controls import control_statuses
 
 # Controls that take tens of seconds: E16's fit the field's rivals (crowd-kit's GLAD among them)
-# at its quick size, the size at which the report itself runs them beside the quick units.
-SLOW = {"E16"}
+# at its quick size, the size at which the report itself runs them beside the quick units; E9's
+# top-k part trains 24 small transformers.
+SLOW = {"E16", "E9:specialized_topk"}
 
 CASES = [
     pytest.param(
         experiment,
         criterion,
         id=f"{experiment.id}-{criterion.claim}-{criterion.number}",
-        marks=[pytest.mark.slow] if experiment.id in SLOW else [],
+        marks=[pytest.mark.slow]
+        if {experiment.id, f"{experiment.id}:{criterion.number}"} & SLOW
+        else [],
     )
     for experiment in select(None)
     for criterion in experiment.rule.criteria

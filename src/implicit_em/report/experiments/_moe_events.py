@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from implicit_em.report.experiments._event_training import onset_of, run_reading, train_traced
 
-__all__ = ["TopKMoE", "cluster_task", "moe_run"]
+__all__ = ["TopKMoE", "cluster_task", "loads", "moe_run", "purity"]
 
 
 def cluster_task(config: Mapping[str, Any], n: int, seed: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -68,13 +68,13 @@ class TopKMoE(nn.Module):
         return (gates.unsqueeze(-1) * chosen).sum(1), probs, index
 
 
-def _loads(index: Tensor, experts: int) -> Tensor:
+def loads(index: Tensor, experts: int) -> Tensor:
     """The share of the assignments `index` routed to each expert, `[experts]`."""
     counts = torch.bincount(index.reshape(-1), minlength=experts).to(torch.float32)
     return counts / index.numel()
 
 
-def _purity(index: Tensor, clusters: Tensor, n_clusters: int) -> float:
+def purity(index: Tensor, clusters: Tensor, n_clusters: int) -> float:
     """Per cluster, the share of its tokens whose first choice is its most frequent expert;
     the mean over the clusters present."""
     shares = []
@@ -107,7 +107,7 @@ def moe_run(config: Mapping[str, Any], seed: int, arm: str) -> dict[str, Any]:
     def loss_of(t: int) -> Tensor:
         logits, probs, index = model(x[order[t]])
         loss = F.cross_entropy(logits, y[order[t]])
-        load = _loads(index.detach(), experts)
+        load = loads(index.detach(), experts)
         for i in torch.nonzero(load > 0).reshape(-1).tolist():
             last_active[i] = t
         if balance:
@@ -117,13 +117,13 @@ def moe_run(config: Mapping[str, Any], seed: int, arm: str) -> dict[str, Any]:
     log = train_traced(model, opt, loss_of, steps, config["every"], lambda t: None)
     with torch.no_grad():
         logits, _, index = model(x_test)
-    share = _loads(index, experts) * experts
+    share = loads(index, experts) * experts
     dead = [bool(s < config["dead_share"]) for s in share.tolist()]
     reading = run_reading(log, onset_of(last_active, dead), steps, config["monitor"])
     reading.update(
         dead=sum(dead),
         accuracy=float((logits.argmax(-1) == y_test).float().mean()),
-        purity=_purity(index, c_test, config["clusters"]),
+        purity=purity(index, c_test, config["clusters"]),
         min_share=float(share.min()),
     )
     return reading
