@@ -307,7 +307,9 @@ def test_every_criterion_classifies_its_negative_control():
     assert "wrong_competition" in realistic  # trained one-vs-rest sigmoids
     assert "gd_heldout_reached_share" in realistic  # gradient descent without the normalizer
     assert "lse_gain_one_cluster" in realistic  # correntropy at the same width
-    assert "sigmoid_minus_ce_bits" not in realistic  # an untrained transformer
+    assert "sigmoid_minus_ce_bits" in realistic  # sigmoids trained with an improper loss
+    assert "bijection_transformer_over_floor" in realistic  # the position-wise MLP
+    assert "cost_gap_mid" not in realistic  # a planted model
 
 
 def test_bad_registries_are_refused():

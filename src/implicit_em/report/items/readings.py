@@ -109,7 +109,8 @@ def criterion_reading(
     ref: Ref, index: Index, experiments: Mapping[str, Mapping[str, Any]]
 ) -> dict[str, Any]:
     """What one referenced criterion says of its item: the numbers, `standing`, `why`, `vote`
-    (`for`, `against`, `undecided`, or `no vote`)."""
+    (`for`, `against`, `undecided`, or `no vote`) and `held_open` (a failed requirement, such
+    as `not converged`, makes it `undecided`)."""
     c = index.get(ref.key)
     experiment = experiments.get(ref.experiment, {"id": ref.experiment, "verdict": "not run"})
     if c is None:
@@ -119,7 +120,8 @@ def criterion_reading(
         standing, why = _standing(c, experiment)
     direction = ref.direction or c["direction"]
     vote = "no vote"
-    if standing == "baseline failed" or _requirement_reads(c, standing) == "undecided":
+    held_open = _requirement_reads(c, standing) == "undecided"
+    if standing == "baseline failed" or held_open:
         vote = "undecided"
     elif standing == "counted":
         status = c.get("status")
@@ -142,6 +144,7 @@ def criterion_reading(
         "standing": standing,
         "why": why,
         "vote": vote,
+        "held_open": held_open,
     }
 
 

@@ -10,7 +10,10 @@ For each item of the registry (`protocols/items.json`):
    controls not as planted; a comparison whose rival fails its own task is undecided);
 2. the same rule is read under each registered alternative (another measure, the first-stated
    threshold or measure, each data set alone); when any flips the verdict, the item reads
-   `fragile`, naming it (`items.alternatives`);
+   `fragile`, naming it (`items.alternatives`), unless a failed requirement holds it open (a
+   criterion that votes `undecided` because its runs did not converge): no alternative closes
+   what the requirement opened, so it keeps its `inconclusive (not converged)`, with its
+   alternatives listed;
 3. linked items whose confident verdicts contradict each other both read `inconsistent`, with
    the reason (`items.links`).
 
@@ -64,6 +67,12 @@ def _unregistered(item: str) -> dict[str, Any]:
         "parts": [],
         "decided_by": [],
     }
+
+
+def _held_open(evidence: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a failed requirement holds the item open: a criterion whose standing is what one
+    of its `requires` says (`not converged`) and which therefore votes `undecided`."""
+    return any(c.get("held_open") for c in evidence)
 
 
 def claim_verdicts(
@@ -122,7 +131,7 @@ def claim_verdicts(
                 if c["vote"] != "no vote"
             ),
         }
-        if flips:
+        if flips and not _held_open(evidence):
             results[ident]["verdict"] = FRAGILE
             results[ident]["qualifier"] = "under " + "; ".join(
                 f"{a['id']}: {a['verdict']}" for a in flips
