@@ -30,10 +30,14 @@ def test_smoke_run_measures_what_the_rule_reads(experiment, tmp_path):
 @pytest.mark.parametrize("experiment", select(None), ids=lambda e: e.id)
 def test_seed_counts(experiment):
     """Quick: at least 5 seeds (3 for E13's wind tunnel, 2 for E10-E12's, whose quick size
-    cannot converge on the reference tasks); full: at least 10 (5 for E13)."""
+    cannot converge on the reference tasks, 3 for E20's, whose Clopper-Pearson shares cannot
+    be decided at quick size with 5 runs either, 5/5 reading [0.48, 1.00]); full: at least 10
+    (5 for E13)."""
     wind_tunnel = "scale" in experiment.configs["quick"]
     if experiment.id in ("E10", "E11", "E12"):
         quick, full = 2, 10
+    elif experiment.id == "E20":
+        quick, full = 3, 20
     else:
         quick, full = (3, 5) if wind_tunnel else (5, 10)
     assert len(experiment.configs["quick"]["seeds"]) >= quick
