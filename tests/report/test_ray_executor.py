@@ -169,16 +169,41 @@ def test_a_ray_cluster_gives_the_local_numbers_and_survives_a_killed_worker(clus
 
 @pytest.fixture
 def head(free_port):
-    """A Ray head started as a user starts one (`ray start --head`), stopped at the end."""
+    """A Ray head started as a user starts one (`ray start --head`, with `--block` so that it
+    stays this fixture's own process, in its own session), stopped at the end by signalling that
+    process alone: it takes down what it started and no other Ray instance on the machine (a
+    `ray stop` would stop every one of them, a user's running report included)."""
     ray_cli = Path(sys.executable).with_name("ray")
     port = free_port
-    start = [str(ray_cli), "start", "--head", f"--port={port}", "--num-cpus=1"]
+    start = [str(ray_cli), "start", "--head", "--block", f"--port={port}", "--num-cpus=1"]
     start += ["--include-dashboard=false", "--disable-usage-stats"]
-    subprocess.run(start, check=True, capture_output=True, timeout=120)
+    process = subprocess.Popen(
+        start, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     try:
+        _wait_for_port(port, process)
         yield port
     finally:
-        subprocess.run([str(ray_cli), "stop", "--force"], capture_output=True, timeout=120)
+        process.terminate()  # --block: on SIGTERM it stops every process it started
+        try:
+            process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+
+
+def _wait_for_port(port: int, process: subprocess.Popen, timeout: float = 120.0) -> None:
+    """Until something listens on 127.0.0.1:`port` (the head's GCS); fails if the head exits."""
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "ray start --head exited before it listened"
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.5)
+    raise AssertionError(f"ray start --head did not listen on port {port} in {timeout:.0f} s")
 
 
 def _report(out: Path, *args: str, env: dict | None = None) -> dict:
