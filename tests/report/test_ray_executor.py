@@ -190,6 +190,18 @@ def head(free_port):
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=30)
+        _forget_the_head(port)
+
+
+def _forget_the_head(port: int) -> None:
+    """Remove Ray's record of the current cluster when it names this head (as `ray stop`
+    does): left behind, it would send a later `ray.init()` on this machine to a dead head."""
+    record = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+    try:
+        if record.read_text().strip().endswith(f":{port}"):
+            record.unlink()
+    except OSError:
+        pass
 
 
 def _wait_for_port(port: int, process: subprocess.Popen, timeout: float = 120.0) -> None:
