@@ -7,6 +7,7 @@ import json
 import pytest
 
 from implicit_em.report import Outcome, select
+from implicit_em.report.judging.replication import seed_lists
 
 
 @pytest.mark.parametrize("experiment", select(None), ids=lambda e: e.id)
@@ -54,25 +55,15 @@ def test_preconditioned_path_is_em_at_smoke_size(tmp_path):
     assert min(min(v) for v in residuals.values()) > 0.05
 
 
-def _seed_lists(config, path=""):
-    """Every seed list of a configuration, nested ones included (E13's wind-tunnel seeds, E9's
-    top-k seeds), by its path; `task_seed` names a task, not a run."""
-    if isinstance(config, dict):
-        for key, value in config.items():
-            if "seed" in key and key != "task_seed" and isinstance(value, list):
-                yield f"{path}/{key}", value
-            elif isinstance(value, dict):
-                yield from _seed_lists(value, f"{path}/{key}")
-
-
 @pytest.mark.parametrize("experiment", select(None), ids=lambda e: e.id)
 def test_full_seeds_are_fresh_against_every_other_size(experiment):
-    """No full-size seed, nested lists included, is one of the smoke, quick or control seeds
+    """No full-size seed, nested lists included (every `seeds` list that `--seeds` and
+    `--seed-offset` move), is one of the smoke, quick or control seeds
     or one of those shifted by 6000 (the committed quick replication's)."""
-    full = {s for _, seeds in _seed_lists(experiment.configs["full"]) for s in seeds}
+    full = set(seed_lists(experiment.configs["full"]))
     assert full, f"{experiment.id}: no full-size seeds"
     others = set()
     for size in ("smoke", "quick", "control"):
-        for _, seeds in _seed_lists(experiment.configs[size]):
-            others |= set(seeds) | {s + 6000 for s in seeds}
+        seeds = seed_lists(experiment.configs[size])
+        others |= set(seeds) | {s + 6000 for s in seeds}
     assert not full & others, f"{experiment.id}: full seeds {sorted(full & others)} used elsewhere"
