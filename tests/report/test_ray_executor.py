@@ -235,3 +235,23 @@ def test_the_cli_joins_a_cluster_started_with_ray_start(head, tmp_path):
     address = f"127.0.0.1:{head}"
     joined = _report(tmp_path / "host", "--executor", "ray", "--address", address, env=token)
     assert joined == local
+
+
+@pytest.mark.slow
+def test_without_an_address_the_report_starts_its_own_ray_whatever_the_machine_records(
+    free_port, tmp_path
+):
+    """`--executor ray` alone starts its own local instance: a machine whose records name a head
+    that is gone (`RAY_ADDRESS`, and the `ray_current_cluster` file a `ray start` leaves) does
+    not send it there. Ray's temp folder is this test's own, so no other Ray on the machine is
+    touched."""
+    temp = Path(tempfile.mkdtemp(prefix="iem-ray-", dir="/tmp"))  # sockets: 107 bytes at most
+    try:
+        dead = f"127.0.0.1:{free_port}"
+        (temp / "ray").mkdir()
+        (temp / "ray" / "ray_current_cluster").write_text(dead + "\n")
+        env = {**os.environ, "RAY_TMPDIR": str(temp), "RAY_ADDRESS": dead}
+        local = _report(tmp_path / "local")
+        assert _report(tmp_path / "ray", "--executor", "ray", env=env) == local
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)

@@ -11,8 +11,10 @@ filesystem: a unit's arguments travel to the worker and its JSON value travels b
   node's) and one GPU for a GPU unit when the cluster has one; the worker sets torch's thread count to the unit's
   `threads`. A worker that dies mid-unit is retried on another (`max_retries`); an exception
   raised by the unit is not (it would raise again) and comes back as the unit's error. With
-  an `address` it joins a running cluster (`auto`, or `HOST:PORT`); without one it starts a
-  local Ray instance with one worker per core. Ray is the optional extra `ray`.
+  an `address` it joins a running cluster (`auto`, or `HOST:PORT`); without one it always
+  starts its own local Ray instance with one worker per core, whatever cluster the machine
+  records (`RAY_ADDRESS`, or the record a `ray start` leaves, which may name a head long gone).
+  Ray is the optional extra `ray`.
 """
 
 from __future__ import annotations
@@ -118,7 +120,7 @@ class RayExecutor:
         if self._started:
             env = {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}
             options: dict[str, Any] = {
-                "address": address,
+                "address": address or "local",
                 "log_to_driver": False,
                 "include_dashboard": False,
                 "logging_level": logging.ERROR,
