@@ -9,7 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from implicit_em.report.rendering.findings import changed_by, findings_page
+from implicit_em.report.rendering.findings import (
+    changed_by,
+    configuration_changes,
+    findings_page,
+)
 from implicit_em.report.rules.claims import CLAIMS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,6 +88,29 @@ def _entry(estimate: float, criteria: tuple[str, ...] = ("a",)) -> dict:
 )
 def test_what_changed_a_verdict_is_named(now, then, sizes, why):
     assert changed_by(now, then, *sizes) == why
+
+
+_SMALL = {"tasks": {"bijection": {"n_symbols": 4}}, "train": {"n_layer": 1}, "seeds": [1000]}
+_REFERENCE = {"tasks": {"bijection": {"n_symbols": 20}}, "train": {"n_layer": 1}, "seeds": [9100]}
+
+
+@pytest.mark.parametrize(
+    ("now", "then", "keys"),
+    [
+        (_REFERENCE, _SMALL, ["tasks"]),
+        ({**_SMALL, "seeds": [9100], "workers": 2}, _SMALL, []),  # seeds and execution only
+        ({**_SMALL, "arm": {"steps": 10, "arm_seeds": [1]}}, {**_SMALL, "arm": {"steps": 10}}, []),
+        ({**_SMALL, "arm": {"steps": 20}}, {**_SMALL, "arm": {"steps": 10}}, ["arm"]),
+        ({**_REFERENCE, "arm": {"steps": 20}}, _SMALL, ["arm", "tasks"]),
+    ],
+)
+def test_a_changed_configuration_is_named_with_its_keys(now, then, keys):
+    """Two runs of the same size: a change of task sizes, models or budgets is named, with the
+    experiment and its keys; new seeds or another machine are not a change of configuration."""
+    same = _entry(1.0)
+    why = [f"configuration (E1: {', '.join(keys)})"] if keys else []
+    assert changed_by(same, same, "full", "full", {"E1": now}, {"E1": then}) == why
+    assert configuration_changes(now, then) == keys
 
 
 def test_a_file_that_is_no_report_is_one_line_and_exit_2(tmp_path):

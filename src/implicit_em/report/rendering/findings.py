@@ -17,7 +17,9 @@ nothing else:
 
 With an `earlier` document (the run published before), each block also gives the earlier verdict
 and, where it differs, what changed: the rule (the item's parts and criteria), the measurement
-(a criterion's estimate), or the scale (the size of the run).
+(a criterion's estimate), the scale (the size of the run), or the configuration of an experiment
+the item reads (its task sizes, models or budgets, named by key: `configuration (E10: budget,
+tasks, train)`; seeds and where the run ran are not its configuration).
 
 `python -m implicit_em.report.rendering.findings PAGE RESULTS [EARLIER]` writes the page; `findings_page`
 returns it, so a test can tell when the page no longer says what the data say.
@@ -169,15 +171,43 @@ def _robustness(item: Mapping[str, Any]) -> str:
     return f"{head} Under each registered alternative: {shown}."
 
 
+EXECUTION_KEYS = frozenset({"label", "runs_dir", "workers", "device", "threads"})
+"""Configuration keys that say where and how a run was executed, not what it measured."""
+
+
+def configuration_changes(now: Mapping[str, Any], then: Mapping[str, Any]) -> list[str]:
+    """The top-level keys of an experiment's configuration whose values differ between `now`
+    and `then`, seed lists (a key `seeds` or ending in `_seeds`, at any depth) and
+    `EXECUTION_KEYS` left out."""
+
+    def design(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {
+                k: design(v)
+                for k, v in value.items()
+                if not (k == "seeds" or k.endswith("_seeds") or k in EXECUTION_KEYS)
+            }
+        if isinstance(value, list | tuple):
+            return [design(v) for v in value]
+        return value
+
+    now, then = design(now), design(then)
+    return sorted(k for k in now.keys() | then.keys() if now.get(k) != then.get(k))
+
+
 def changed_by(
     item: Mapping[str, Any],
     earlier: Mapping[str, Any],
     size: str,
     earlier_size: str,
+    configs: Mapping[str, Mapping[str, Any]] | None = None,
+    earlier_configs: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[str]:
     """What differs between an item's entry and its `earlier` entry: `rule` (its parts or their
-    criteria and gates), `measurement` (a shared criterion's estimate) and `scale` (the size
-    of the run)."""
+    criteria and gates), `measurement` (a shared criterion's estimate), `scale` (the size
+    of the run) and, given both runs' configurations by experiment id, `configuration (E10:
+    budget, tasks)` for each experiment the item reads whose configuration changed
+    (`configuration_changes`)."""
 
     def refs(entry: Mapping[str, Any]) -> set[tuple[str, ...]]:
         return {
@@ -201,7 +231,22 @@ def changed_by(
         reasons.append("measurement")
     if size != earlier_size:
         reasons.append("scale")
+    elif configs is not None and earlier_configs is not None:
+        read = sorted({e for _, e, _ in refs(item) | refs(earlier)}, key=_experiment_order)
+        changed = [
+            f"{e}: {', '.join(keys)}"
+            for e in read
+            if e in configs and e in earlier_configs
+            if (keys := configuration_changes(configs[e], earlier_configs[e]))
+        ]
+        if changed:
+            reasons.append(f"configuration ({'; '.join(changed)})")
     return reasons
+
+
+def _experiment_order(ident: str) -> tuple[int, str]:
+    digits = "".join(c for c in ident if c.isdigit())
+    return (int(digits) if digits else 0, ident)
 
 
 def item_block(
@@ -210,8 +255,12 @@ def item_block(
     meta: Mapping[str, Any],
     earlier: Mapping[str, Any] | None = None,
     earlier_meta: Mapping[str, Any] | None = None,
+    configs: Mapping[str, Mapping[str, Any]] | None = None,
+    earlier_configs: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> str:
-    """The block of one item: tested, measured, verdict, rival, what would change it."""
+    """The block of one item: tested, measured, verdict, rival, what would change it (with
+    `earlier`, the earlier run's verdict and what changed it; `configs` and `earlier_configs`,
+    both runs' experiment configurations by id, let it name a changed configuration)."""
     ident = item["id"]
     label = verdict_label(item)
     lines = [
@@ -247,7 +296,14 @@ def item_block(
         if earlier["verdict"] == item["verdict"]:
             said = f"the same, **{was}**"
         else:
-            why = changed_by(item, earlier, meta.get("size", ""), earlier_meta.get("size", ""))
+            why = changed_by(
+                item,
+                earlier,
+                meta.get("size", ""),
+                earlier_meta.get("size", ""),
+                configs,
+                earlier_configs,
+            )
             said = f"**{was}**; changed by the {', '.join(why) or 'links between items'}"
         lines += ["", f"**Earlier run** ({earlier_meta.get('date', '?')}): {said}."]
     return "\n".join(lines)
@@ -307,11 +363,13 @@ def findings_page(
     doc = rejudge_document(doc)
     meta = doc["meta"]
     earlier_items: dict[str, Any] = {}
-    earlier_meta = None
+    earlier_meta = earlier_configs = None
     if earlier is not None:
         earlier = rejudge_document(earlier)
         earlier_meta = earlier["meta"]
         earlier_items = {e["id"]: e for e in earlier["claim_verdicts"]}
+        earlier_configs = _configs(earlier)
+    configs = _configs(doc)
     items = {e["id"]: e for e in doc["claim_verdicts"]}
     protocols = _criteria_of(doc)
     tally: dict[str, list[str]] = {}
@@ -343,12 +401,25 @@ def findings_page(
     for ident in CLAIMS:
         if ident in items:
             lines += [
-                item_block(items[ident], protocols, meta, earlier_items.get(ident), earlier_meta),
+                item_block(
+                    items[ident],
+                    protocols,
+                    meta,
+                    earlier_items.get(ident),
+                    earlier_meta,
+                    configs,
+                    earlier_configs,
+                ),
                 "",
             ]
     if replicated is not None:
         lines += replication_lines(*replicated)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _configs(doc: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """Each experiment's configuration in the document `doc`, by id."""
+    return {e["id"]: e.get("config") or {} for e in doc.get("experiments", [])}
 
 
 def main(argv: Iterable[str] | None = None) -> int:
