@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from implicit_em.report.rendering.changes import changed_by, configuration_changes
 from implicit_em.report.rendering.findings import (
-    changed_by,
-    configuration_changes,
     findings_page,
+    page_from,
+    recorded_arguments,
 )
 from implicit_em.report.rules.claims import CLAIMS
 
@@ -21,21 +22,36 @@ PUBLISHED = ROOT / "results" / "full" / "results.json"
 PAGE = ROOT / "docs" / "findings.md"
 QUICK = ROOT / "results" / "quick" / "results.json"
 REPLICATION = ROOT / "results" / "quick-replication" / "results.json"
+PAGE_MODULE = "implicit_em.report.rendering.findings"
 
 
 @pytest.fixture(scope="module")
 def page() -> str:
     replicated = (json.loads(QUICK.read_text()), json.loads(REPLICATION.read_text()))
     published = json.loads(PUBLISHED.read_text())
-    return findings_page(published, source="results/full/results.json", replicated=replicated)
+    return findings_page(published, replicated=replicated)
 
 
-def test_the_committed_page_says_what_the_published_run_says(page):
-    assert PAGE.read_text() == page, (
-        "docs/findings.md is out of date: python -m implicit_em.report.rendering.findings "
-        "docs/findings.md results/full/results.json --replication "
-        "results/quick/results.json results/quick-replication/results.json"
+def test_the_committed_page_says_what_its_recorded_command_writes(monkeypatch):
+    """The page is rewritten by the command its header records (the published run, the run
+    before it when given, the replication) and must read the same."""
+    committed = PAGE.read_text()
+    argv = recorded_arguments(committed)
+    assert argv[:2] == ["docs/findings.md", "results/full/results.json"]
+    monkeypatch.chdir(ROOT)
+    path, expected = page_from(argv)
+    assert path == Path("docs/findings.md")
+    assert committed == expected, (
+        f"docs/findings.md is out of date: python -m {PAGE_MODULE} {' '.join(argv)}"
     )
+
+
+def test_the_recorded_command_reads_back_and_a_page_without_one_is_refused():
+    argv = ["p.md", "r.json", "--earlier", "e.json", "--replication", "q.json", "s.json"]
+    header = f"# Findings\n\n<!-- written by `python -m {PAGE_MODULE} {' '.join(argv)}`; do not edit -->\n"
+    assert recorded_arguments(header) == argv
+    with pytest.raises(ValueError, match="records no command"):
+        recorded_arguments("# Findings\n")
 
 
 def test_every_item_has_its_block_with_the_five_answers(page):

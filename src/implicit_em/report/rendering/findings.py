@@ -21,15 +21,18 @@ and, where it differs, what changed: the rule (the item's parts and criteria), t
 the item reads (its task sizes, models or budgets, named by key: `configuration (E10: budget,
 tasks, train)`; seeds and where the run ran are not its configuration).
 
-`python -m implicit_em.report.rendering.findings PAGE RESULTS [EARLIER]` writes the page; `findings_page`
-returns it, so a test can tell when the page no longer says what the data say.
+`python -m implicit_em.report.rendering.findings PAGE RESULTS [--earlier EARLIER] [--replication
+QUICK REPLICATION]` writes the page, with that command in its header; `page_from` returns what
+the command would write and `recorded_arguments` reads the command back from a page, so a test
+can tell when the page no longer says what its documents say.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +40,13 @@ from implicit_em.report.items.links import CONFIDENT
 from implicit_em.report.judging.item_verdicts import verdict_label
 from implicit_em.report.judging.rejudge import rejudge_document
 from implicit_em.report.publishing.freshness import read_document
+from implicit_em.report.rendering.changes import changed_by, configs_of
 from implicit_em.report.rules.claims import CLAIMS, direction
 
-__all__ = ["changed_by", "findings_page", "item_block", "main"]
+__all__ = ["PROGRAM", "findings_page", "item_block", "main", "page_from", "recorded_arguments"]
+
+PROGRAM = "python -m implicit_em.report.rendering.findings"
+"""The command that writes a findings page, less its arguments."""
 
 KINDS = {"C": "Claim", "R": "Objection", "m": "Minor objection", "T": "Proposed test"}
 
@@ -171,84 +178,6 @@ def _robustness(item: Mapping[str, Any]) -> str:
     return f"{head} Under each registered alternative: {shown}."
 
 
-EXECUTION_KEYS = frozenset({"label", "runs_dir", "workers", "device", "threads"})
-"""Configuration keys that say where and how a run was executed, not what it measured."""
-
-
-def configuration_changes(now: Mapping[str, Any], then: Mapping[str, Any]) -> list[str]:
-    """The top-level keys of an experiment's configuration whose values differ between `now`
-    and `then`, seed lists (a key `seeds` or ending in `_seeds`, at any depth) and
-    `EXECUTION_KEYS` left out."""
-
-    def design(value: Any) -> Any:
-        if isinstance(value, Mapping):
-            return {
-                k: design(v)
-                for k, v in value.items()
-                if not (k == "seeds" or k.endswith("_seeds") or k in EXECUTION_KEYS)
-            }
-        if isinstance(value, list | tuple):
-            return [design(v) for v in value]
-        return value
-
-    now, then = design(now), design(then)
-    return sorted(k for k in now.keys() | then.keys() if now.get(k) != then.get(k))
-
-
-def changed_by(
-    item: Mapping[str, Any],
-    earlier: Mapping[str, Any],
-    size: str,
-    earlier_size: str,
-    configs: Mapping[str, Mapping[str, Any]] | None = None,
-    earlier_configs: Mapping[str, Mapping[str, Any]] | None = None,
-) -> list[str]:
-    """What differs between an item's entry and its `earlier` entry: `rule` (its parts or their
-    criteria and gates), `measurement` (a shared criterion's estimate), `scale` (the size
-    of the run) and, given both runs' configurations by experiment id, `configuration (E10:
-    budget, tasks)` for each experiment the item reads whose configuration changed
-    (`configuration_changes`)."""
-
-    def refs(entry: Mapping[str, Any]) -> set[tuple[str, ...]]:
-        return {
-            (p["id"], c["experiment"], c.get("number") or c.get("name"))
-            for p in entry.get("parts", [])
-            for c in [*p.get("criteria", []), *p.get("gates", [])]
-        }
-
-    def estimates(entry: Mapping[str, Any]) -> dict[tuple[str, str], Any]:
-        return {
-            (c["experiment"], c["number"]): c.get("estimate")
-            for p in entry.get("parts", [])
-            for c in p.get("criteria", [])
-        }
-
-    reasons = []
-    if refs(item) != refs(earlier) or item.get("rule") != earlier.get("rule"):
-        reasons.append("rule")
-    now, then = estimates(item), estimates(earlier)
-    if any(now[k] != then[k] for k in now.keys() & then.keys()):
-        reasons.append("measurement")
-    if size != earlier_size:
-        reasons.append("scale")
-    elif configs is not None and earlier_configs is not None:
-        read = sorted({e for _, e, _ in refs(item) | refs(earlier)}, key=_experiment_order)
-        changed = [
-            f"{e}: {', '.join(keys)}"
-            for e in read
-            if e in configs and e in earlier_configs
-            if (keys := configuration_changes(configs[e], earlier_configs[e]))
-        ]
-        if changed:
-            reasons.append(f"configuration ({'; '.join(changed)})")
-    return reasons
-
-
-def _experiment_order(ident: str) -> tuple[int, str]:
-    digits = "".join(c for c in ident if c.isdigit())
-    return (int(digits) if digits else 0, ident)
-
-
 def item_block(
     item: Mapping[str, Any],
     protocols: Mapping[tuple[str, str], Any],
@@ -355,11 +284,12 @@ def replication_lines(quick: Mapping[str, Any], replication: Mapping[str, Any]) 
 def findings_page(
     doc: Mapping[str, Any],
     earlier: Mapping[str, Any] | None = None,
-    source: str = "",
+    command: str = PROGRAM,
     replicated: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None,
 ) -> str:
     """The findings page of the report document `doc` (a parsed results.json, read again under
-    the current rules), beside the `earlier` published document when given."""
+    the current rules), beside the `earlier` published document when given; its header records
+    `command`, the command that writes it."""
     doc = rejudge_document(doc)
     meta = doc["meta"]
     earlier_items: dict[str, Any] = {}
@@ -368,8 +298,8 @@ def findings_page(
         earlier = rejudge_document(earlier)
         earlier_meta = earlier["meta"]
         earlier_items = {e["id"]: e for e in earlier["claim_verdicts"]}
-        earlier_configs = _configs(earlier)
-    configs = _configs(doc)
+        earlier_configs = configs_of(earlier)
+    configs = configs_of(doc)
     items = {e["id"]: e for e in doc["claim_verdicts"]}
     protocols = _criteria_of(doc)
     tally: dict[str, list[str]] = {}
@@ -379,8 +309,7 @@ def findings_page(
     lines = [
         "# Findings: the paper answered point by point",
         "",
-        f"<!-- written by `python -m implicit_em.report.rendering.findings` from {source or 'a report'}; "
-        "do not edit by hand -->",
+        f"<!-- written by `{command}`; do not edit by hand -->",
         "",
         f"From the {meta.get('size', '?')}-size report of {meta.get('date', '?')} on "
         f"{meta.get('machine', '?')}, read under the item rules in force "
@@ -417,29 +346,46 @@ def findings_page(
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _configs(doc: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    """Each experiment's configuration in the document `doc`, by id."""
-    return {e["id"]: e.get("config") or {} for e in doc.get("experiments", [])}
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROGRAM)
+    parser.add_argument("page")
+    parser.add_argument("results")
+    parser.add_argument("--earlier")
+    parser.add_argument("--replication", nargs=2, metavar=("QUICK", "REPLICATION"))
+    return parser
+
+
+def recorded_arguments(page: str) -> list[str]:
+    """The arguments of the command recorded in a findings page's header (`ValueError` when
+    the page records none): rerun with them, the page is written again as it should read."""
+    match = re.search(rf"<!-- written by `{re.escape(PROGRAM)}((?: [^`\s]+)*)`", page)
+    if match is None:
+        raise ValueError("the page records no command that wrote it")
+    return match.group(1).split()
+
+
+def page_from(argv: Sequence[str]) -> tuple[Path, str]:
+    """The page the command with arguments `argv` writes: its path and its text (`OSError` or
+    `ValueError` when a document cannot be read)."""
+    args = _parser().parse_args(list(argv))
+    doc = read_document(args.results)
+    earlier = read_document(args.earlier) if args.earlier else None
+    replicated = tuple(read_document(p) for p in args.replication) if args.replication else None
+    command = " ".join([PROGRAM, *argv])
+    return Path(args.page), findings_page(doc, earlier, command, replicated)
 
 
 def main(argv: Iterable[str] | None = None) -> int:
     """`python -m implicit_em.report.rendering.findings PAGE RESULTS [--earlier EARLIER]
     [--replication QUICK REPLICATION]`."""
-    parser = argparse.ArgumentParser(prog="python -m implicit_em.report.rendering.findings")
-    parser.add_argument("page")
-    parser.add_argument("results")
-    parser.add_argument("--earlier")
-    parser.add_argument("--replication", nargs=2, metavar=("QUICK", "REPLICATION"))
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    _parser().parse_args(argv)  # a usage error exits 2 before anything is read
     try:
-        doc = read_document(args.results)
-        earlier = read_document(args.earlier) if args.earlier else None
-        replicated = tuple(read_document(p) for p in args.replication) if args.replication else None
+        path, page = page_from(argv)
     except (OSError, ValueError) as err:
         print(f"error: RESULTS: expected a report's results.json ({err})", file=sys.stderr)
         return 2
-    page = findings_page(doc, earlier, source=args.results, replicated=replicated)
-    Path(args.page).write_text(page)
+    path.write_text(page)
     return 0
 
 
