@@ -30,7 +30,7 @@ from implicit_em.report.publishing.freshness import (
 from implicit_em.report.publishing.publish import publish
 from implicit_em.report.rules import registration as reg
 from implicit_em.report.rules.protocol import Protocol
-from implicit_em.report.running.build import published_seconds, write_report
+from implicit_em.report.running.build import published_seconds, work_key, write_report
 from implicit_em.report.running.registry import select
 from implicit_em.report.running.runner import run_experiments
 
@@ -269,6 +269,29 @@ def test_the_announcement_states_the_published_times_where_there_are_some(tmp_pa
         "  X2   about 12 min  (budget) synthetic X2",
     ]
     assert published_seconds(None, "full") == {}
+
+
+def test_a_measured_time_counts_only_for_the_same_work(two):
+    """A published time announces an experiment only when it computed what the experiment
+    computes now: the same configuration, whatever its seeds or device; another configuration
+    (a task made larger, say) is announced by its budget."""
+    now = two[0].configs["full"]
+    document = {
+        "experiments": [
+            {"id": "X1", "size": "full", "seconds": 95.0, "config": {**now, "device": "cuda"}},
+            {"id": "X2", "size": "full", "seconds": 7.0, "config": {**now, "larger": True}},
+        ]
+    }
+    assert published_seconds(document, "full", two) == {"X1": 95.0}
+    other_seeds = {**now, "seeds": [s + 30000 for s in now["seeds"]]}
+    assert work_key(other_seeds) == work_key(now) != work_key({**now, "seeds": now["seeds"][:1]})
+    recorded = {
+        "experiments": [{"id": "X1", "size": "full", "seconds": 9.0, "work": work_key(now)}]
+    }
+    assert published_seconds(recorded, "full", two) == {"X1": 9.0}
+    unknown = {"experiments": [{"id": "X1", "size": "full", "seconds": 9.0}]}  # nothing recorded
+    assert published_seconds(unknown, "full", two) == {}
+    assert published_seconds(unknown, "full") == {"X1": 9.0}
 
 
 def test_the_cli_check_says_what_is_stale_and_exits_1(tmp_path, two):

@@ -4,7 +4,9 @@
 A run announces how long it will take from measured times, not budgets: at full size those of
 the published full run, at quick size those of `results/quick/times.json`, which is the
 `times.json` of a quick report run from a fresh clone, copied there (each experiment's measured
-seconds, with the date and machine line of the run).
+seconds, with the date and machine line of the run). A measured time counts only for the same
+work: an experiment whose configuration has changed since (other task sizes, models, budgets
+or number of seeds; `work_key`) is announced by its registered budget.
 
 A report below full size is compared with the latest published full-size report,
 `results/full/results.json` (when it exists): each verdict that differs is marked. Until one
@@ -16,6 +18,7 @@ quick size with `results/quick/results.json` when one is published there, else t
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,7 +33,7 @@ from implicit_em.report.rendering.render import render_markdown, report_document
 from implicit_em.report.running.executors import Executor
 from implicit_em.report.running.files import write_atomic
 from implicit_em.report.running.provenance import tree_state
-from implicit_em.report.running.registry import select
+from implicit_em.report.running.registry import Experiment, select
 from implicit_em.report.running.result import Result
 from implicit_em.report.running.runner import run_experiments
 
@@ -43,6 +46,7 @@ __all__ = [
     "rebuild",
     "run_report",
     "times_document",
+    "work_key",
     "write_document",
     "write_report",
 ]
@@ -95,7 +99,7 @@ def run_report(
     out = Path(out)
     # Below full size `write_report` reads the publication for the comparison, once.
     timed = {"full": published, "quick": quick_times}.get(size)
-    measured = published_seconds(_published(timed), size)
+    measured = published_seconds(_published(timed), size, select(ids))
     results = run_experiments(
         select(ids),
         size,
@@ -112,16 +116,47 @@ def run_report(
     return write_report(results, size, out, device, published, replication)
 
 
-def published_seconds(document: dict | None, size: str) -> dict[str, float]:
+def published_seconds(
+    document: dict | None, size: str, experiments: Sequence[Experiment] | None = None
+) -> dict[str, float]:
     """Each experiment's measured seconds in a published report `document`, when it was
-    measured at `size` (the announcement of a run then states what was measured)."""
+    measured at `size` (the announcement of a run then states what was measured); given the
+    `experiments` about to run, only where the entry did the same work as each does now (its
+    recorded `work_key`, or its configuration's, equals the current configuration's)."""
     if document is None:
         return {}
+    current = {e.id: work_key(e.configs[size]) for e in experiments or ()}
     return {
         e["id"]: float(e["seconds"])
         for e in document.get("experiments", [])
-        if e.get("size") == size and e.get("seconds")
+        if e.get("size") == size
+        and e.get("seconds")
+        and (experiments is None or _recorded_work(e) == current.get(e["id"]))
     }
+
+
+def work_key(config: Mapping[str, Any]) -> str:
+    """What an experiment's configuration makes it compute, as a hash: the configuration with
+    the device left out and each seed list (`seeds`, `*_seeds`) read as its length, so that the
+    same work on other seeds or another device has the same key."""
+
+    def shape(value: Any, key: str = "") -> Any:
+        if isinstance(value, list) and (key == "seeds" or key.endswith("_seeds")):
+            return len(value)
+        if isinstance(value, Mapping):
+            return {k: shape(v, k) for k, v in value.items() if k != "device"}
+        if isinstance(value, list | tuple):
+            return [shape(v) for v in value]
+        return value
+
+    blob = json.dumps(shape(config), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _recorded_work(entry: Mapping[str, Any]) -> str | None:
+    if entry.get("work"):
+        return entry["work"]
+    return work_key(entry["config"]) if entry.get("config") is not None else None
 
 
 def write_report(
@@ -185,12 +220,13 @@ def write_document(document: dict, out: Path, figures: Path | None = None) -> No
 
 def times_document(document: Mapping[str, Any]) -> dict[str, Any]:
     """The measured time of each experiment of a report `document`, with the run's size, date
-    and machine: what `results/quick/times.json` holds (read by `published_seconds`)."""
+    and machine, and the `work_key` of what it computed: what `results/quick/times.json` holds
+    (read by `published_seconds`)."""
     meta = document["meta"]
     return {
         "meta": {k: meta[k] for k in ("size", "date", "machine", "version")},
         "experiments": [
-            {"id": e["id"], "size": e["size"], "seconds": e["seconds"]}
+            {"id": e["id"], "size": e["size"], "seconds": e["seconds"], "work": _recorded_work(e)}
             for e in document["experiments"]
         ],
     }
