@@ -160,3 +160,17 @@ def test_the_replication_section_counts_the_verdicts_both_runs_share(page):
     assert f"reproduced {len(same)} of {len(ours)} item verdicts" in section
     for item in set(ours) - set(same):
         assert f"- {item}: **" in section
+
+
+def test_the_wind_tunnel_items_say_at_which_task_sizes_they_were_measured(page):
+    """C11 reads E10 and E11: its block says which task sizes and which transformer ran, as
+    the published run's configuration records them."""
+    e10 = next(e for e in json.loads(PUBLISHED.read_text())["experiments"] if e["id"] == "E10")
+    block = page.split("\n## C11: ", 1)[1].split("\n## ", 1)[0]
+    measured = next(line for line in block.splitlines() if line.startswith("**Measured**"))
+    bijection = ", ".join(f"{k} = {v}" for k, v in e10["config"]["tasks"]["bijection"].items())
+    assert f"E10, E11: bijection {bijection};" in measured
+    train = e10["config"]["train"]
+    assert f"transformer {train['n_layer']} × {train['n_embd']}" in measured
+    c6 = page.split("\n## C6: ", 1)[1].split("\n## ", 1)[0]
+    assert "transformer" not in next(x for x in c6.splitlines() if x.startswith("**Measured**"))

@@ -178,6 +178,29 @@ def _robustness(item: Mapping[str, Any]) -> str:
     return f"{head} Under each registered alternative: {shown}."
 
 
+def _scales(item: Mapping[str, Any], configs: Mapping[str, Mapping[str, Any]]) -> str:
+    """The scale of each wind-tunnel experiment an item reads, its task sizes and transformer
+    (`, on E10: bijection n_symbols = 20, ...; transformer 2 × 64`), or nothing (each criterion
+    line gives its seeds)."""
+    read = sorted(
+        {c["experiment"] for p in item.get("parts", []) for c in [*p["criteria"], *p["gates"]]},
+        key=lambda e: (len(e), e),
+    )
+    scales: dict[str, list[str]] = {}  # descriptor: the experiments it describes
+    for ident in read:
+        config = configs.get(ident) or {}
+        said = [
+            f"{task} " + ", ".join(f"{k} = {v}" for k, v in params.items())
+            for task, params in (config.get("tasks") or {}).items()
+        ]
+        train = config.get("train") or {}
+        if said and "n_layer" in train and "n_embd" in train:
+            said.append(f"transformer {train['n_layer']} × {train['n_embd']}")
+        if said:
+            scales.setdefault("; ".join(said), []).append(ident)
+    return "".join(f", on {', '.join(ids)}: {said}" for said, ids in scales.items())
+
+
 def item_block(
     item: Mapping[str, Any],
     protocols: Mapping[tuple[str, str], Any],
@@ -206,7 +229,9 @@ def item_block(
         "**Tested.**",
         *[f"- *{p['id']}*: “{p['quote']}”" for p in item["parts"] if p.get("quote")],
         "",
-        f"**Measured** at {meta.get('size', '?')} size ({meta.get('date', '?')}).",
+        f"**Measured** at {meta.get('size', '?')} size ({meta.get('date', '?')})"
+        + _scales(item, configs or {})
+        + ".",
         *_parts_lines(item, protocols),
         "",
         f"**Verdict.** {item['rule'][0].upper()}{item['rule'][1:]}. "
