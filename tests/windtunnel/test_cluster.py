@@ -47,3 +47,13 @@ def test_runs_on_ray_give_the_results_of_one_process(tmp_path: Path) -> None:
 def test_a_bad_request_is_refused_before_ray_starts(options, message) -> None:
     with pytest.raises(ValueError, match=message):
         RayPool(**options)
+
+
+@pytest.mark.slow
+def test_a_run_no_node_can_hold_is_refused_at_once() -> None:
+    """A CPU-only instance asked for a GPU per run: refused in one line naming the request,
+    and the instance the pool started is stopped (a task would otherwise wait forever)."""
+    ray = pytest.importorskip("ray")
+    with pytest.raises(ValueError, match=r"gpus_per_run=1: no live node has GPU 1 \(the largest"):
+        RayPool(gpus_per_run=1, num_cpus=1)
+    assert not ray.is_initialized()

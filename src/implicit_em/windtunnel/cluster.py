@@ -10,7 +10,9 @@ thread count, a configuration trained through the pool equals the one trained al
 
 Without an `address` the pool starts its own local Ray instance (whatever cluster the machine
 records); `address="auto"` or `"HOST:PORT"` joins a running cluster (see docs/distributed.md).
-A task that dies with its worker is retried. The run directories are where the workers write:
+A request no live node can hold (more CPUs or GPUs per run than any node has) is refused when
+the pool starts, where a task would wait for it forever. A task that dies with its worker is
+retried. The run directories are where the workers write:
 for a run interrupted on one node to resume on another, and for a later `run_configs` to read
 finished runs back, `runs_dir` must be on a filesystem every node sees. Ray is the optional
 extra `ray`.
@@ -39,6 +41,12 @@ def _call(fn: Callable[..., Any], args: tuple, kwargs: dict, threads: int) -> An
 
     torch.set_num_threads(threads)
     return fn(*args, **kwargs)
+
+
+def _largest_node(nodes: list[dict[str, Any]]) -> dict[str, float]:
+    """The most CPUs and GPUs any one live node has."""
+    alive = [n.get("Resources", {}) for n in nodes if n.get("Alive")]
+    return {k: max((r.get(k, 0) for r in alive), default=0) for k in ("CPU", "GPU")}
 
 
 class RayPool(Executor):
@@ -84,6 +92,16 @@ class RayPool(Executor):
                 options["num_cpus"] = num_cpus or os.cpu_count() or 1
                 options["include_dashboard"] = False
             ray.init(**options)
+        largest = _largest_node(ray.nodes())
+        wanted = {"CPU": cpus_per_run, "GPU": gpus_per_run}
+        short = [f"{k} {v:g}" for k, v in wanted.items() if v > largest.get(k, 0)]
+        if short:
+            self.shutdown()
+            raise ValueError(
+                f"cpus_per_run={cpus_per_run}, gpus_per_run={gpus_per_run:g}: no live node has "
+                f"{' and '.join(short)} (the largest has CPU {largest.get('CPU', 0):g}, "
+                f"GPU {largest.get('GPU', 0):g}); a run asking for it would wait forever"
+            )
         self._threads = cpus_per_run
         self._task = ray.remote(_call).options(
             num_cpus=cpus_per_run, num_gpus=gpus_per_run, max_retries=RETRIES
