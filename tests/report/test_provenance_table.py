@@ -66,7 +66,7 @@ def test_each_experiment_is_a_row_and_the_totals_add_up():
     rows = table.splitlines()
     assert rows[2] == (
         "| E1 | 3 (31000–31002) | 2026-12-07 01:27:50 UTC | 2026-12-07 01:38:34 UTC | 3 | "
-        "90 s | 2.000 | a-seed1 (30 s) | [1] |"
+        "90 s | 2.000 | a-seed1 (30 s) | 1 |"
     )
     assert rows[3].startswith("| E2 | 3 (5–6, 9) | ") and "| 2.03 h | not recorded |" in rows[3]
     assert rows[4].endswith("| not recorded | not recorded | not recorded | not recorded |")
@@ -74,7 +74,7 @@ def test_each_experiment_is_a_row_and_the_totals_add_up():
         "In all: 5 units of work (CPU time not recorded for 2 of them), 2.05 h of unit wall "
         "time and 2.00 CPU-hours; 1 experiment(s) recorded no units." in table
     )
-    assert table.endswith("[1] machine A\n[2] machine B")
+    assert table.endswith("Machine lines:\n\n1. machine A\n2. machine B")
 
 
 def test_a_run_from_before_the_unit_records_says_so_and_never_zero():

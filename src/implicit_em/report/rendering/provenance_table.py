@@ -49,7 +49,8 @@ def _duration(seconds: float) -> str:
 
 
 def provenance_table(document: Mapping[str, Any]) -> str:
-    """The table of a report `document`, with its totals and its machine lines numbered."""
+    """The table of a report `document`, with its totals and its machine lines numbered (a
+    row names its lines by number, as plain text: `[1]` would read as a link to the docs)."""
     machines: list[str] = []
 
     def machine_refs(units: Mapping[str, Any]) -> str:
@@ -57,12 +58,12 @@ def provenance_table(document: Mapping[str, Any]) -> str:
         for line in units.get("machines") or []:
             if line not in machines:
                 machines.append(line)
-            refs.append(f"[{machines.index(line) + 1}]")
-        return " ".join(refs) or _UNRECORDED
+            refs.append(str(machines.index(line) + 1))
+        return ", ".join(refs) or _UNRECORDED
 
     lines = [
         "| experiment | seeds | protocol registered | run started | units | unit wall time | "
-        "CPU-hours | longest unit | machines |",
+        "CPU-hours | longest unit | machine lines |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     count = wall = cpu = 0.0
@@ -101,7 +102,8 @@ def provenance_table(document: Mapping[str, Any]) -> str:
             f"and {cpu / 3600:.2f} CPU-hours{missing}."
         )
     lines += ["", total]
-    lines += [""] + [f"[{i}] {line}" for i, line in enumerate(machines, 1)] if machines else []
+    if machines:
+        lines += ["", "Machine lines:", ""] + [f"{i}. {m}" for i, m in enumerate(machines, 1)]
     return "\n".join(lines)
 
 
