@@ -14,8 +14,9 @@ site type $T$ present in the step (`classification`, `mixture`, `attention`, ...
 
 and `trace/alarms`, the number of alarm records of the step. So a step has at most
 $1 + \sum_T (3 M_T + k)$ keys, with $M_T$ the scalar metrics of type $T$ (`key_bound`), however
-deep the model: without a probe 11 for `classification`, 9 for `mixture` and 6 for
-`attention` (a probe adds its own), i.e. at most 88 keys with `top_k=3` and those three types.
+deep the model: without a probe 12 for `classification`, 9 for `mixture` and 6 for
+`attention` (8 at an SDPA site, with `alpha_residual` and `dropout`; a probe adds its own), i.e.
+at most 97 keys with `top_k=3` and those three types (91 with eager attention).
 """
 
 from __future__ import annotations
