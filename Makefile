@@ -12,7 +12,7 @@ TORCH_INDEX ?=
 TORCH_PIP := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: setup report verify test test-fast lint docs docs-serve wheel-check clean data browser publish-check
+.PHONY: setup report verify test test-fast lint docs docs-serve wheel-check clean data browser publish-check pages
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,17 @@ test-fast: setup
 # such (stale until run and published again) and does not fail it; any other drift does.
 publish-check: setup
 	$(BIN)/implicit-em publish --check --allow-legacy
+
+# Rewrite every page written from data: the items table (items.json), the experiments' gates and
+# criteria and the protocol versions (the protocols and their registry), the findings (by the
+# command their page records), and the tables read from the published full run.
+pages: setup
+	$(BIN)/python -m implicit_em.report.items.table docs/theory.md
+	$(BIN)/python -m implicit_em.report.rendering.protocol_lines docs/report.md
+	$(BIN)/python -m implicit_em.report.rendering.protocol_history docs/report.md
+	$(BIN)/python -m implicit_em.report.rendering.findings --again docs/findings.md
+	$(BIN)/python -m implicit_em.report.rendering.reference_table docs/windtunnel.md results/full/results.json
+	$(BIN)/python -m implicit_em.report.rendering.provenance_table docs/results-full.md results/full/results.json
 
 # Fashion-MNIST for the claims report (quick and full) and its known-answer controls: Debian's
 # dataset-fashion-mnist package puts its IDX files in /usr/share/datasets/fashion-mnist.

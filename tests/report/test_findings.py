@@ -176,3 +176,17 @@ def test_the_wind_tunnel_items_say_at_which_task_sizes_they_were_measured():
     assert f"transformer {train['n_layer']} × {train['n_embd']}" in measured
     c6 = page.split("\n## C6: ", 1)[1].split("\n## ", 1)[0]
     assert "transformer" not in next(x for x in c6.splitlines() if x.startswith("**Measured**"))
+
+
+def test_again_rewrites_a_page_by_the_command_it_records(tmp_path, monkeypatch):
+    from implicit_em.report.rendering.findings import main
+
+    monkeypatch.chdir(ROOT)
+    copy = tmp_path / "findings.md"
+    committed = PAGE.read_text()
+    copy.write_text(committed.replace("**Tested.**", "**Stale.**"))
+    assert main(["--again", str(copy)]) == 0
+    assert copy.read_text() == committed  # the page its recorded command writes
+    assert main(["--again"]) == 2
+    copy.write_text("# no command here\n")
+    assert main(["--again", str(copy)]) == 2

@@ -402,15 +402,25 @@ def page_from(argv: Sequence[str]) -> tuple[Path, str]:
 
 def main(argv: Iterable[str] | None = None) -> int:
     """`python -m implicit_em.report.rendering.findings PAGE RESULTS [--earlier EARLIER]
-    [--replication QUICK REPLICATION]`."""
+    [--replication QUICK REPLICATION]`, or `--again PAGE`: the command PAGE records."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    target = None
+    try:
+        if argv[:1] == ["--again"]:  # `--again PAGE`: PAGE written by the command it records
+            if len(argv) != 2:
+                raise ValueError("--again: expected one PAGE")
+            target = Path(argv[1])
+            argv = recorded_arguments(target.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     _parser().parse_args(argv)  # a usage error exits 2 before anything is read
     try:
         path, page = page_from(argv)
     except (OSError, ValueError) as err:
         print(f"error: RESULTS: expected a report's results.json ({err})", file=sys.stderr)
         return 2
-    path.write_text(page)
+    (target or path).write_text(page)
     return 0
 
 
