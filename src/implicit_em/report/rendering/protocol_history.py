@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
+from implicit_em.report.rendering.marked import between, rewrite_page
 from implicit_em.report.rendering.provenance_table import seed_ranges
 from implicit_em.report.rules.registration import read_registry
 
@@ -59,26 +59,12 @@ def history_lines(registry: Mapping[str, Any] | None = None) -> list[str]:
 def with_history(text: str, registry: Mapping[str, Any] | None = None) -> str:
     """`text` with the list between its marker lines replaced by the registry's
     (`ValueError` when the markers are missing)."""
-    start, end = text.find(BEGIN), text.find(END)
-    if start < 0 or end < start:
-        raise ValueError(f"the page has no {BEGIN!r} ... {END!r} lines")
-    body = "\n".join(history_lines(registry))
-    return f"{text[: start + len(BEGIN)]}\n{body}\n{text[end:]}"
+    return between(text, BEGIN, END, "\n".join(history_lines(registry)))
 
 
 def main(argv: Sequence[str]) -> int:
     """`python -m implicit_em.report.rendering.protocol_history PAGE`."""
-    if len(argv) != 1:
-        print("error: expected PAGE (docs/report.md)", file=sys.stderr)
-        return 2
-    page = Path(argv[0])
-    try:
-        text = with_history(page.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        print(f"error: {page}: {err}", file=sys.stderr)
-        return 2
-    page.write_text(text, encoding="utf-8")
-    return 0
+    return rewrite_page(argv, "PAGE", lambda text, args: with_history(text))
 
 
 if __name__ == "__main__":

@@ -15,9 +15,9 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
+from implicit_em.report.rendering.marked import rewrite_page
 from implicit_em.report.running.registry import Experiment, select
 
 __all__ = ["GENERATED", "experiment_lines", "with_lines"]
@@ -82,7 +82,9 @@ def experiment_lines(experiment: Experiment) -> list[list[str]]:
 
 def _section(lines: Sequence[str], ident: str) -> tuple[int, int]:
     """The line range of experiment `ident`'s section (`### EN ...` up to the next heading)."""
-    start = next(i for i, line in enumerate(lines) if line.startswith(f"### {ident} "))
+    start = next((i for i, line in enumerate(lines) if line.startswith(f"### {ident} ")), None)
+    if start is None:
+        raise ValueError(f"the page has no section '### {ident} ...'")
     end = next(
         (i for i in range(start + 1, len(lines)) if lines[i].startswith(("### ", "## "))),
         len(lines),
@@ -130,17 +132,7 @@ def with_lines(text: str, experiments: Sequence[Experiment] | None = None) -> st
 
 def main(argv: Sequence[str]) -> int:
     """`python -m implicit_em.report.rendering.protocol_lines PAGE`."""
-    if len(argv) != 1:
-        print("error: expected PAGE (docs/report.md)", file=sys.stderr)
-        return 2
-    page = Path(argv[0])
-    try:
-        text = with_lines(page.read_text(encoding="utf-8"))
-    except (OSError, ValueError, StopIteration) as err:
-        print(f"error: {page}: {err or 'an experiment has no section'}", file=sys.stderr)
-        return 2
-    page.write_text(text, encoding="utf-8")
-    return 0
+    return rewrite_page(argv, "PAGE", lambda text, args: with_lines(text))
 
 
 if __name__ == "__main__":

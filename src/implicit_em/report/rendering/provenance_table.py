@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from implicit_em.report.judging.replication import seed_lists
 from implicit_em.report.publishing.freshness import read_document
+from implicit_em.report.rendering.marked import between, rewrite_page
 
 __all__ = ["BEGIN", "END", "provenance_table", "seed_ranges", "with_table"]
 
@@ -110,25 +110,14 @@ def provenance_table(document: Mapping[str, Any]) -> str:
 def with_table(text: str, document: Mapping[str, Any]) -> str:
     """`text` with the table between its marker lines replaced by the document's
     (`ValueError` when the markers are missing)."""
-    start, end = text.find(BEGIN), text.find(END)
-    if start < 0 or end < start:
-        raise ValueError(f"the page has no {BEGIN!r} ... {END!r} lines")
-    return f"{text[: start + len(BEGIN)]}\n{provenance_table(document)}\n{text[end:]}"
+    return between(text, BEGIN, END, provenance_table(document))
 
 
 def main(argv: Sequence[str]) -> int:
     """`python -m implicit_em.report.rendering.provenance_table PAGE RESULTS`."""
-    if len(argv) != 2:
-        print("error: expected PAGE RESULTS (a markdown page and a results.json)", file=sys.stderr)
-        return 2
-    page = Path(argv[0])
-    try:
-        text = with_table(page.read_text(encoding="utf-8"), read_document(argv[1]))
-    except (OSError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    page.write_text(text, encoding="utf-8")
-    return 0
+    return rewrite_page(
+        argv, "PAGE RESULTS", lambda text, args: with_table(text, read_document(args[0]))
+    )
 
 
 if __name__ == "__main__":
