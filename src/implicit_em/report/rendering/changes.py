@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["EXECUTION_KEYS", "changed_by", "configs_of", "configuration_changes"]
+__all__ = ["EXECUTION_KEYS", "changed_by", "configs_of", "configuration_changes", "id_order"]
 
 
 EXECUTION_KEYS = frozenset({"label", "runs_dir", "workers", "device", "threads"})
@@ -75,7 +75,7 @@ def changed_by(
     if size != earlier_size:
         reasons.append("scale")
     elif configs is not None and earlier_configs is not None:
-        read = sorted({e for _, e, _ in refs(item) | refs(earlier)}, key=_experiment_order)
+        read = sorted({e for _, e, _ in refs(item) | refs(earlier)}, key=id_order)
         changed = [
             f"{e}: {', '.join(keys)}"
             for e in read
@@ -87,7 +87,8 @@ def changed_by(
     return reasons
 
 
-def _experiment_order(ident: str) -> tuple[int, str]:
+def id_order(ident: str) -> tuple[int, str]:
+    """The sort key that puts experiment ids in their numeric order (E2 before E10)."""
     digits = "".join(c for c in ident if c.isdigit())
     return (int(digits) if digits else 0, ident)
 

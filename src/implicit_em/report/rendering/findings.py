@@ -40,7 +40,7 @@ from implicit_em.report.items.links import CONFIDENT
 from implicit_em.report.judging.item_verdicts import verdict_label
 from implicit_em.report.judging.rejudge import rejudge_document
 from implicit_em.report.publishing.freshness import read_document
-from implicit_em.report.rendering.changes import changed_by, configs_of
+from implicit_em.report.rendering.changes import changed_by, configs_of, id_order
 from implicit_em.report.rules.claims import CLAIMS, direction
 
 __all__ = ["PROGRAM", "findings_page", "item_block", "main", "page_from", "recorded_arguments"]
@@ -184,7 +184,7 @@ def _scales(item: Mapping[str, Any], configs: Mapping[str, Mapping[str, Any]]) -
     line gives its seeds)."""
     read = sorted(
         {c["experiment"] for p in item.get("parts", []) for c in [*p["criteria"], *p["gates"]]},
-        key=lambda e: (len(e), e),
+        key=id_order,
     )
     scales: dict[str, list[str]] = {}  # descriptor: the experiments it describes
     for ident in read:
@@ -414,9 +414,8 @@ def main(argv: Iterable[str] | None = None) -> int:
     except (OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    _parser().parse_args(argv)  # a usage error exits 2 before anything is read
     try:
-        path, page = page_from(argv)
+        path, page = page_from(argv)  # a usage error exits 2 before anything is read
     except (OSError, ValueError) as err:
         print(f"error: RESULTS: expected a report's results.json ({err})", file=sys.stderr)
         return 2

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from implicit_em.report.rendering.changes import id_order
 from implicit_em.report.rendering.marked import between, rewrite_page
 from implicit_em.report.rendering.provenance_table import seed_ranges
 from implicit_em.report.rules.registration import read_registry
@@ -25,7 +26,7 @@ END = "<!-- end of protocol versions -->"
 
 
 def _ids(idents: Iterable[str]) -> str:
-    return ", ".join(sorted(set(idents), key=lambda i: (len(i), i)))
+    return ", ".join(sorted(set(idents), key=id_order))
 
 
 def history_lines(registry: Mapping[str, Any] | None = None) -> list[str]:
