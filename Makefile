@@ -52,6 +52,7 @@ pages: setup
 	$(BIN)/python -m implicit_em.report.rendering.findings --again docs/findings.md
 	$(BIN)/python -m implicit_em.report.rendering.reference_table docs/windtunnel.md results/full/results.json
 	$(BIN)/python -m implicit_em.report.rendering.provenance_table docs/results-full.md results/full/results.json
+	$(BIN)/python -m implicit_em.report.rendering.cost_table docs/windtunnel.md results/full/results.json
 
 # Fashion-MNIST for the claims report (quick and full) and its known-answer controls: Debian's
 # dataset-fashion-mnist package puts its IDX files in /usr/share/datasets/fashion-mnist.

@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from implicit_em.report.rendering.provenance_table import (
-    BEGIN,
-    END,
     provenance_table,
     seed_ranges,
     with_table,
@@ -89,18 +85,3 @@ def test_a_run_from_before_the_unit_records_says_so_and_never_zero():
 )
 def test_seeds_read_as_runs_of_consecutive_integers(seeds, ranges):
     assert seed_ranges(seeds) == ranges
-
-
-def test_bad_arguments_are_one_line_and_exit_2(tmp_path):
-    module = "implicit_em.report.rendering.provenance_table"
-    page = tmp_path / "p.md"
-    page.write_text("no markers\n")
-    for args in ([str(page)], [str(page), str(PUBLISHED)]):
-        done = subprocess.run(
-            [sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=ROOT
-        )
-        assert done.returncode == 2
-        (line,) = done.stderr.strip().splitlines()
-        assert line.startswith("error: ")
-    assert page.read_text() == "no markers\n"
-    assert BEGIN not in page.read_text() and END not in page.read_text()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -58,19 +56,3 @@ def test_a_page_without_the_markers_is_refused():
     with pytest.raises(ValueError, match="no '<!-- reference table"):
         with_table("# a page\n", {"experiments": []})
     assert with_table(f"a\n{BEGIN}\nold\n{END}\nb", {"experiments": []}).count("old") == 0
-
-
-def test_bad_arguments_are_one_line_and_exit_2(tmp_path):
-    module = "implicit_em.report.rendering.reference_table"
-    page = tmp_path / "p.md"
-    page.write_text(f"{BEGIN}\n{END}\n")
-    bad = tmp_path / "r.json"
-    bad.write_text("not json")
-    for args in ([str(page)], [str(page), str(bad)]):
-        done = subprocess.run(
-            [sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=ROOT
-        )
-        assert done.returncode == 2
-        (line,) = done.stderr.strip().splitlines()
-        assert line.startswith("error: ")
-    assert page.read_text() == f"{BEGIN}\n{END}\n"  # nothing written

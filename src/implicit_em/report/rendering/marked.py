@@ -4,10 +4,13 @@ that rewrites such a page (`python -m implicit_em.report.rendering.<module> PAGE
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-__all__ = ["between", "rewrite_page"]
+from implicit_em.report.publishing.freshness import read_document
+
+__all__ = ["between", "rewrite_block", "rewrite_page"]
 
 
 def between(text: str, begin: str, end: str, body: str) -> str:
@@ -37,3 +40,11 @@ def rewrite_page(
         return 2
     page.write_text(text, encoding="utf-8")
     return 0
+
+
+def rewrite_block(argv: Sequence[str], with_block: Callable[[str, Mapping[str, Any]], str]) -> int:
+    """`PAGE RESULTS`: rewrite the page as `with_block(its text, the report document RESULTS)`
+    gives it, as `rewrite_page` does."""
+    return rewrite_page(
+        argv, "PAGE RESULTS", lambda text, args: with_block(text, read_document(args[0]))
+    )

@@ -15,8 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from implicit_em.report.judging.replication import seed_lists
-from implicit_em.report.publishing.freshness import read_document
-from implicit_em.report.rendering.marked import between, rewrite_page
+from implicit_em.report.rendering.marked import between, rewrite_block
 
 __all__ = ["BEGIN", "END", "provenance_table", "seed_ranges", "with_table"]
 
@@ -115,9 +114,7 @@ def with_table(text: str, document: Mapping[str, Any]) -> str:
 
 def main(argv: Sequence[str]) -> int:
     """`python -m implicit_em.report.rendering.provenance_table PAGE RESULTS`."""
-    return rewrite_page(
-        argv, "PAGE RESULTS", lambda text, args: with_table(text, read_document(args[0]))
-    )
+    return rewrite_block(argv, with_table)
 
 
 if __name__ == "__main__":

@@ -19,8 +19,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from implicit_em.report.publishing.freshness import read_document
-from implicit_em.report.rendering.marked import between, rewrite_page
+from implicit_em.report.rendering.marked import between, rewrite_block
 
 __all__ = ["BEGIN", "END", "PUBLISHED", "REFERENCE_TASKS", "reference_table", "with_table"]
 
@@ -103,9 +102,7 @@ def with_table(text: str, document: Mapping[str, Any]) -> str:
 
 def main(argv: Sequence[str]) -> int:
     """`python -m implicit_em.report.rendering.reference_table PAGE RESULTS`."""
-    return rewrite_page(
-        argv, "PAGE RESULTS", lambda text, args: with_table(text, read_document(args[0]))
-    )
+    return rewrite_block(argv, with_table)
 
 
 if __name__ == "__main__":
