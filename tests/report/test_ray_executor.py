@@ -255,3 +255,43 @@ def test_without_an_address_the_report_starts_its_own_ray_whatever_the_machine_r
         assert _report(tmp_path / "ray", "--executor", "ray", env=env) == local
     finally:
         shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_busy_counts_the_units_that_fit_in_the_cpus_at_once(monkeypatch, tmp_path):
+    """On a local instance of 2 CPUs, units declaring 2 threads run one at a time and units of
+    one thread two at a time; `busy` says so (it had counted every unit in flight up to the
+    CPUs, so one 2-thread unit read as 2 of 2 busy)."""
+    from implicit_em.report.running.executors import RayExecutor
+
+    here = str(Path(__file__).parent)
+    path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
+    monkeypatch.setenv("PYTHONPATH", path)
+    temp = tempfile.mkdtemp(prefix="iem-ray-", dir="/tmp")  # sockets: 107 bytes at most
+    monkeypatch.setenv("RAY_TMPDIR", temp)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    executor = RayExecutor(num_cpus=2)
+    try:
+        assert executor.workers == 2
+        for threads, running in ((2, 1), (1, 2)):
+            pid_file = tmp_path / f"pids-{threads}"
+            units = [
+                Unit(
+                    f"seed{s}",
+                    draws,
+                    {"seed": s, "pid_file": str(pid_file), "seconds": 0.5},
+                    threads=threads,
+                )
+                for s in range(4)
+            ]
+            stream = executor.run(units, lambda index: False)
+            first = [next(stream)]  # 3 units are still in flight
+            assert executor.busy() == running
+            rest = list(stream)
+            assert executor.busy() == 0
+            done = sorted(first + rest)
+            assert [i for i, _ in done] == [0, 1, 2, 3]
+            assert all(d.error is None for _, d in done), [d.error for _, d in done]
+    finally:
+        executor.close()
+        shutil.rmtree(temp, ignore_errors=True)

@@ -20,13 +20,12 @@ extra `ray`.
 
 from __future__ import annotations
 
-import logging
-import os
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any
 
 from implicit_em.arguments import missing_modules
+from implicit_em.ray_cluster import connect, largest_node
 
 __all__ = ["RETRIES", "RayPool"]
 
@@ -41,12 +40,6 @@ def _call(fn: Callable[..., Any], args: tuple, kwargs: dict, threads: int) -> An
 
     torch.set_num_threads(threads)
     return fn(*args, **kwargs)
-
-
-def _largest_node(nodes: list[dict[str, Any]]) -> dict[str, float]:
-    """The most CPUs and GPUs any one live node has."""
-    alive = [n.get("Resources", {}) for n in nodes if n.get("Alive")]
-    return {k: max((r.get(k, 0) for r in alive), default=0) for k in ("CPU", "GPU")}
 
 
 class RayPool(Executor):
@@ -81,18 +74,8 @@ class RayPool(Executor):
         import ray
 
         self._ray = ray
-        self._started = not ray.is_initialized()
-        if self._started:
-            options: dict[str, Any] = {
-                "address": address or "local",
-                "log_to_driver": False,
-                "logging_level": logging.ERROR,
-            }
-            if address is None:
-                options["num_cpus"] = num_cpus or os.cpu_count() or 1
-                options["include_dashboard"] = False
-            ray.init(**options)
-        largest = _largest_node(ray.nodes())
+        self._started = connect(address, num_cpus)
+        largest = largest_node(ray.nodes())
         wanted = {"CPU": cpus_per_run, "GPU": gpus_per_run}
         short = [f"{k} {v:g}" for k, v in wanted.items() if v > largest.get(k, 0)]
         if short:

@@ -19,13 +19,12 @@ filesystem: a unit's arguments travel to the worker and its JSON value travels b
 
 from __future__ import annotations
 
-import logging
-import os
 import socket
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 from implicit_em.arguments import missing_modules
+from implicit_em.ray_cluster import connect, largest_node
 from implicit_em.report.running.plan import Done, Unit, compute
 
 __all__ = [
@@ -116,53 +115,37 @@ class RayExecutor:
         import ray
 
         self._ray = ray
-        self._started = not ray.is_initialized()
-        if self._started:
-            env = {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}
-            options: dict[str, Any] = {
-                "address": address or "local",
-                "log_to_driver": False,
-                "include_dashboard": False,
-                "logging_level": logging.ERROR,
-                "runtime_env": {"env_vars": env} if env else None,
-            }
-            if address is None:
-                options["num_cpus"] = num_cpus or os.cpu_count() or 1
-            try:
-                ray.init(**options)
-            except (ConnectionError, RuntimeError, TimeoutError) as err:
-                where = f"--address {address}" if address else "--executor ray"
-                reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err)
-                hint = "" if address in (None, "auto") else AUTH_HINT
-                raise ValueError(
-                    f"{where}: cannot start or join a Ray cluster ({reason}){hint}"
-                ) from err
+        try:
+            self._started = connect(address, num_cpus)
+        except (ConnectionError, RuntimeError, TimeoutError) as err:
+            where = f"--address {address}" if address else "--executor ray"
+            reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err)
+            hint = "" if address in (None, "auto") else AUTH_HINT
+            raise ValueError(
+                f"{where}: cannot start or join a Ray cluster ({reason}){hint}"
+            ) from err
         self._task = ray.remote(max_retries=RETRIES, retry_exceptions=False)(_on_worker)
         self._refs: dict[Any, int] = {}
+        self._cpus: dict[Any, int] = {}
 
     @property
     def workers(self) -> int:
         return max(1, int(self._ray.cluster_resources().get("CPU", 1)))
 
-    def _largest_node(self) -> tuple[float, float]:
-        """The most CPUs and GPUs any one live node has (a task asking for more would wait
-        forever)."""
-        nodes = [n["Resources"] for n in self._ray.nodes() if n.get("Alive")]
-        return max((n.get("CPU", 0) for n in nodes), default=1), max(
-            (n.get("GPU", 0) for n in nodes), default=0
-        )
-
     def run(self, units: Sequence[Unit], skip: Callable[[int], bool]) -> Iterator[tuple[int, Done]]:
-        cpus, gpus = self._largest_node()
+        largest = largest_node(self._ray.nodes())
         for index, unit in enumerate(units):
+            cpus = max(1, min(unit.threads, int(largest["CPU"])))
             task = self._task.options(
-                num_cpus=max(1, min(unit.threads, cpus)),
-                num_gpus=1 if unit.gpu and gpus >= 1 else 0,
+                num_cpus=cpus, num_gpus=1 if unit.gpu and largest["GPU"] >= 1 else 0
             )
-            self._refs[task.remote(unit.as_dict())] = index
+            ref = task.remote(unit.as_dict())
+            self._refs[ref] = index
+            self._cpus[ref] = cpus
         while self._refs:
             ready, _ = self._ray.wait(list(self._refs), num_returns=1)
             index = self._refs.pop(ready[0])
+            self._cpus.pop(ready[0], None)
             if skip(index):
                 continue
             try:
@@ -173,12 +156,22 @@ class RayExecutor:
                 yield index, Done(unit.name, None, 0.0, "", "", (), f"{type(err).__name__}: {err}")
 
     def busy(self) -> int:
-        return min(len(self._refs), self.workers)
+        """The units in flight that fit in the cluster's CPUs at once, in the order they were
+        sent (an estimate: Ray does not say which tasks run; a unit asking for 2 of 2 CPUs
+        runs alone, so it counts as 1 busy of 2)."""
+        free, running = self.workers, 0
+        for ref in self._refs:
+            if self._cpus[ref] > free:
+                break
+            free -= self._cpus[ref]
+            running += 1
+        return running
 
     def close(self) -> None:
         for ref in self._refs:
             self._ray.cancel(ref, force=True)
         self._refs.clear()
+        self._cpus.clear()
         if self._started:
             self._ray.shutdown()
 
