@@ -11,6 +11,7 @@ import pytest
 
 from implicit_em.report.rendering.changes import changed_by, configuration_changes
 from implicit_em.report.rendering.findings import (
+    changes_table,
     findings_page,
     page_from,
     recorded_arguments,
@@ -190,3 +191,43 @@ def test_again_rewrites_a_page_by_the_command_it_records(tmp_path, monkeypatch):
     assert main(["--again"]) == 2
     copy.write_text("# no command here\n")
     assert main(["--again", str(copy)]) == 2
+
+
+def test_beside_an_earlier_run_every_item_is_a_row_naming_what_changed():
+    """The published full run beside the quick report, read as its earlier run: one row per item
+    of the page, each with the verdicts its own block gives, and a changed verdict names the
+    scale (the two runs differ in size)."""
+    published, quick = json.loads(PUBLISHED.read_text()), json.loads(QUICK.read_text())
+    text = findings_page(published, earlier=quick)
+    section = text.split("\n## Beside the earlier run (", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+    idents = [i for i in CLAIMS if f"\n## {i}: " in text]
+    assert [r.split(" | ")[0].removeprefix("| ") for r in rows[1:]] == idents
+    changed = 0
+    for row in rows[1:]:
+        ident, was, now, why = row.strip("| ").split(" | ")
+        block = text.split(f"\n## {ident}: ", 1)[1].split("\n## ", 1)[0]
+        assert f"**{now}**" in block.split("\n\n", 2)[1]
+        earlier_line = next(x for x in block.splitlines() if x.startswith("**Earlier run**"))
+        assert f"**{was}**" in earlier_line
+        if why.startswith("unchanged"):
+            assert "the same" in earlier_line
+            assert (was == now) == (why == "unchanged")
+        else:
+            changed += 1
+            assert "scale" in why and f"changed by the {why}." in earlier_line
+    assert f"{changed} of {len(idents)} verdicts changed." in section
+
+
+def test_an_item_the_earlier_run_lacks_is_a_new_row():
+    item = {"id": "C1", "verdict": "supported", "parts": []}
+    lines = changes_table(
+        {"C1": item, "C2": {**item, "id": "C2"}},
+        {"C2": {**item, "id": "C2"}},
+        {"size": "full", "date": "now"},
+        {"size": "full", "date": "then"},
+    )
+    assert lines[0] == "## Beside the earlier run (then)"
+    assert lines[6].startswith("| C1 | not in that run | ") and lines[6].endswith(" | a new item |")
+    assert lines[7].endswith(" | unchanged |")
+    assert lines[-1] == "1 of 2 verdicts changed."
