@@ -62,12 +62,12 @@ def test_each_experiment_is_a_row_and_the_totals_add_up():
     rows = table.splitlines()
     assert rows[2] == (
         "| E1 | 3 (31000–31002) | 2026-12-07 01:27:50 UTC | 2026-12-07 01:38:34 UTC | 3 | "
-        "90 s | 2.000 | a-seed1 (30 s) | 1 |"
+        "2 min | 2.000 | a-seed1 (30 s) | 1 |"
     )
-    assert rows[3].startswith("| E2 | 3 (5–6, 9) | ") and "| 2.03 h | not recorded |" in rows[3]
+    assert rows[3].startswith("| E2 | 3 (5–6, 9) | ") and "| 2.0 h | not recorded |" in rows[3]
     assert rows[4].endswith("| not recorded | not recorded | not recorded | not recorded |")
     assert (
-        "In all: 5 units of work (CPU time not recorded for 2 of them), 2.05 h of unit wall "
+        "In all: 5 units of work (CPU time not recorded for 2 of them), 2.1 h of unit wall "
         "time and 2.00 CPU-hours; 1 experiment(s) recorded no units." in table
     )
     assert table.endswith("Machine lines:\n\n1. machine A\n2. machine B")

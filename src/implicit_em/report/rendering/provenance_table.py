@@ -16,6 +16,7 @@ from typing import Any
 
 from implicit_em.report.judging.replication import seed_lists
 from implicit_em.report.rendering.marked import between, rewrite_block
+from implicit_em.report.running.progress import duration
 
 __all__ = ["BEGIN", "END", "provenance_table", "seed_ranges", "with_table"]
 
@@ -36,15 +37,6 @@ def seed_ranges(seeds: Iterable[int]) -> str:
         else:
             runs.append([seed])
     return ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs)
-
-
-def _duration(seconds: float) -> str:
-    """`45 s`, `38 min` or `2.13 h`."""
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.2f} h"
 
 
 def provenance_table(document: Mapping[str, Any]) -> str:
@@ -85,7 +77,7 @@ def provenance_table(document: Mapping[str, Any]) -> str:
             protocol.get("registered") or _UNRECORDED,
             entry.get("started") or _UNRECORDED,
             units.get("count", _UNRECORDED),
-            _duration(units["seconds"]) if units else _UNRECORDED,
+            duration(units["seconds"]) if units else _UNRECORDED,
             f"{units['cpu_hours']:.3f}" if units.get("cpu_hours") is not None else _UNRECORDED,
             (f"{units['longest']} ({units['longest_seconds']:.0f} s)" if units else _UNRECORDED),
             machine_refs(units) if units else _UNRECORDED,
@@ -97,7 +89,7 @@ def provenance_table(document: Mapping[str, Any]) -> str:
         partly = f" (CPU time not recorded for {unmeasured:.0f} of them)" if unmeasured else ""
         missing = f"; {untimed} experiment(s) recorded no units" if untimed else ""
         total = (
-            f"In all: {count:.0f} units of work{partly}, {_duration(wall)} of unit wall time "
+            f"In all: {count:.0f} units of work{partly}, {duration(wall)} of unit wall time "
             f"and {cpu / 3600:.2f} CPU-hours{missing}."
         )
     lines += ["", total]
