@@ -9,13 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from implicit_em.report.rendering.changes import changed_by, configuration_changes
-from implicit_em.report.rendering.findings import (
-    changes_table,
-    findings_page,
-    page_from,
-    recorded_arguments,
-)
+from implicit_em.report.rendering.changes import changed_by, changes_table, configuration_changes
+from implicit_em.report.rendering.findings import findings_page, page_from, recorded_arguments
 from implicit_em.report.rules.claims import CLAIMS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,7 +20,7 @@ and, where it differs, what changed: the rule (the item's parts and criteria), t
 (a criterion's estimate), the scale (the size of the run), or the configuration of an experiment
 the item reads (its task sizes, models or budgets, named by key: `configuration (E10: budget,
 tasks, train)`; seeds and where the run ran are not its configuration). A table ahead of the
-blocks (`changes_table`) sets every item's two verdicts side by side with that reason.
+blocks (`changes.changes_table`) sets every item's two verdicts side by side with that reason.
 
 `python -m implicit_em.report.rendering.findings PAGE RESULTS [--earlier EARLIER] [--replication
 QUICK REPLICATION]` writes the page, with that command in its header; `page_from` returns what
@@ -41,12 +41,11 @@ from implicit_em.report.items.links import CONFIDENT
 from implicit_em.report.judging.item_verdicts import verdict_label
 from implicit_em.report.judging.rejudge import rejudge_document
 from implicit_em.report.publishing.freshness import read_document
-from implicit_em.report.rendering.changes import changed_by, configs_of, id_order
+from implicit_em.report.rendering.changes import changes_table, configs_of, id_order, what_changed
 from implicit_em.report.rules.claims import CLAIMS, direction
 
 __all__ = [
     "PROGRAM",
-    "changes_table",
     "findings_page",
     "item_block",
     "main",
@@ -255,70 +254,11 @@ def item_block(
     lines += ["", "**Strongest rival.**", *_rivals(item, protocols)]
     lines += ["", "**What would change it.**", *_changes(item, protocols)]
     if earlier is not None and earlier_meta is not None:
-        why = _what_changed(item, earlier, meta, earlier_meta, configs, earlier_configs)
+        why = what_changed(item, earlier, meta, earlier_meta, configs, earlier_configs)
         was = verdict_label(earlier)
         said = f"the same, **{was}**" if why is None else f"**{was}**; changed by the {why}"
         lines += ["", f"**Earlier run** ({earlier_meta.get('date', '?')}): {said}."]
     return "\n".join(lines)
-
-
-def _what_changed(
-    item: Mapping[str, Any],
-    earlier: Mapping[str, Any],
-    meta: Mapping[str, Any],
-    earlier_meta: Mapping[str, Any],
-    configs: Mapping[str, Mapping[str, Any]] | None,
-    earlier_configs: Mapping[str, Mapping[str, Any]] | None,
-) -> str | None:
-    """None when the item's verdict is the earlier run's, else what changed it (`changed_by`,
-    or the links between items when nothing of its own did)."""
-    if earlier["verdict"] == item["verdict"]:
-        return None
-    why = changed_by(
-        item, earlier, meta.get("size", ""), earlier_meta.get("size", ""), configs, earlier_configs
-    )
-    return ", ".join(why) or "links between items"
-
-
-def changes_table(
-    items: Mapping[str, Mapping[str, Any]],
-    earlier_items: Mapping[str, Mapping[str, Any]],
-    meta: Mapping[str, Any],
-    earlier_meta: Mapping[str, Any],
-    configs: Mapping[str, Mapping[str, Any]] | None = None,
-    earlier_configs: Mapping[str, Mapping[str, Any]] | None = None,
-) -> list[str]:
-    """The section that sets every item's verdict beside the earlier run's, one row each, in
-    the paper's order, naming what changed each verdict that changed."""
-    lines = [
-        f"## Beside the earlier run ({earlier_meta.get('date', '?')})",
-        "",
-        f"Each item's verdict in the earlier {earlier_meta.get('size', '?')}-size run, read "
-        "under the same item rules, beside this run's. A verdict that changed names what "
-        "changed it: the item's rule, a measurement, the scale, or the configuration of an "
-        "experiment it reads.",
-        "",
-        "| item | earlier run | this run | what changed |",
-        "|---|---|---|---|",
-    ]
-    changed = 0
-    for ident in CLAIMS:
-        if ident not in items:
-            continue
-        item, earlier = items[ident], earlier_items.get(ident)
-        if earlier is None:
-            lines.append(f"| {ident} | not in that run | {verdict_label(item)} | a new item |")
-            changed += 1
-            continue
-        why = _what_changed(item, earlier, meta, earlier_meta, configs, earlier_configs)
-        changed += why is not None
-        was, now = verdict_label(earlier), verdict_label(item)
-        same = "unchanged" if was == now else "unchanged (its alternatives read otherwise)"
-        cells = (ident, was, now, why or same)
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    shown = sum(1 for ident in CLAIMS if ident in items)
-    lines += ["", f"{changed} of {shown} verdicts changed."]
-    return lines
 
 
 def _standing(meta: Mapping[str, Any]) -> str:
