@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from implicit_em.report.publishing.freshness import LEGACY, published_document, stale_experiments
+from implicit_em.report.publishing.freshness import published_document, stale_experiments
 from implicit_em.report.rendering.readme import full_size_column
 from implicit_em.report.rendering.render import NO_FULL_RUN
 
@@ -20,18 +20,17 @@ PUBLISHED = ROOT / "results" / "full"
 README = ROOT / "README.md"
 
 
-def test_every_published_experiment_matches_the_current_source_or_predates_the_keys():
-    """A keyed publication must match the current code; one published before the measurement
-    keys is reported as such (stale until run and published again, which the README and
-    docs/results-full.md say), never as matching."""
+def test_every_published_experiment_is_keyed_and_matches_the_current_source():
+    """The published run records a measurement and judgement key for every experiment, and
+    each matches the current code, protocols, data and library versions (no experiment is
+    stale, and none predates the keys)."""
     document = published_document(PUBLISHED)
     if document is None:
         pytest.skip(NO_FULL_RUN)
+    unkeyed = [e["id"] for e in document["experiments"] if not e.get("measurement")]
+    assert not unkeyed, f"results/full has experiments published before the keys: {unkeyed}"
     stale = stale_experiments(document)
-    keyed = [s for s in stale if s.reason != LEGACY]
-    assert not keyed, "results/full is stale:\n" + "\n".join(map(str, keyed))
-    unkeyed = {e["id"] for e in document["experiments"] if not e.get("measurement")}
-    assert {s.id for s in stale} == unkeyed
+    assert not stale, "results/full is stale:\n" + "\n".join(map(str, stale))
 
 
 def test_the_readme_full_size_column_is_what_results_full_says():
