@@ -21,14 +21,11 @@ README = ROOT / "README.md"
 
 
 def test_every_published_experiment_is_keyed_and_matches_the_current_source():
-    """The published run records a measurement and judgement key for every experiment, and
-    each matches the current code, protocols, data and library versions (no experiment is
-    stale, and none predates the keys)."""
+    """Every published experiment matches the current code, protocols, data and library
+    versions; one published before the measurement keys is stale too (`freshness.LEGACY`)."""
     document = published_document(PUBLISHED)
     if document is None:
         pytest.skip(NO_FULL_RUN)
-    unkeyed = [e["id"] for e in document["experiments"] if not e.get("measurement")]
-    assert not unkeyed, f"results/full has experiments published before the keys: {unkeyed}"
     stale = stale_experiments(document)
     assert not stale, "results/full is stale:\n" + "\n".join(map(str, stale))
 
