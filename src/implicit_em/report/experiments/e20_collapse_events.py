@@ -324,7 +324,10 @@ CONTROLS = _controls()
 
 EXPERIMENT = Experiment(
     id="E20",
-    title="Collapse that training produces: the tracer against loss and gradient-norm monitors",
+    title=(
+        "Collapse that training produces: the tracer against forward-softmax, loss and "
+        "gradient-norm monitors"
+    ),
     claims=("C14d",),
     hypothesis=(
         "Reading only what it reads during training, with its default thresholds, the tracer "
