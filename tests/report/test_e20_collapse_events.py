@@ -18,7 +18,7 @@ from implicit_em.report.experiments._event_readings import (
     lead_over,
 )
 from implicit_em.report.experiments._event_training import first_spike, onset_of
-from implicit_em.report.experiments._forward_monitors import first_drop, first_starved
+from implicit_em.report.experiments._forward_monitors import first_drop, first_starved, measured
 from implicit_em.report.experiments._moe_events import TopKMoE, ablation_costs
 from implicit_em.report.experiments.e20_collapse_events import family_config, family_run
 
@@ -133,18 +133,20 @@ def test_the_tracer_finds_no_site_in_a_relu_autoencoder_and_the_run_goes_on(smok
 
 
 def test_the_forward_monitors_fire_on_a_starved_component_and_a_relative_drop():
-    # two experts, every step measured; expert 1's weight falls to 0 from step 6
+    # two experts; expert 1's weight falls to 0 from step 6
     weights = [[0.5, 0.5]] * 6 + [[1.0, 0.0]] * 10
-    assert first_starved(weights, every=1, window=4, cut=0.01) == 9  # window all starved
-    assert first_starved(weights, every=1, window=4, cut=0.2) == 8  # means 0.375, 0.25, 0.125
-    assert first_starved(weights, every=2, window=3, cut=0.01) == 10  # measured: 0, 2, ... only
-    assert first_starved(weights[:6], every=1, window=4, cut=0.01) is None
+    assert first_starved(measured(weights, 1), window=4, cut=0.01) == 9  # window all starved
+    assert first_starved(measured(weights, 1), window=4, cut=0.2) == 8  # means .375, .25, .125
+    assert measured(weights, 2)[:2] == [(0, [0.5, 0.5]), (2, [0.5, 0.5])]
+    assert first_starved(measured(weights, 2), window=3, cut=0.01) == 10  # steps 6, 8, 10
+    assert first_starved(measured(weights[:6], 1), window=4, cut=0.01) is None
     heads = [[2.0, 2.0]] * 5 + [[2.0, 0.1]] * 5
-    assert first_drop(heads, every=1, ratio=0.1) == 5
-    assert first_drop(heads, every=1, ratio=0.01) is None
-    assert first_drop(heads, every=3, ratio=0.1) == 6
+    assert first_drop(measured(heads, 1), ratio=0.1) == 5
+    assert first_drop(measured(heads, 1), ratio=0.01) is None
+    assert first_drop(measured(heads, 3), ratio=0.1) == 6
+    assert first_drop([], ratio=0.1) is None
     with pytest.raises(ValueError, match="every"):
-        first_drop(heads, every=0, ratio=0.1)
+        measured(heads, 0)
 
 
 def test_an_expert_removed_from_the_router_costs_what_its_tokens_lose():

@@ -133,7 +133,7 @@ def attention_run(config: Mapping[str, Any], seed: int, arm: str) -> dict[str, A
     order = torch.randint(0, x.shape[0], (steps, batch), generator=g)
     readings: list[tuple[int, float]] = []
     costs: list[tuple[int, float]] = []
-    heads: list[list[float]] = []
+    heads: list[tuple[int, list[float]]] = []
     width = config["width"]
 
     def loss_of(t: int) -> Tensor:
@@ -144,7 +144,8 @@ def attention_run(config: Mapping[str, Any], seed: int, arm: str) -> dict[str, A
 
     def observe(t: int) -> None:
         with torch.no_grad():
-            heads.append(model.head_entropy(x[order[t]]).tolist())
+            if t % every == 0:
+                heads.append((t, model.head_entropy(x[order[t]]).tolist()))
             if t % every == 0 or t == steps - 1:
                 probe = x_test[: config["probe"]], y_test[: config["probe"]]
                 readings.append((t, model.entropy(probe[0])))
@@ -155,7 +156,7 @@ def attention_run(config: Mapping[str, Any], seed: int, arm: str) -> dict[str, A
     onset = (
         config["plant_step"] if arm == "planted" else _collapse_onset(costs, config["ablation_tol"])
     )
-    forward = first_drop(heads, every, config["collapse_ratio"])
+    forward = first_drop(heads, config["collapse_ratio"])
     reading = run_reading(log, onset, steps, config["monitor"], forward)
     with torch.no_grad():
         accuracy = float((model(x_test).argmax(-1) == y_test).float().mean())

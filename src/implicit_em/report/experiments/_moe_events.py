@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from implicit_em.report.experiments._event_training import onset_of, run_reading, train_traced
-from implicit_em.report.experiments._forward_monitors import first_starved
+from implicit_em.report.experiments._forward_monitors import first_starved, measured
 
 __all__ = [
     "INTERVENTIONS",
@@ -171,7 +171,7 @@ def moe_run(config: Mapping[str, Any], seed: int, arm: str) -> dict[str, Any]:
         dead[:planted] = [True] * planted
         last_active[:planted] = [-1] * planted
     forward = first_starved(
-        weights, config["every"], config["window"], config["dead_share"] / experts
+        measured(weights, config["every"]), config["window"], config["dead_share"] / experts
     )
     reading = run_reading(log, onset_of(last_active, dead), steps, config["monitor"], forward)
     reading.update(

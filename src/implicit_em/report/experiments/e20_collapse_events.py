@@ -67,7 +67,7 @@ RUNS: dict[str, Callable[[Mapping[str, Any], int, str], dict[str, Any]]] = {
 }
 EVENTS = {
     "moe": "dead experts (top-k mixture of experts)",
-    "attention": "attention entropy collapse",
+    "attention": "dead attention (attention collapse)",
     "sae": "dead latents (sparse autoencoder)",
 }
 JUDGED = ("moe", "attention")
