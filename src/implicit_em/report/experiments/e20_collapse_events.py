@@ -174,6 +174,14 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
             for alarm in r["tracer_alarms"]:
                 first[alarm] = first.get(alarm, 0) + 1
         numbers[f"first_alarms_{family}"] = ", ".join(f"{a} {c}" for a, c in sorted(first.items()))
+        if family in SAME_RULE:
+            numbers[f"same_step_as_forward_{family}"] = share(
+                [
+                    float(r["alarm_steps"].get(SAME_RULE[family]) == r["forward"])
+                    for r in runs
+                    if r["event"]
+                ]
+            )
         if family in FIRST_TRUTH:
             numbers[f"truth_agreement_{family}"] = share(
                 [float(FIRST_TRUTH[family](r) == r["event"]) for r in runs]
@@ -251,6 +259,13 @@ def _notes(n: Mapping[str, Any], config: Mapping[str, Any]) -> list[str]:
             f"{n[f'lead_over_forward_{family}']:+.0f} steps (median over the event runs); the "
             f"ablation ground truth agrees with the first version's (the tracer's own quantity) "
             f"on {n[f'truth_agreement_{family}']:.0%} of the runs."
+            + (
+                f" The tracer's {SAME_RULE[family]} alarm, the forward monitor's rule read "
+                f"through the tracer, fired at the same step as the forward monitor on "
+                f"{n[f'same_step_as_forward_{family}']:.0%} of the event runs."
+                if family in SAME_RULE
+                else ""
+            )
         )
     if "router_residual_max" in n:
         out.append(
@@ -278,6 +293,10 @@ def _fired(family: str, arm: str) -> Callable[[dict[str, Any]], list[float]]:
 
     return measure
 
+
+SAME_RULE = {"attention": "attention_entropy_collapse"}
+"""Per family, the tracer alarm whose rule the forward-softmax monitor applies to the forward
+weights: where the tracer's reading from the gradients adds nothing, both fire at the same step."""
 
 FIRST_TRUTH: dict[str, Callable[[Mapping[str, Any]], bool]] = {
     "moe": lambda r: r["dead_by_load"] > 0,
