@@ -112,7 +112,7 @@ def test_the_protocol_reads_every_criterion_and_controls_each():
     lse_alone = {"bare", "layernorm", "layernorm_plain", "batchnorm", "weight_decay"}
     for criterion in PROTOCOL.data["criteria"]:
         assert criterion["negative_control"]["kind"] == "realistic"
-        if criterion["number"].startswith("rank_ce_"):
+        if "_ce_" in criterion["number"]:
             assert "baseline" in criterion and "by_construction" not in criterion
             continue
         arm = criterion["number"].split("_share_")[1]
@@ -184,7 +184,9 @@ def test_a_smoke_run_reads_each_arm_from_its_own_trainings(tmp_path):
     for arm in config["ce_arms"]:
         final = results[f"ce-{arm}-seed{seed}"]["final"]
         assert 1 - 1e-9 <= final["effective_rank"] <= config["width"] + 1e-9
+        assert 1 - 1e-9 <= final["distinct"] <= final["effective"] + 1e-9 <= 10 + 1e-9
         assert outcome.numbers[f"accuracy_ce_{arm}"] == final["accuracy"]
+        assert outcome.numbers[f"distinct_share_ce_{arm}"] == final["distinct_share"]
     k = config["components"]
     for arm in config["arms"]:
         final = results[f"{arm}-seed{seed}"]["final"]

@@ -22,8 +22,11 @@ with Adam:
 
 Every arm but `bare` is the bare network with one mechanism added. `train_ce_arm` returns the
 held-out embedding's volume (`_embedding_volume`), the test accuracy (does the arm work on its
-own task?), and the volume of the same embedding as each of `CE_PLANTS` replaces it (what the
-known-answer controls read).
+own task?), the component use of the held-out responsibilities $r = \operatorname{softmax}(-d)$
+over the $C$ classes (`_component_use`: the distinct classes in use, $\exp I(x; c)$, shown:
+inputs mapped to nearby points leave responsibilities that tell nothing apart), and the volume
+of the same embedding as each of `CE_PLANTS` replaces it (what the known-answer controls
+read).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from torch import Tensor, nn
 
 from implicit_em.objectives import log_det_penalty
 from implicit_em.report.experiments._collapse_baselines import encoder_optimizer
+from implicit_em.report.experiments._component_use import component_use
 from implicit_em.report.experiments._embedding_volume import embedding_volume, spectrum
 from implicit_em.report.experiments._neural import Images, device_of, minibatches
 from implicit_em.report.experiments._residual_mlp import PreNormResidualMLP, PrototypeHead
@@ -166,8 +170,10 @@ def train_ce_arm(images: Images, arm: str, seed: int, config: dict[str, Any]) ->
         losses.append(float(loss.detach()))
     e_test = _evaluate(backbone, images.x_test)
     with torch.no_grad():
-        accuracy = float((head(e_test).argmin(-1) == images.y_test).double().mean())
-    final = embedding_volume(e_test)
+        d_test = head(e_test)
+    r_test = torch.softmax(-d_test, dim=-1)
+    accuracy = float((d_test.argmin(-1) == images.y_test).double().mean())
+    final = {**component_use(r_test, config["dead_mass"]), **embedding_volume(e_test)}
     window = max(1, steps // 10)
     final.update(
         rank_start=start_volume["effective_rank"],

@@ -111,6 +111,7 @@ def _ce_outcome(
                 [f[key] for f in finals]
             )
         samples[f"rank_ce_{arm}"] = [f["effective_rank"] for f in finals]
+        numbers[f"distinct_share_ce_{arm}"] = mean_std([f["distinct_share"] for f in finals])[0]
         numbers[f"rank_ce_{arm}"] = numbers[f"effective_rank_ce_{arm}"]
         rows.append(
             (
@@ -118,6 +119,7 @@ def _ce_outcome(
                 interval_cell(samples[f"rank_ce_{arm}"], 1),
                 plus_minus([f["rank_start"] for f in finals], 1),
                 plus_minus([f["dead_dims"] for f in finals], 3),
+                interval_cell([f["distinct"] for f in finals], 2),
                 plus_minus([f["accuracy"] for f in finals]),
                 plus_minus([f["embedding_scale"] for f in finals], 3),
             )
@@ -126,12 +128,14 @@ def _ce_outcome(
         f"Cross-entropy over distances to one prototype per class: the held-out embedding's "
         f"effective rank exp H(p) of its covariance spectrum (width {config['width']}; mean and "
         f"95% interval, or mean ± sd, over {len(config['seeds'])} seeds), at the start and after "
-        f"{config['ce_steps']} steps; dead directions: variance below 1e-3 of the mean",
+        f"{config['ce_steps']} steps; dead directions: variance below 1e-3 of the mean; distinct "
+        "classes in use: exp of the mutual information between input and class under softmax(−d)",
         (
             "arm",
             "effective rank",
             "at the start",
             "dead directions (share)",
+            "distinct classes in use",
             "test accuracy",
             "feature sd",
         ),
@@ -319,10 +323,10 @@ def _controls() -> dict[str, Controls]:
     for criterion in load_protocol("E19").criteria:
         if criterion.number.startswith("rank_ce_"):
             arm = criterion.number.removeprefix("rank_ce_")
-            negative = CE_NEGATIVE[arm]
             plant = "plane" if arm == "bare" else "whitened"
             out[criterion.number] = Controls(
-                positive=_ce_measure(negative, plant), negative=_ce_measure(negative, None)
+                positive=_ce_measure(CE_NEGATIVE[arm], plant),
+                negative=_ce_measure(CE_NEGATIVE[arm], None),
             )
             continue
         measure, arm = next(
