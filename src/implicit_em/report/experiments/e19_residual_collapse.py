@@ -1,40 +1,39 @@
 r"""E19 (C9, C14a): collapse and volume control in a pre-norm residual MLP with a prototype head,
 trained by cross-entropy over distances (where the paper puts normalization layers) and by the
-LSE objective alone.
+LSE objective alone (shown).
 
 E6 read collapse in a one-layer encoder whose outputs are the distances, where the LSE
 objective's global optimum is collapse for any model without a volume term: decided by
 construction, in an architecture nobody trains. Here the network is the residual stream of a
-pre-LN transformer without attention (`_residual_mlp.PreNormResidualMLP`), read by $K$
-prototypes (`PrototypeHead`: $d_k = \lVert e(x) - \mu_k\rVert^2$) and trained on unlabelled
-Fashion-MNIST by the paper's unsupervised objective $-\log\sum_k e^{-d_k}$
-(`_residual_collapse.ARMS`). Whether gradient descent on such a network ends collapsed, and
-which of the practitioner's patches (LayerNorm with and without affine, BatchNorm, weight decay)
-or volume terms (log-det, variance + decorrelation) keep its components apart, is measured, not
-given.
+pre-LN transformer without attention (`_residual_mlp.PreNormResidualMLP`), read by prototypes
+(`PrototypeHead`: $d_k = \lVert e(x) - \mu_k\rVert^2$) on Fashion-MNIST.
 
-Under the LSE alone, though, the objective's optimum is collapse whatever the network does:
-$-\log\sum_k e^{-d_k} \ge -\log K$, with equality exactly when every prototype sits on every
-embedding ($d \equiv 0$). A normalization or decay arm that ends collapsed there fails by
-construction, so those readings are kept, marked
-`by_construction`, and cast no vote. §6.2 puts the missing volume term, and the practitioner's
-patches for it, in networks trained by cross-entropy or attention. The same backbone is
-therefore also trained as a distance-based classifier (`_residual_ce`): one prototype per class,
-cross-entropy of the labels under $\operatorname{softmax}(-d)$, without normalization, with
-LayerNorm, BatchNorm or weight decay, or with the explicit log-det of the embedding's
-covariance. Its collapse measure is the held-out embedding's effective rank $\exp H(p)$ of its
-covariance spectrum (`_embedding_volume`), against the $C = 10$ directions the labels need:
-a network whose embedding ends with at most $C$ effective directions has folded its inputs onto
-the class structure (the within-class distance structure gone), one that keeps more has not.
-CE criteria: `rank_ce_<arm>`; each rival must classify (test accuracy at least 0.7).
+**Cross-entropy (the criteria C9 and C14a read).** §6.2 puts the missing volume term, and the
+practitioner's patches for it, in networks trained by cross-entropy or attention. The backbone
+is read by one prototype per class and trained by the cross-entropy of the labels under
+$\operatorname{softmax}(-d)$ (`_residual_ce`): without normalization, with LayerNorm,
+BatchNorm or weight decay, or with the explicit log-det of the embedding's covariance. The
+collapse measure is the held-out embedding's effective rank $\exp H(p)$, $p$ the spectrum of
+its covariance (`_embedding_volume`), against the $C = 10$ directions the labels need: an
+embedding with at most $C$ effective directions has folded its inputs onto the class structure
+(the within-class distance structure gone). Criteria `rank_ce_<arm>`; each arm must classify
+(test accuracy at least 0.7). The distinct classes in use, $\exp I(x; c)$ of the held-out
+responsibilities, are shown.
 
-Per arm and seed of the LSE arms, on the held-out images (`_component_use`): the distinct
-components in use,
-$\exp I(x; k)$, as a share of $K$ (the first measure); the share of dead prototypes (mass below
-$0.1/K$) and the largest component's share (alternative measures). Each rival must work on its
-own task (it lowers its objective; a volume arm must keep class structure: k-NN accuracy at
-least 0.6). Every negative control is realistic: the same network trained without the one
-mechanism the criterion credits.
+**The LSE alone (shown, not voted, but for its volume arms).** The unlabelled network read by
+$K$ prototypes and trained by $-\log\sum_k e^{-d_k}$ (`_residual_collapse.ARMS`). That
+objective is at least $-\log K$, with equality exactly when every prototype sits on every
+embedding ($d \equiv 0$): its optimum is collapse whatever the network does, so the arms
+without a volume term (no normalization, the two LayerNorms, BatchNorm, weight decay) are
+marked `by_construction` in the protocol and cast no vote; the two volume arms (log-det,
+variance + decorrelation) are not decided by it and vote on C14a. Per arm and seed, on the
+held-out images (`_component_use`): the distinct components in use, $\exp I(x; k)$, as a share
+of $K$ (the first measure); the share of dead prototypes (mass below $0.1/K$) and the largest
+component's share (alternative measures). Each rival must work on its own task (it lowers its
+objective; a volume arm must keep class structure: k-NN accuracy at least 0.6).
+
+Every negative control is realistic: the same network trained without the one mechanism the
+criterion credits.
 """
 
 from __future__ import annotations
