@@ -373,7 +373,11 @@ EXPERIMENT = Experiment(
     ),
     plan=plan,
     aggregate=aggregate,
-    headline=("detect_share_moe_tracer", "detect_share_attention_tracer", "traced_share_sae"),
+    headline=(
+        "detect_share_moe_tracer",
+        "detect_share_moe_forward",
+        "detect_share_attention_tracer",
+    ),
     meaning={
         "holds": (
             "The tracer caught most dead-expert and dead-attention events and stayed silent "
