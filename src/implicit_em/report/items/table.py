@@ -39,16 +39,18 @@ def _reads(part: Part) -> str:
 
 def _rows(item: Item) -> list[str]:
     if item.not_testable:
-        name = f"{item.id} ({item.form})" if item.form else item.id
-        return [f"| {name} | (the whole item) | not testable: {item.not_testable} | |"]
+        return [
+            f"| {item.id} | {item.form or ''} | (the whole item) | not testable: "
+            f"{item.not_testable} | |"
+        ]
     alternatives = ", ".join(a.says for a in item.alternatives) or ""
     rows = []
     for i, part in enumerate(item.parts):
         quote = part.quote.replace("|", "\\|")
         reads = _reads(part).replace("|", "\\|")
         last = alternatives.replace("|", "\\|") if i == 0 else ""
-        name = f"{item.id} ({item.form})" if item.form else item.id
-        rows.append(f"| {name if i == 0 else ''} | “{quote}” | {reads} | {last} |")
+        first = f"{item.id} | {item.form or ''}" if i == 0 else " | "
+        rows.append(f"| {first} | “{quote}” | {reads} | {last} |")
     return rows
 
 
@@ -58,8 +60,8 @@ def items_table(registry: Registry | None = None) -> str:
     under."""
     registry = registry or load_registry()
     lines = [
-        "| item | part (quoted) | read from | also read under |",
-        "|---|---|---|---|",
+        "| item | form | part (quoted) | read from | also read under |",
+        "|---|---|---|---|---|",
     ]
     for item in registry.items.values():
         lines += _rows(item)
