@@ -174,8 +174,9 @@ def test_a_presentation_item_is_decided_by_reading_the_text():
     read = {"id": "p", "quote": "imported", "reads": "for", "read_why": "§5.1 says so"}
     got = _read({"form": "presentation", "parts": [read]}, item="m3")
     assert verdict_label(got) == "stands (by reading)"
-    with pytest.raises(ValueError, match="only an item about presentation"):
-        registry_from_data({"items": {"m3": {"form": "universal", "parts": [read]}}})
+    for other in ({"form": "universal"}, {}):
+        with pytest.raises(ValueError, match="only an item about presentation"):
+            registry_from_data({"items": {"m3": {**other, "parts": [read]}}})
 
 
 def test_an_unknown_or_missing_form_is_refused_naming_the_item():

@@ -25,13 +25,13 @@ In an item whose form is `comparative` a counted criterion without its rival's o
 
 **A part** of an item about presentation that is decided by reading (`reads`) reads so, its
 reason quoting the text (the item's qualifier: `by reading`). Otherwise a part reads `violated`
-when a gate it names failed; else, from its criteria's votes, by the
-item's logical form (`forms.part_vote`: one working counterexample decides a universal or
-necessity part against it, one working instance an existential part for it; otherwise `for` or
-`against` when all agree, `mixed` when some are for and some against, `undecided` when one is
-undecided and none disagree); with no vote, `algebra` when its gates passed or its criteria hold
-by construction and it states why that verifies it, else `not tested` with the reason. A part
-`beside` the item is read the same way and shown as a finding, but left out of the verdict.
+when a gate it names failed; else, from its criteria's votes, by the item's logical form
+(`forms.part_vote`: one working counterexample decides a universal or necessity part against
+it, one working instance an existential part for it; otherwise `for` or `against` when all
+agree, `mixed` when some are for and some against, `undecided` when one is undecided and none
+disagree); with no vote, `algebra` when its gates passed or its criteria hold by construction
+and it states why that verifies it, else `not tested` with the reason. A part `beside` the
+item is read the same way and shown as a finding, but left out of the verdict.
 
 **An item** of a universal or necessity form is refuted (objection: answered) as soon as one
 part is against (`forms.combine_against`); otherwise, and for every other form, under the rule

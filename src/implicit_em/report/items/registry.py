@@ -302,6 +302,9 @@ def _seen(data: Any, where: str) -> Seen:
 
 def _check_form(item: Item, where: str, required: bool) -> None:
     """The form is known and the item is built as its form needs (`ValueError` naming it)."""
+    read = [p for p in item.verdict_parts if p.reads]
+    if read and item.form != "presentation":
+        raise ValueError(f"{where}: only an item about presentation is decided by reading")
     if item.form is None:
         if required:
             raise ValueError(f"{where}: needs a form, one of {sorted(FORMS)}, and form_why")
@@ -314,9 +317,6 @@ def _check_form(item: Item, where: str, required: bool) -> None:
         raise ValueError(f"{where}: every part is beside the item; the verdict needs one")
     if item.form == "identity" and any(not (p.gates or p.algebra) for p in item.verdict_parts):
         raise ValueError(f"{where}: an identity is read from gates or algebra in every part")
-    read = [p for p in item.verdict_parts if p.reads]
-    if read and item.form != "presentation":
-        raise ValueError(f"{where}: only an item about presentation is decided by reading")
     if item.form == "presentation" and not (
         item.not_testable or len(read) == len(item.verdict_parts)
     ):
