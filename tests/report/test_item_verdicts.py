@@ -60,7 +60,7 @@ def _two_parts(first: str, second: str, item: str = "C4") -> str:
 def test_a_compound_claim_needs_every_part():
     assert _two_parts("met", "met") == "supported"
     assert _two_parts("not met", "not met") == "refuted"
-    assert _two_parts("met", "not met") == "mixed"
+    assert _two_parts("met", "not met") == "refuted"  # a false conjunct decides the conjunction
     assert _two_parts("met", "undecided") == "inconclusive"
     assert _two_parts("not met", "undecided") == "refuted"  # already failed, none for
     assert _two_parts("met", "met", item="R1") == "stands"

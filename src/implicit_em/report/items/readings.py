@@ -39,9 +39,10 @@ part is against (`forms.combine_against`); otherwise, and for every other form, 
 
 * `violated (algebra)` when a part is violated;
 * `not tested` when no part votes (`verified (algebra)` when every part is algebra);
-* `refuted` (objection: `answered`) when some part is against and none is for or mixed: a
-  conjunction already failed, and no part holds;
-* `mixed` when some parts are for and some against, or a part is mixed;
+* `refuted` (objection: `answered`) when some part is against: a conjunction with a false
+  conjunct is false, whatever its other parts read (the parts that held are shown beside it);
+* `mixed` when a part is mixed (its own criteria disagree and its form has no rule that
+  decides between them) and none is against;
 * `inconclusive` when a part is undecided or not tested (and none against);
 * `supported` (objection: `stands`) when every part is for or verified by algebra.
 
@@ -242,10 +243,10 @@ def _combine(parts: Sequence[Mapping[str, Any]], form: str | None) -> tuple[str,
             if set(by) == {"algebra"}
             else ("not tested", by.get("not tested", []))
         )
-    if get("against") and not (get("for") or get("mixed")):
+    if get("against"):
         return "against", by["against"]
-    if (get("against") and get("for")) or get("mixed"):
-        return "mixed", [p["id"] for p in parts if p["reading"] in ("for", "against", "mixed")]
+    if get("mixed"):
+        return "mixed", by["mixed"]
     if get("undecided") or get("not tested"):
         return "undecided", [*by.get("undecided", []), *by.get("not tested", [])]
     return "for", by["for"]

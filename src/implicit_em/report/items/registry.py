@@ -73,9 +73,9 @@ ITEMS_FILE = PROTOCOL_DIR / "items.json"
 RULES = {
     "all": (
         "every part is needed: supported when every part is for it (or verified by algebra), "
-        "refuted when some part is against it and none for it, mixed when some parts are for "
-        "and some against (or a part is mixed), else inconclusive when a part is undecided or "
-        "untested; not tested when no part casts a vote"
+        "refuted when some part is against it (a false conjunct decides a conjunction), mixed "
+        "when a part's own criteria disagree and none is against, else inconclusive when a part "
+        "is undecided or untested; not tested when no part casts a vote"
     ),
 }
 """How parts combine into an item's verdict, by rule name (the words for an objection:
