@@ -91,7 +91,14 @@ def plan(config: dict[str, Any]) -> list[Unit]:
     return lse + ce
 
 
-CE_READINGS = ("effective_rank", "rank_start", "dead_dims", "accuracy", "embedding_scale")
+CE_READINGS = (
+    "effective_rank",
+    "rank_start",
+    "dead_dims",
+    "accuracy",
+    "embedding_scale",
+    "loss_end",
+)
 """What the cross-entropy arms' table and numbers show, per arm: `<reading>_ce_<arm>`."""
 
 
@@ -120,6 +127,7 @@ def _ce_outcome(
                 plus_minus([f["dead_dims"] for f in finals], 3),
                 interval_cell([f["distinct"] for f in finals], 2),
                 plus_minus([f["accuracy"] for f in finals]),
+                plus_minus([f["loss_end"] for f in finals], 3),
                 plus_minus([f["embedding_scale"] for f in finals], 3),
             )
         )
@@ -136,6 +144,7 @@ def _ce_outcome(
             "dead directions (share)",
             "distinct classes in use",
             "test accuracy",
+            "final objective (nats)",
             "feature sd",
         ),
         tuple(rows),
