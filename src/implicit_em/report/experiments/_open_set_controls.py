@@ -95,7 +95,7 @@ FIELD_CONTROLS = Controls(
         lambda c: _gains(c, "null_oe", "unknowns", "null"),
     ),
     negative=Control(
-        "realistic: the same prototype head trained with the same soft-target mass as label "
+        "the same prototype head trained with the same soft-target mass as label "
         "smoothing and no null component, its 1 − max responsibility (MSP) in r₀'s place",
         lambda c: _gains(c, "smoothing", "none", "msp"),
     ),

@@ -324,7 +324,7 @@ def _controls() -> dict[str, Controls]:
                     _measure(f"{kind}_scaled", read, kind),
                 ),
                 negative=Control(
-                    "realistic: the prototype head with a 'none of the above' component (constant "
+                    "the prototype head with a 'none of the above' component (constant "
                     "d₀, 5% soft target), trained on the same split from the same seed and read "
                     "by the same code: a head that can abstain",
                     _measure("null", read, kind),
