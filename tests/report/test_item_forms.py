@@ -207,3 +207,15 @@ def test_every_registered_item_states_its_form_and_the_words_that_decide_it():
         voting = {r.number for p in registry.items[ident].verdict_parts for r in p.criteria}
         assert not any("brier" in n for n in voting), ident
     assert {i for i, item in registry.items.items() if item.seen} >= {"C5", "T3", "C14b"}
+
+
+def test_one_data_set_alone_is_shown_but_never_flips():
+    """A counterexample found on one data set still refutes a universal claim when the other
+    data set alone reads for it: the data-set reading drops votes, it is no other measure."""
+    alone = {"id": "b alone", "kind": "dataset", "suffix": "@b", "says": "data set b alone"}
+    entry = {"form": "universal", "parts": [_part("p", "E1:a")], "alternatives": [alone]}
+    samples = {"a": [0.1, 0.2, 3.0, 3.1], "a@x": [3.0, 3.1, 3.05], "a@b": [0.1, 0.2, 0.15]}
+    got = _read(entry, _c("a", "not met"), samples=samples)
+    (alt,) = got["alternatives"]
+    assert got["verdict"] == "refuted" and not got["fragile_under"]
+    assert alt["verdict"] == "supported" and alt["differs"] and not alt["flips"]

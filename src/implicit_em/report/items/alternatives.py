@@ -158,7 +158,7 @@ def alternative_readings(
                 "verdict": None if under is None else under["verdict"],
                 "qualifier": None if under is None else under["qualifier"],
                 "differs": differs,
-                "flips": differs and may_flip(item.form, alt.reading),
+                "flips": differs and may_flip(item.form, alt.reading, alt.kind),
             }
         )
     return out
