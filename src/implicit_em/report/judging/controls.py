@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from implicit_em.report.judging.readings import DEGENERATE
 from implicit_em.report.judging.rule import Criterion
 
 __all__ = [
@@ -116,12 +117,17 @@ class NegativeControl:
 
 
 def status_of(criterion: Criterion, values: Sequence[float]) -> str:
-    """A control's status: its per-seed `values` judged by `criterion` (undecided with none
-    or with a NaN)."""
+    """A control's status: its per-seed `values` read by `criterion` as the experiment reads
+    its own (`Criterion.reading`), undecided with none or with a NaN. A control whose seeds
+    all agree (a degenerate reading) is `met` when its constant passes, `not met` when not:
+    a planted answer may be exact."""
     values = [float(v) for v in values]
     if not values or any(math.isnan(v) for v in values):
         return "undecided"
-    return criterion.status(criterion.interval(values))
+    reading = criterion.reading("", values)
+    if reading.status == DEGENERATE:
+        return "met" if reading.passed else "not met"
+    return reading.status
 
 
 def control_statuses(criterion: Criterion, controls: Controls, config: Config) -> dict[str, Any]:
