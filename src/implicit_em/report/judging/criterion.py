@@ -45,7 +45,7 @@ from implicit_em.report.judging.stats import (
     share_interval,
 )
 
-__all__ = ["METHODS", "OPERATORS", "STATUSES", "Criterion", "Evaluation"]
+__all__ = ["METHODS", "OPERATORS", "STATUSES", "Criterion", "Evaluation", "Units"]
 
 STATUSES = ("met", "not met", "undecided", DEGENERATE)
 METHODS = MEAN_METHODS + MEDIAN_METHODS + SHARE_METHODS
@@ -58,6 +58,37 @@ OPERATORS: dict[str, Callable[[float, float], bool]] = {
     "==": operator.eq,
 }
 """The comparison each `op` of a gate or criterion names."""
+
+
+@dataclass(frozen=True)
+class Units:
+    """What one value of a criterion's sample list (per data set) stands for: one element of
+    the product of the configuration lists that `per` names (dotted paths into a size's
+    configuration; every seed unless declared otherwise), or, where `subset` says which, one
+    element that qualifies (then at most that many)."""
+
+    per: tuple[str, ...] = ("seeds",)
+    subset: str = ""
+
+    def count(self, config: Mapping[str, Any]) -> int:
+        """How many units `config` has: the product of the lengths of the lists `per` names."""
+        n = 1
+        for path in self.per:
+            found: Any = config
+            for key in path.split("."):
+                found = found[key]
+            n *= len(found)
+        return n
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any] | Units) -> Units:
+        """From a protocol's `units` entry (`{"per": [...], "subset": "..."}`)."""
+        if isinstance(data, Units):
+            return data
+        unknown = set(data) - {"per", "subset"}
+        if unknown or not data.get("per"):
+            raise ValueError(f"units must be {{'per': [paths], 'subset': ''}}, got {data!r}")
+        return cls(tuple(str(p) for p in data["per"]), str(data.get("subset", "")))
 
 
 @dataclass(frozen=True)
@@ -102,6 +133,10 @@ class Criterion:
         The range the quantity cannot leave (`[0, 1]` for a share, `[0, None]` for a KL; None
         an open end): a value outside it is an error and its interval is kept inside it
         (`stats`). A share method's range is [0, 1] by construction.
+    units : Units
+        What each of its per-seed values stands for: one per seed unless the protocol
+        declares other units (`{"per": ["topk.seeds"]}`, or runs that qualify among
+        `{"per": ["moe.arms", "seeds"], "subset": "..."}`). Checked, not read by the verdict.
     """
 
     number: str
@@ -117,6 +152,7 @@ class Criterion:
     combine: str = ""
     modes_gap: float | None = None
     bounds: tuple[float | None, float | None] | None = None
+    units: Units = Units()
 
     def __post_init__(self) -> None:
         if self.op not in OPERATORS or self.op == "==":
@@ -133,6 +169,7 @@ class Criterion:
             raise ValueError(
                 f"claim must be a theory item such as 'C1' or 'R2', got {self.claim!r}"
             )
+        object.__setattr__(self, "units", Units.from_data(self.units))
         if self.bounds is not None:
             if len(self.bounds) != 2:
                 raise ValueError(f"bounds must be [low, high], got {self.bounds!r}")
