@@ -84,3 +84,13 @@ def test_a_record_round_trips_to_its_criterion():
     assert Criterion.from_record(record) == BOUNDED
     with pytest.raises(ValueError, match="low < high"):
         Criterion("x", ">=", 0.5, "x", claim="C4", direction="supports", bounds=(1, 0))
+
+
+def test_a_record_names_the_interval_it_holds():
+    """A BCa criterion on five seeds holds a Student t interval, and its record says so (its
+    `method` stays the registered one, which is what reading it again asks for)."""
+    bca = Criterion("gap", ">=", 0.0, "gap", claim="m2", direction="supports", method="bca")
+    record = _record(bca, {"gap": [0.1, 0.3, 0.2, 0.25, 0.15]})
+    assert record["method"] == "bca" and record["readings"][0]["method"] == "t-for-bca"
+    assert record["method_name"] == "Student t (bootstrap BCa needs n ≥ 10)"
+    assert rejudged(record, [0.1, 0.3, 0.2, 0.25, 0.15])["readings"] == record["readings"]

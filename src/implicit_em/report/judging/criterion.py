@@ -342,7 +342,7 @@ class Evaluation:
             "low": None if i is None else i.low,
             "high": None if i is None else i.high,
             "method": c.method,
-            "method_name": METHOD_NAMES[c.method],
+            "method_name": METHOD_NAMES[c.method if i is None else i.method],
             "combine": c.combine,
             "bounds": None if c.bounds is None else list(c.bounds),
             "modes_gap": c.modes_gap,
