@@ -118,7 +118,8 @@ def _wind_tunnel(numbers: dict) -> list[dict]:
 def test_c11_reads_inconclusive_not_converged_from_an_unconverged_wind_tunnel():
     """The registered marks (attached from E10's and E11's protocols) and the registered items:
     an unconverged run opens C11 whatever its intervals say; converged, its criteria vote
-    (every criterion met: reproduce and MLPs fail for it, necessity against it: mixed)."""
+    (every criterion met: reproduce and MLPs fail for it, and T1's log-loss sigmoids match,
+    a working counterexample to the necessity that refutes it whatever the other parts read)."""
     from implicit_em.report.items.registry import load_registry
 
     (stuck,) = claim_verdicts(
@@ -126,7 +127,8 @@ def test_c11_reads_inconclusive_not_converged_from_an_unconverged_wind_tunnel():
     )
     assert verdict_label(stuck) == "inconclusive (not converged)"
     (done,) = claim_verdicts(["C11"], _wind_tunnel(TRAINED), load_registry())
-    assert done["verdict"] == "mixed" and "not converged" not in verdict_label(done)
+    assert done["verdict"] == "refuted" and "not converged" not in verdict_label(done)
+    assert done["decided_by"] == ["necessary"]
 
 
 @pytest.mark.parametrize(

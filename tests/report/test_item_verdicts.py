@@ -60,7 +60,7 @@ def _two_parts(first: str, second: str, item: str = "C4") -> str:
 def test_a_compound_claim_needs_every_part():
     assert _two_parts("met", "met") == "supported"
     assert _two_parts("not met", "not met") == "refuted"
-    assert _two_parts("met", "not met") == "mixed"
+    assert _two_parts("met", "not met") == "refuted"  # a false conjunct decides the conjunction
     assert _two_parts("met", "undecided") == "inconclusive"
     assert _two_parts("not met", "undecided") == "refuted"  # already failed, none for
     assert _two_parts("met", "met", item="R1") == "stands"
@@ -242,25 +242,23 @@ def test_contradicting_linked_items_both_read_inconsistent():
     assert open_["T1"]["verdict"] == "supported" and open_["C11"]["verdict"] == "inconclusive"
 
 
-def test_c11_is_judged_whole_in_the_registry():
-    """Transformers match, the MLPs do not fail, the sigmoids also match: C11 is mixed (its
-    "MLPs fail" and "necessary" parts against it), whatever its first criterion says."""
+def test_c11_is_refuted_by_t1s_counterexample_in_the_registry():
+    """C11 is a necessity: the log-loss sigmoids matching the posterior (T1's instance) refute
+    its "necessary" part, and that decides C11 whatever its other parts read; the Brier cell
+    is a finding about the loss beside it and casts no vote."""
     e10 = [
-        _c(f"{task}_{what}", status)
+        _c(f"{task}_{what}", "met")
         for task in ("bijection", "hmm", "dice")
-        for what, status in (
-            ("transformer_over_floor", "met"),
-            ("prefix_minus_transformer_bits", "not met"),
-        )
+        for what in ("transformer_over_floor", "prefix_minus_transformer_bits")
     ]
-    e11 = [_c("sigmoid_minus_ce_bits", "met"), _c("brier_minus_ce_bits", "met")]
-    got = {
-        c["id"]: c
-        for c in claim_verdicts(["C11", "T1"], [_e("E10", *e10), _e("E11", *e11)], load_registry())
-    }
-    readings = {p["id"]: p["reading"] for p in got["C11"]["parts"]}
-    assert readings == {"reproduce": "for", "MLPs fail": "against", "necessary": "against"}
-    assert got["C11"]["verdict"] == "mixed"
+    for brier in ("met", "not met"):
+        e11 = [_c("sigmoid_minus_ce_bits", "met"), _c("brier_minus_ce_bits", brier)]
+        experiments = [_e("E10", *e10), _e("E11", *e11)]
+        got = {c["id"]: c for c in claim_verdicts(["C11", "T1"], experiments, load_registry())}
+        readings = {p["id"]: p["reading"] for p in got["C11"]["parts"] if not p["beside"]}
+        assert readings == {"reproduce": "for", "MLPs fail": "for", "necessary": "against"}
+        assert got["C11"]["verdict"] == "refuted" and got["C11"]["decided_by"] == ["necessary"]
+        assert got["T1"]["verdict"] == "supported"  # the instance answers the existential test
 
 
 def test_the_registry_names_every_item_and_only_registered_criteria_and_gates():

@@ -19,9 +19,13 @@ function that read it first (`Criterion.evaluation`): its interval method, its d
 and degeneracy (a data set whose seeds all agree is a gate there too, casting no vote).
 
 An item whose verdict under an available alternative differs from its verdict is **fragile**,
-and the alternatives that flip it are named; an alternative under which nothing votes (`not
-tested`: its measures hold by construction or lack a realistic negative control) offers no other
-reading and flips nothing.
+and the alternatives that flip it are named, but only a **sound** alternative may flip it: one
+that passes the same controls as the primary (`registry.ALTERNATIVE_READINGS`; a `measure` is
+never sound), and never an item decided by algebra or by reading (`forms.may_flip`). One that
+is by construction, uncontrolled, without a working negative control or testing another
+mechanism is shown with its verdict and its kind, and flips nothing. An alternative under which
+nothing votes (`not tested`: its measures hold by construction or lack a realistic negative
+control) offers no other reading and flips nothing either.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from implicit_em.report.items.forms import may_flip
 from implicit_em.report.items.readings import Index, item_reading
 from implicit_em.report.items.registry import Alternative, Item, Ref
 from implicit_em.report.judging.rule import OPERATORS, Criterion
@@ -124,21 +129,26 @@ def _view(
 def alternative_readings(
     item: Item, index: Index, experiments: Experiments, verdict: str
 ) -> list[dict[str, Any]]:
-    """Each alternative of `item`: its id, kind, what it `says`, whether it is `available` in
-    this document, the item's `verdict` under it, and whether that `flips` `verdict`."""
+    """Each alternative of `item`: its id, kind, `reading` (sound or why not), what it `says`,
+    whether it is `available` in this document, the item's `verdict` under it, whether that
+    verdict `differs` from `verdict`, and whether it `flips` it (it differs and the alternative
+    may flip: `forms.may_flip`)."""
     out = []
     for alt in item.alternatives:
         view = _view(item, alt, index, experiments)
         under = None if view is None else item_reading(view[0], view[1], experiments)
+        differs = under is not None and under["verdict"] not in (verdict, NOT_TESTED)
         out.append(
             {
                 "id": alt.id,
                 "kind": alt.kind,
+                "reading": alt.reading,
                 "says": alt.says,
                 "available": under is not None,
                 "verdict": None if under is None else under["verdict"],
                 "qualifier": None if under is None else under["qualifier"],
-                "flips": under is not None and under["verdict"] not in (verdict, NOT_TESTED),
+                "differs": differs,
+                "flips": differs and may_flip(item.form, alt.reading),
             }
         )
     return out

@@ -20,18 +20,29 @@ not `counted`, in this order:
    is not a trained rival lacking exactly the mechanism (`controls.NegativeControl`);
 6. `not measured`: no interval.
 
-**A part** reads `violated` when a gate it names failed; else, from its criteria's votes, `for`
-or `against` when all agree, `mixed` when some are for and some against, `undecided` when one is
-undecided and none disagree; with no vote, `algebra` when its gates passed or its criteria hold
-by construction and it states why that verifies it, else `not tested` with the reason.
+In an item whose form is `comparative` a counted criterion without its rival's own-task gates
+(`baseline`) reads `rival not shown to work` and casts no vote (`forms.needs_rival`).
 
-**An item** under the rule `all` (a compound claim needs every part), from its parts' readings:
+**A part** of an item about presentation that is decided by reading (`reads`) reads so, its
+reason quoting the text (the item's qualifier: `by reading`). Otherwise a part reads `violated`
+when a gate it names failed; else, from its criteria's votes, by the item's logical form
+(`forms.part_vote`: one working counterexample decides a universal or necessity part against
+it, one working instance an existential part for it; otherwise `for` or `against` when all
+agree, `mixed` when some are for and some against, `undecided` when one is undecided and none
+disagree); with no vote, `algebra` when its gates passed or its criteria hold by construction
+and it states why that verifies it, else `not tested` with the reason. A part `beside` the
+item is read the same way and shown as a finding, but left out of the verdict.
+
+**An item** of a universal or necessity form is refuted (objection: answered) as soon as one
+part is against (`forms.combine_against`); otherwise, and for every other form, under the rule
+`all` (a compound claim needs every part), from its parts' readings:
 
 * `violated (algebra)` when a part is violated;
 * `not tested` when no part votes (`verified (algebra)` when every part is algebra);
-* `refuted` (objection: `answered`) when some part is against and none is for or mixed: a
-  conjunction already failed, and no part holds;
-* `mixed` when some parts are for and some against, or a part is mixed;
+* `refuted` (objection: `answered`) when some part is against: a conjunction with a false
+  conjunct is false, whatever its other parts read (the parts that held are shown beside it);
+* `mixed` when a part is mixed (its own criteria disagree and its form has no rule that
+  decides between them) and none is against;
 * `inconclusive` when a part is undecided or not tested (and none against);
 * `supported` (objection: `stands`) when every part is for or verified by algebra.
 
@@ -43,6 +54,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from implicit_em.report.items.forms import combine_against, needs_rival, part_vote
 from implicit_em.report.items.marks import baseline_failures, failed_requirement
 from implicit_em.report.items.registry import Item, Part, Ref
 from implicit_em.report.judging.controls import NegativeControl
@@ -106,11 +118,14 @@ def _standing(c: Mapping[str, Any], experiment: Mapping[str, Any]) -> tuple[str,
 
 
 def criterion_reading(
-    ref: Ref, index: Index, experiments: Mapping[str, Mapping[str, Any]]
+    ref: Ref,
+    index: Index,
+    experiments: Mapping[str, Mapping[str, Any]],
+    form: str | None = None,
 ) -> dict[str, Any]:
-    """What one referenced criterion says of its item: the numbers, `standing`, `why`, `vote`
-    (`for`, `against`, `undecided`, or `no vote`) and `held_open` (a failed requirement, such
-    as `not converged`, makes it `undecided`)."""
+    """What one referenced criterion says of its item (of logical `form`): the numbers,
+    `standing`, `why`, `vote` (`for`, `against`, `undecided`, or `no vote`) and `held_open` (a
+    failed requirement, such as `not converged`, makes it `undecided`)."""
     c = index.get(ref.key)
     experiment = experiments.get(ref.experiment, {"id": ref.experiment, "verdict": "not run"})
     if c is None:
@@ -118,6 +133,9 @@ def criterion_reading(
         standing, why = "not measured", f"{ref.text} is not in this report"
     else:
         standing, why = _standing(c, experiment)
+    if standing == "counted" and needs_rival(form) and not c.get("baseline"):
+        standing = "rival not shown to work"
+        why = "a comparison counts only once its rival's own-task gates are declared and pass"
     direction = ref.direction or c["direction"]
     vote = "no vote"
     held_open = _requirement_reads(c, standing) == "undecided"
@@ -166,24 +184,24 @@ def _gate(ref: Ref, experiments: Mapping[str, Mapping[str, Any]]) -> dict[str, A
 
 
 def part_reading(
-    part: Part, index: Index, experiments: Mapping[str, Mapping[str, Any]]
+    part: Part,
+    index: Index,
+    experiments: Mapping[str, Mapping[str, Any]],
+    form: str | None = None,
 ) -> dict[str, Any]:
-    """One part's reading (`for`, `against`, `mixed`, `undecided`, `algebra`, `violated`,
-    `not tested`), its `reason`, and the readings of its criteria and gates."""
-    criteria = [criterion_reading(r, index, experiments) for r in part.criteria]
+    """One part's reading under the item's logical `form` (`for`, `against`, `mixed`,
+    `undecided`, `algebra`, `violated`, `not tested`), its `reason`, `beside` (why it is a
+    finding beside the item, or empty), and the readings of its criteria and gates."""
+    criteria = [criterion_reading(r, index, experiments, form) for r in part.criteria]
     gates = [_gate(r, experiments) for r in part.gates]
     votes = [c["vote"] for c in criteria if c["vote"] in VOTES]
     construction = bool(criteria) and all(c["standing"] == "by construction" for c in criteria)
-    if any(g["passed"] is False for g in gates):
+    if part.reads:
+        reading, reason = part.reads, f"by reading: {part.read_why}"
+    elif any(g["passed"] is False for g in gates):
         reading, reason = "violated", "a gate failed: " + "; ".join(g["detail"] for g in gates)
     elif votes:
-        reading = (
-            "mixed"
-            if "for" in votes and "against" in votes
-            else "undecided"
-            if "undecided" in votes
-            else votes[0]
-        )
+        reading = part_vote(form, votes)
         held = [c for c in criteria if c["vote"] == "undecided" and c["standing"] != "counted"]
         reason = "; ".join(f"{c['standing']}: {c['why']}" for c in held)
     elif gates and all(g["passed"] for g in gates):
@@ -200,13 +218,19 @@ def part_reading(
         "quote": part.quote,
         "reading": reading,
         "reason": reason,
+        "beside": part.beside,
         "criteria": criteria,
         "gates": gates,
     }
 
 
-def _combine(parts: Sequence[Mapping[str, Any]]) -> tuple[str, list[str]]:
-    """The rule `all`: (the item's reading key, the parts that decided it)."""
+def _combine(parts: Sequence[Mapping[str, Any]], form: str | None) -> tuple[str, list[str]]:
+    """The item's reading key and the parts that decided it: a working counterexample to a
+    universal or necessity form decides it against; else the rule `all`."""
+    if not any(p["reading"] == "violated" for p in parts):
+        against = combine_against(form, parts)
+        if against:
+            return "against", against
     by: dict[str, list[str]] = {}
     for p in parts:
         by.setdefault(p["reading"], []).append(p["id"])
@@ -219,10 +243,10 @@ def _combine(parts: Sequence[Mapping[str, Any]]) -> tuple[str, list[str]]:
             if set(by) == {"algebra"}
             else ("not tested", by.get("not tested", []))
         )
-    if get("against") and not (get("for") or get("mixed")):
+    if get("against"):
         return "against", by["against"]
-    if (get("against") and get("for")) or get("mixed"):
-        return "mixed", [p["id"] for p in parts if p["reading"] in ("for", "against", "mixed")]
+    if get("mixed"):
+        return "mixed", by["mixed"]
     if get("undecided") or get("not tested"):
         return "undecided", [*by.get("undecided", []), *by.get("not tested", [])]
     return "for", by["for"]
@@ -242,7 +266,12 @@ def _word(item: str, key: str) -> str:
 
 
 def _qualifier(key: str, parts: Sequence[Mapping[str, Any]], decided: Sequence[str]) -> str:
-    """The short reason shown after an open verdict: why the deciding parts did not vote."""
+    """The short reason shown after an open verdict (why the deciding parts did not vote), or
+    `by reading` after one decided by reading the text."""
+    if key in ("for", "against") and all(
+        p["reason"].startswith("by reading") for p in parts if p["id"] in decided
+    ):
+        return "by reading"
     if key not in ("not tested", "undecided"):
         return ""
     reasons = []
@@ -267,9 +296,11 @@ def _qualifier(key: str, parts: Sequence[Mapping[str, Any]], decided: Sequence[s
 def item_reading(
     item: Item, index: Index, experiments: Mapping[str, Mapping[str, Any]]
 ) -> dict[str, Any]:
-    """The item's verdict under its rule: `verdict`, `qualifier` (why an open verdict is
-    open), `reason` (one line), `parts` (each part's reading) and `decided_by`."""
-    parts = [part_reading(p, index, experiments) for p in item.parts]
+    """The item's verdict under its form and rule: `verdict`, `qualifier` (why an open verdict
+    is open), `reason` (one line), `parts` (each part's reading, those beside the item
+    included) and `decided_by`."""
+    parts = [part_reading(p, index, experiments, item.form) for p in item.parts]
+    voting = [p for p in parts if not p["beside"]]
     if item.not_testable:
         short = item.not_testable.split(":", 1)[0]
         return {
@@ -279,8 +310,8 @@ def item_reading(
             "parts": parts,
             "decided_by": [],
         }
-    key, decided = _combine(parts)
-    qualifier = _qualifier(key, parts, decided)
+    key, decided = _combine(voting, item.form)
+    qualifier = _qualifier(key, voting, decided)
     lines = [
         f"{p['id']}: {p['reading']}" + (f" ({p['reason']})" if p["reason"] else "")
         for p in parts

@@ -9,17 +9,33 @@ each part quoting its words and listing what bears on it:
 * `gates`: references `"E1:c1_max_abs_error"` to sanity gates that verify the part by algebra;
 * `algebra`: one line, when the part holds by algebra or construction (its criteria then are
   marked `by_construction` and cast no vote): the part reads `verified (algebra)`;
-* `untested`: one line, when nothing measures the part.
+* `untested`: one line, when nothing measures the part;
+* `reads` (`for` or `against`) with `read_why`: in an item about the paper's presentation, the
+  part is decided by reading the text, and `read_why` quotes what decides it;
+* `beside`: one line, for a reading the sentence does not make (C3's necessity of each
+  condition, a rival that fails through another mechanism): the part is read and shown as a
+  finding beside the item, and left out of its verdict.
+
+An item's `form` is the logical form of its sentence (`forms.FORMS`: identity, universal,
+necessity, sufficiency, existential, comparative, presentation), with `form_why`, the words that
+decide it; the form says what evidence can decide the item (`implicit_em.report.items.forms`).
 
 An item's `rule` says how its parts combine (`RULES`; `implicit_em.report.items.readings`).
 `alternatives` are the referee's other reasonable choices (`ALTERNATIVE_KINDS`): other measures
 of the same quantity (`criteria`: a part read from other criteria), the first-stated threshold
 (`threshold`) or measure (`measure`: a point estimate from the experiment's `numbers`), and each
 data set alone (`dataset`: every criterion read from its samples `<number><suffix>`, such as
-`gd_path_gap@wine`). `not_testable` makes an item `not tested` whatever is measured, with its
+`gd_path_gap@wine`). Each alternative states its `reading` (`ALTERNATIVE_READINGS`): only a
+`sound` one, a reading that passes the same controls as the primary, may flip the verdict; one
+`by construction`, `uncontrolled` (a `measure` always is: a point estimate without controls),
+`without a working negative control`, or testing `another mechanism` is shown and flips
+nothing. `not_testable` makes an item `not tested` whatever is measured, with its
 reason. `links` name pairs of items whose verdicts cannot both hold (`contradict`), with the
 reason. `registered` is when the rules were fixed and `seen` what had been measured by then: an
-item read from measurements started before it is exploratory.
+item read from measurements started before it is exploratory. An item's own `seen` lists each
+measure or criterion of it changed after its data were seen (`date`, what `changed`, what the
+first-stated one `first_read`): its verdict is exploratory, and the page says what the
+first-stated one read.
 """
 
 from __future__ import annotations
@@ -32,10 +48,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from implicit_em.report.items.forms import FORMS
 from implicit_em.report.rules.protocol import PROTOCOL_DIR
 
 __all__ = [
     "ALTERNATIVE_KINDS",
+    "ALTERNATIVE_READINGS",
+    "FORMS",
     "ITEMS_FILE",
     "RULES",
     "Alternative",
@@ -44,6 +63,7 @@ __all__ = [
     "Part",
     "Ref",
     "Registry",
+    "Seen",
     "load_registry",
     "registry_from_data",
 ]
@@ -53,15 +73,25 @@ ITEMS_FILE = PROTOCOL_DIR / "items.json"
 RULES = {
     "all": (
         "every part is needed: supported when every part is for it (or verified by algebra), "
-        "refuted when some part is against it and none for it, mixed when some parts are for "
-        "and some against (or a part is mixed), else inconclusive when a part is undecided or "
-        "untested; not tested when no part casts a vote"
+        "refuted when some part is against it (a false conjunct decides a conjunction), mixed "
+        "when a part's own criteria disagree and none is against, else inconclusive when a part "
+        "is undecided or untested; not tested when no part casts a vote"
     ),
 }
 """How parts combine into an item's verdict, by rule name (the words for an objection:
 stands for supported, answered for refuted)."""
 
 ALTERNATIVE_KINDS = ("criteria", "threshold", "measure", "dataset")
+
+ALTERNATIVE_READINGS = (
+    "sound",
+    "by construction",
+    "uncontrolled",
+    "without a working negative control",
+    "another mechanism",
+)
+"""What kind of reading an alternative is: only a `sound` one (it passes the same controls as
+the primary) may flip a verdict; the others are shown beside it."""
 
 
 def _ref_text(experiment: str, number: str) -> str:
@@ -111,6 +141,9 @@ class Part:
     gates: tuple[Ref, ...] = ()
     algebra: str = ""
     untested: str = ""
+    beside: str = ""
+    reads: str = ""
+    read_why: str = ""
 
 
 @dataclass(frozen=True)
@@ -128,6 +161,21 @@ class Alternative:
     threshold: float = 0.0
     criterion: Ref | None = None
     suffix: str = ""
+    reading: str = "sound"
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A measure or criterion of an item changed after its data were seen: when, what changed,
+    and what the first-stated one had read."""
+
+    date: str
+    changed: str
+    first_read: str
+
+    @property
+    def text(self) -> str:
+        return f"{self.changed} ({self.date}), after the first-stated one read {self.first_read}"
 
 
 @dataclass(frozen=True)
@@ -137,10 +185,19 @@ class Item:
     rule: str = "all"
     alternatives: tuple[Alternative, ...] = ()
     not_testable: str = ""
+    form: str | None = None
+    form_why: str = ""
+    seen: tuple[Seen, ...] = ()
+
+    @property
+    def verdict_parts(self) -> tuple[Part, ...]:
+        """The parts the verdict is read from (those beside it left out)."""
+        return tuple(p for p in self.parts if not p.beside)
 
     @property
     def rule_text(self) -> str:
-        return RULES[self.rule]
+        form = f"{self.form}: {FORMS[self.form]}; parts: " if self.form else ""
+        return form + RULES[self.rule]
 
 
 @dataclass(frozen=True)
@@ -174,10 +231,15 @@ class Registry:
 
 
 def _part(data: Mapping[str, Any], where: str) -> Part:
-    unknown = set(data) - {"id", "quote", "criteria", "gates", "algebra", "untested"}
+    known = {"id", "quote", "criteria", "gates", "algebra", "untested", "beside", "reads"}
+    unknown = set(data) - known - {"read_why"}
     if unknown or not data.get("id") or not data.get("quote"):
         raise ValueError(f"{where}: a part needs id and quote, and knows no {sorted(unknown)}")
     where = f"{where} part {data['id']!r}"
+    if data.get("reads") not in (None, "for", "against") or (
+        bool(data.get("reads")) != bool(data.get("read_why"))
+    ):
+        raise ValueError(f"{where}: reads is 'for' or 'against', with read_why quoting the text")
     return Part(
         str(data["id"]),
         str(data["quote"]),
@@ -185,6 +247,9 @@ def _part(data: Mapping[str, Any], where: str) -> Part:
         tuple(Ref.parse(r, where) for r in data.get("gates", [])),
         str(data.get("algebra", "")),
         str(data.get("untested", "")),
+        str(data.get("beside", "")),
+        str(data.get("reads") or ""),
+        str(data.get("read_why", "")),
     )
 
 
@@ -202,6 +267,12 @@ def _alternative(data: Mapping[str, Any], parts: set[str], where: str) -> Altern
         raise ValueError(f"{where}: a measure alternative needs part, mean_of, op, threshold")
     if kind == "threshold" and not data.get("criterion"):
         raise ValueError(f"{where}: a threshold alternative needs criterion and threshold")
+    reading = data.get("reading", "uncontrolled" if kind == "measure" else "sound")
+    if reading not in ALTERNATIVE_READINGS or (kind == "measure" and reading == "sound"):
+        raise ValueError(
+            f"{where}: reading must be one of {ALTERNATIVE_READINGS} (a measure, a point "
+            f"estimate without controls, is never sound), got {reading!r}"
+        )
     return Alternative(
         str(ident),
         str(kind),
@@ -217,10 +288,45 @@ def _alternative(data: Mapping[str, Any], parts: set[str], where: str) -> Altern
         threshold=float(data.get("threshold", 0.0)),
         criterion=Ref.parse(data["criterion"], where) if data.get("criterion") else None,
         suffix=str(data.get("suffix", "")),
+        reading=str(reading),
     )
 
 
-def _item(ident: str, data: Mapping[str, Any]) -> Item:
+def _seen(data: Any, where: str) -> Seen:
+    if not isinstance(data, Mapping) or not all(
+        data.get(k) for k in ("date", "changed", "first_read")
+    ):
+        raise ValueError(f"{where}: each 'seen' entry needs date, changed and first_read")
+    return Seen(str(data["date"]), str(data["changed"]), str(data["first_read"]))
+
+
+def _check_form(item: Item, where: str, required: bool) -> None:
+    """The form is known and the item is built as its form needs (`ValueError` naming it)."""
+    read = [p for p in item.verdict_parts if p.reads]
+    if read and item.form != "presentation":
+        raise ValueError(f"{where}: only an item about presentation is decided by reading")
+    if item.form is None:
+        if required:
+            raise ValueError(f"{where}: needs a form, one of {sorted(FORMS)}, and form_why")
+        return
+    if item.form not in FORMS:
+        raise ValueError(f"{where}: unknown form {item.form!r}, not one of {sorted(FORMS)}")
+    if required and not item.form_why:
+        raise ValueError(f"{where}: form {item.form!r} needs form_why (the words that decide it)")
+    if not item.verdict_parts:
+        raise ValueError(f"{where}: every part is beside the item; the verdict needs one")
+    if item.form == "identity" and any(not (p.gates or p.algebra) for p in item.verdict_parts):
+        raise ValueError(f"{where}: an identity is read from gates or algebra in every part")
+    if item.form == "presentation" and not (
+        item.not_testable or len(read) == len(item.verdict_parts)
+    ):
+        raise ValueError(
+            f"{where}: a presentation item is read from the text in every part (reads), or says "
+            "why nothing decides it (not_testable)"
+        )
+
+
+def _item(ident: str, data: Mapping[str, Any], require_form: bool = False) -> Item:
     where = f"items.json item {ident}"
     rule = data.get("rule", "all")
     if rule not in RULES:
@@ -230,16 +336,31 @@ def _item(ident: str, data: Mapping[str, Any]) -> Item:
     if not parts or len(set(ids)) != len(ids):
         raise ValueError(f"{where}: needs at least one part, each with its own id")
     alternatives = tuple(_alternative(a, set(ids), where) for a in data.get("alternatives", []))
-    return Item(ident, parts, rule, alternatives, str(data.get("not_testable", "")))
+    form = data.get("form")
+    item = Item(
+        ident,
+        parts,
+        rule,
+        alternatives,
+        str(data.get("not_testable", "")),
+        None if form is None else str(form),
+        str(data.get("form_why", "")),
+        tuple(_seen(s, where) for s in data.get("seen", [])),
+    )
+    _check_form(item, where, require_form)
+    return item
 
 
 def registry_from_data(data: Mapping[str, Any], items: Sequence[str] | None = None) -> Registry:
     """The registry from the parsed `items.json` (`ValueError` naming what is wrong); `items`,
-    when given, are the ids it must hold exactly."""
-    parsed = {ident: _item(ident, entry) for ident, entry in data.get("items", {}).items()}
-    if items is not None and set(parsed) != set(items):
-        missing, extra = sorted(set(items) - set(parsed)), sorted(set(parsed) - set(items))
+    when given, are the ids it must hold exactly, each with its logical form (a registry
+    without `items`, such as a test's, may leave the form out: its parts then combine by the
+    rule alone)."""
+    entries = data.get("items", {})
+    if items is not None and set(entries) != set(items):
+        missing, extra = sorted(set(items) - set(entries)), sorted(set(entries) - set(items))
         raise ValueError(f"items.json: missing items {missing}, unknown items {extra}")
+    parsed = {ident: _item(ident, entry, items is not None) for ident, entry in entries.items()}
     links = []
     for link in data.get("links", []):
         pair = tuple(link.get("items", ()))

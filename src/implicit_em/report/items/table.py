@@ -30,29 +30,38 @@ def _reads(part: Part) -> str:
         reads.append(f"algebra: {part.algebra}")
     if part.untested:
         reads.append(f"not tested: {part.untested}")
+    if part.reads:
+        reads.append(f"by reading ({part.reads}): {part.read_why}")
+    if part.beside:
+        reads.append(f"beside the item, no vote: {part.beside}")
     return "; ".join(reads) or "nothing"
 
 
 def _rows(item: Item) -> list[str]:
     if item.not_testable:
-        return [f"| {item.id} | (the whole item) | not testable: {item.not_testable} | |"]
+        return [
+            f"| {item.id} | {item.form or ''} | (the whole item) | not testable: "
+            f"{item.not_testable} | |"
+        ]
     alternatives = ", ".join(a.says for a in item.alternatives) or ""
     rows = []
     for i, part in enumerate(item.parts):
         quote = part.quote.replace("|", "\\|")
         reads = _reads(part).replace("|", "\\|")
         last = alternatives.replace("|", "\\|") if i == 0 else ""
-        rows.append(f"| {item.id if i == 0 else ''} | “{quote}” | {reads} | {last} |")
+        first = f"{item.id} | {item.form or ''}" if i == 0 else " | "
+        rows.append(f"| {first} | “{quote}” | {reads} | {last} |")
     return rows
 
 
 def items_table(registry: Registry | None = None) -> str:
     """The markdown table: one row per part of every item, with what it is read from and,
-    on the item's first row, the alternatives its verdict is also shown under."""
+    on the item's first row, its logical form and the alternatives its verdict is also shown
+    under."""
     registry = registry or load_registry()
     lines = [
-        "| item | part (quoted) | read from | also read under |",
-        "|---|---|---|---|",
+        "| item | form | part (quoted) | read from | also read under |",
+        "|---|---|---|---|---|",
     ]
     for item in registry.items.values():
         lines += _rows(item)

@@ -4,13 +4,17 @@ rule over all its evidence (`implicit_em.report.items`).
 For each item of the registry (`protocols/items.json`):
 
 1. each part of its quoted sentence is read from its criteria and gates, and the parts combine
-   by the item's rule into `supported`/`refuted`/`mixed`/`inconclusive`/`not tested` (for an
+   by the item's logical form and rule (`items.forms`: one working counterexample refutes a
+   universal or necessity claim, one working instance answers an existential test, a
+   sufficiency claim is read where all its conditions hold, a part beside the item is a
+   finding and casts no vote) into `supported`/`refuted`/`mixed`/`inconclusive`/`not tested` (for an
    objection `stands`/`answered`/...), or `verified (algebra)` (`items.readings`, which states
    the rule and which criteria cast no vote: by construction, no realistic negative control,
    controls not as planted; a comparison whose rival fails its own task is undecided);
 2. the same rule is read under each registered alternative (another measure, the first-stated
-   threshold or measure, each data set alone); when any flips the verdict, the item reads
-   `fragile`, naming it (`items.alternatives`), unless a failed requirement holds it open (a
+   threshold or measure, each data set alone); when a sound one flips the verdict (one that
+   passes the same controls as the primary; a by-construction or uncontrolled alternative is
+   shown and flips nothing), the item reads `fragile`, naming it (`items.alternatives`), unless a failed requirement holds it open (a
    criterion that votes `undecided` because its runs did not converge): no alternative closes
    what the requirement opened, so it keeps its `inconclusive (not converged)`, with its
    alternatives listed;
@@ -20,7 +24,9 @@ For each item of the registry (`protocols/items.json`):
 An item is `exploratory` when a criterion that voted on it comes from an exploratory experiment
 (an amendment made after that experiment's seeds were seen), or from a measurement started
 before the item rules were registered (the rules were written knowing it): its verdict stands
-only once rerun on fresh seeds.
+only once rerun on fresh seeds. It is exploratory too, whatever the run, when one of its own
+measures or criteria was changed after its data were seen (the item's `seen` in the registry):
+`exploratory_reason` then says what changed and what the first-stated one read.
 """
 
 from __future__ import annotations
@@ -69,6 +75,25 @@ def _unregistered(item: str) -> dict[str, Any]:
     }
 
 
+def _exploratory_reasons(
+    item_seen: Sequence[str],
+    evidence: Sequence[Mapping[str, Any]],
+    by_id: Mapping[str, Mapping[str, Any]],
+    registry: Registry,
+) -> list[str]:
+    """Why an item is exploratory (empty: it is not): each of its measures changed after its
+    data were seen, and each voting criterion's experiment that is exploratory or was measured
+    before the item rules were registered."""
+    reasons = [f"changed after its data were seen: {text}" for text in item_seen]
+    for ident in dict.fromkeys(c["experiment"] for c in evidence if c["vote"] != "no vote"):
+        e = by_id.get(ident, {})
+        if e.get("exploratory"):
+            reasons.append(f"{ident} is exploratory")
+        elif registry.set_after(e.get("started")):
+            reasons.append(f"{ident} was measured before the item rules were registered")
+    return reasons
+
+
 def _held_open(evidence: Sequence[Mapping[str, Any]]) -> bool:
     """Whether a failed requirement holds the item open: a criterion whose standing is what one
     of its `requires` says (`not converged`) and which therefore votes `undecided`."""
@@ -85,10 +110,11 @@ def claim_verdicts(
     of `registry` (the package's `items.json` when None).
 
     Each entry has `verdict` (after robustness and links), `reading` (the verdict by the rule
-    alone), `qualifier` and `reason`, `rule` (its text), `parts` (each with its reading and its
-    criteria's standings and votes), `decided_by`, `alternatives` (the verdict under each) and
-    `fragile_under`, `links`, `evidence` (every criterion reading, for the forest plot),
-    `experiments`, `excluded` and `exploratory`.
+    alone), `qualifier` and `reason`, `form` and `form_why`, `rule` (its text), `parts` (each
+    with its reading and its criteria's standings and votes; those `beside` the item are
+    findings), `decided_by`, `alternatives` (the verdict under each) and `fragile_under`,
+    `links`, `evidence` (the criterion readings of the parts that decide, for the forest plot),
+    `experiments`, `excluded`, `exploratory` and `exploratory_reason`.
     """
     registry = registry or load_registry()
     by_id = {e["id"]: e for e in experiments}
@@ -103,16 +129,21 @@ def claim_verdicts(
             alternatives = alternative_readings(item, index, by_id, base["verdict"])
             rule = item.rule_text
         flips = [a for a in alternatives if a["flips"]]
-        evidence = [c for p in base["parts"] for c in p["criteria"]]
+        voting = [p for p in base["parts"] if not p.get("beside")]
+        evidence = [c for p in voting for c in p["criteria"]]
         named = [
-            *(c["experiment"] for c in evidence),
+            *(c["experiment"] for p in base["parts"] for c in p["criteria"]),
             *(g["experiment"] for p in base["parts"] for g in p["gates"]),
         ]
         ids = list(dict.fromkeys(named))
+        seen = [s.text for s in item.seen] if item is not None else []
+        reasons = _exploratory_reasons(seen, evidence, by_id, registry)
         results[ident] = {
             "id": ident,
             **base,
             "reading": base["verdict"],
+            "form": item.form if item is not None else None,
+            "form_why": item.form_why if item is not None else "",
             "rule": rule,
             "alternatives": alternatives,
             "fragile_under": [a["id"] for a in flips],
@@ -124,12 +155,8 @@ def claim_verdicts(
                 for i in ids
                 if i in by_id and by_id[i]["verdict"] in ("invalid", "not run")
             ],
-            "exploratory": any(
-                by_id.get(c["experiment"], {}).get("exploratory")
-                or registry.set_after(by_id.get(c["experiment"], {}).get("started"))
-                for c in evidence
-                if c["vote"] != "no vote"
-            ),
+            "exploratory": bool(reasons),
+            "exploratory_reason": "; ".join(reasons),
         }
         if flips and not _held_open(evidence):
             results[ident]["verdict"] = FRAGILE

@@ -99,7 +99,10 @@ def _criteria_of(doc: Mapping[str, Any]) -> dict[tuple[str, str], Mapping[str, A
 def _parts_lines(item: Mapping[str, Any], protocols: Mapping[tuple[str, str], Any]) -> list[str]:
     lines = []
     for part in item["parts"]:
-        lines.append(f"- *{part['id']}*: {part['reading']}" + _reason(part.get("reason")))
+        beside = (
+            f"; beside the item, casting no vote: {part['beside']}." if part.get("beside") else ""
+        )
+        lines.append(f"- *{part['id']}*: {part['reading']}" + _reason(part.get("reason")) + beside)
         for c in part["criteria"]:
             lines.append(_criterion_line(c, protocols.get((c["experiment"], c["number"]), {})))
         for g in part["gates"]:
@@ -154,7 +157,7 @@ def _margin(c: Mapping[str, Any]) -> str:
 def _changes(item: Mapping[str, Any], protocols: Mapping[tuple[str, str], Any]) -> list[str]:
     lines = []
     for part in item["parts"]:
-        for c in part["criteria"]:
+        for c in [] if part.get("beside") else part["criteria"]:
             if c.get("vote", "no vote") == "no vote":
                 continue
             how = protocols.get((c["experiment"], c["number"]), {}).get("how_it_could_fail")
@@ -176,12 +179,14 @@ def _robustness(item: Mapping[str, Any]) -> str:
     alternatives = [a for a in item.get("alternatives", []) if a.get("available", True)]
     if not alternatives:
         return "No alternative reading is registered for this item."
-    shown = "; ".join(f"{a['id']}: {verdict_label(a)}" for a in alternatives)
+    kind = {a["id"]: f" (a reading {a['reading']}: cannot flip)" for a in alternatives}
+    kind.update({a["id"]: "" for a in alternatives if a.get("reading", "sound") == "sound"})
+    shown = "; ".join(f"{a['id']}: {verdict_label(a)}{kind[a['id']]}" for a in alternatives)
     flips = [a["id"] for a in alternatives if a.get("flips")]
     head = (
         f"Fragile: it flips under {', '.join(flips)}."
         if flips
-        else "Robust: no alternative flips it."
+        else "Robust: no sound alternative flips it."
     )
     return f"{head} Under each registered alternative: {shown}."
 
@@ -233,7 +238,9 @@ def item_block(
             else ""
         )
         + ".",
+        *[f"Exploratory because {r}." for r in [item.get("exploratory_reason")] if r],
         "",
+        *[f"**Logical form.** {f}: {item.get('form_why', '')}.\n" for f in [item.get("form")] if f],
         "**Tested.**",
         *[f"- *{p['id']}*: “{p['quote']}”" for p in item["parts"] if p.get("quote")],
         "",

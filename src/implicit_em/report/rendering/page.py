@@ -21,7 +21,9 @@ from implicit_em.report.rendering.render import (
     comparison_line,
     criterion_evidence,
     excluded_experiments,
+    exploratory_line,
     exploratory_mark,
+    form_line,
     full_mark,
     headline,
     link_lines,
@@ -322,7 +324,8 @@ def _claim_cells(c: Mapping[str, Any], document: Mapping[str, Any]) -> list[str]
 def _rule_cell(c: Mapping[str, Any]) -> str:
     """An item's rule, each part's reading (those that decided the verdict starred), its
     verdict under each alternative and its links."""
-    parts = "<br>".join(_esc(line) for line in part_lines(c))
+    lines = filter(None, [form_line(c), *part_lines(c), exploratory_line(c)])
+    parts = "<br>".join(_esc(line) for line in lines)
     more = [*alternative_lines(c), *link_lines(c)]
     folded = (
         "<details><summary>alternatives and links</summary>"

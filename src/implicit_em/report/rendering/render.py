@@ -29,7 +29,9 @@ __all__ = [
     "comparison_line",
     "criterion_evidence",
     "excluded_experiments",
+    "exploratory_line",
     "exploratory_mark",
+    "form_line",
     "format_number",
     "full_cell",
     "full_entries",
@@ -123,24 +125,45 @@ def criterion_evidence(c: Mapping[str, Any]) -> str:
     )
 
 
+def form_line(c: Mapping[str, Any]) -> str:
+    """The logical form of an item's sentence and the words that decide it ('' when the
+    registry states none)."""
+    if not c.get("form"):
+        return ""
+    return f"form: {c['form']}" + (f" ({c['form_why']})" if c.get("form_why") else "")
+
+
 def part_lines(c: Mapping[str, Any]) -> list[str]:
     """Each part of an item as its row shows it: the quoted words, the reading, and whether it
-    decided the verdict."""
+    decided the verdict; a part beside the item is marked as a finding that casts no vote."""
     return [
         f"{'*' if p['id'] in c.get('decided_by', []) else ''}{p['id']} "
-        f'("{p["quote"]}"): {p["reading"]}' + (f": {p['reason']}" if p["reason"] else "")
+        f'("{p["quote"]}"): {p["reading"]}'
+        + (f": {p['reason']}" if p["reason"] else "")
+        + (f" [BESIDE the item, no vote: {p['beside']}]" if p.get("beside") else "")
         for p in c.get("parts", [])
     ]
 
 
+def _alternative_verdict(a: Mapping[str, Any]) -> str:
+    if not a["available"]:
+        return "not available in this report"
+    if a["flips"]:
+        return f"{a['verdict']} (FLIPS the verdict)"
+    if a.get("differs"):
+        return f"{a['verdict']} (differs, but a reading {a.get('reading')} cannot flip it)"
+    return str(a["verdict"])
+
+
 def alternative_lines(c: Mapping[str, Any]) -> list[str]:
-    """The item's verdict under each registered alternative, flips marked."""
+    """The item's verdict under each registered alternative, flips marked, and the kind of
+    reading of one that is not sound (it is shown but cannot flip)."""
     return [
-        f"{a['id']}: "
+        f"{a['id']}: {_alternative_verdict(a)}"
         + (
-            f"{a['verdict']}{' (FLIPS the verdict)' if a['flips'] else ''}"
-            if a["available"]
-            else "not available in this report"
+            f" [{a['reading']}]"
+            if a.get("reading", "sound") != "sound" and not a.get("differs")
+            else ""
         )
         + f" ({a['says']})"
         for a in c.get("alternatives", [])
@@ -222,6 +245,13 @@ def exploratory_mark(entry: Mapping[str, Any]) -> str:
     """`EXPLORATORY` after the verdict of an experiment or item whose verdict rests on an
     amendment made after its seeds' data were seen, else ''."""
     return EXPLORATORY if entry.get("exploratory") else ""
+
+
+def exploratory_line(entry: Mapping[str, Any]) -> str:
+    """Why an item's verdict is exploratory, with what its first-stated measure read ('' when
+    it is not, or no reason was recorded)."""
+    reason = entry.get("exploratory_reason")
+    return f"exploratory: {reason}" if entry.get("exploratory") and reason else ""
 
 
 def time_cell(entry: Mapping[str, Any]) -> str:
@@ -306,7 +336,7 @@ def render_markdown(document: Mapping[str, Any]) -> str:
         evidence = "; ".join(
             [*(criterion_evidence(x) for x in c["evidence"]), *excluded_experiments(c)]
         )
-        parts = "; ".join(part_lines(c))
+        parts = "; ".join(filter(None, [form_line(c), *part_lines(c), exploratory_line(c)]))
         others = "; ".join([*alternative_lines(c), *link_lines(c)]) or "none"
         lines.append(_row([c["id"], _cell(parts), _cell(others), _cell(evidence)]))
     lines += ["", _row(experiments), _rule_row(len(experiments))]
