@@ -4,6 +4,8 @@ threshold."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -94,3 +96,14 @@ def test_a_record_names_the_interval_it_holds():
     assert record["method"] == "bca" and record["readings"][0]["method"] == "t-for-bca"
     assert record["method_name"] == "Student t (bootstrap BCa needs n ≥ 10)"
     assert rejudged(record, [0.1, 0.3, 0.2, 0.25, 0.15])["readings"] == record["readings"]
+
+
+def test_every_seed_at_the_bound_votes_in_the_primary_and_alone():
+    """E4's 20 of 20 units gaining every cluster (1.0 on [0, 1]) is a unanimous outcome read
+    by its exact share, [0.69, 1] per data set of 10: met, in the primary and alone."""
+    gain = dataclasses.replace(SHARE, bounds=(0, 1))
+    samples = {"gain@blobs": [1.0] * 10, "gain@wine": [1.0] * 10}
+    record = _record(gain, samples)
+    assert record["status"] == "met"
+    assert [r["method"] for r in record["readings"]] == ["unanimous", "unanimous"]
+    assert rejudged(record, samples["gain@wine"])["status"] == "met"

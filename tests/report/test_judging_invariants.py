@@ -81,6 +81,10 @@ def _degenerate_by_tolerance(c: Criterion, values: Sequence[float], finite: bool
     own size); None within 1% of the tolerance, where the interval's size may decide."""
     if c.method in SHARE_METHODS or not finite or not values:
         return False
+    if len(values) >= 2 and all(math.isfinite(b) for b in c.limits):
+        slack = DEGENERATE_RTOL * max(abs(b) for b in c.limits) + DEGENERATE_ATOL
+        if any(all(abs(v - b) <= slack for v in values) for b in c.limits):
+            return False  # every seed at a bound: a unanimous outcome, read by its share
     tolerance = DEGENERATE_RTOL * max(abs(v) for v in values) + DEGENERATE_ATOL
     spread = max(values) - min(values)
     return None if abs(spread - tolerance) <= 0.01 * tolerance else spread <= tolerance
@@ -103,7 +107,7 @@ def reading_problems(evaluation: Evaluation) -> list[str]:
         if i.finite and i.method in ("bootstrap", "bca") and i.n < BOOTSTRAP_MIN_N:
             problems.append(f"{where}: {i.method} on {i.n} values")
         few = c.method in ("bootstrap", "bca") and 2 <= i.n < BOOTSTRAP_MIN_N
-        if few and i.method != f"t-for-{c.method}":
+        if few and i.method not in (f"t-for-{c.method}", "unanimous"):
             problems.append(f"{where}: {c.method} below 10 values read as {i.method}")
         again = rejudged(record, values)
         alone = again["readings"][0]

@@ -304,3 +304,34 @@ def test_from_ten_values_the_bootstrap_is_used(xs, method):
     got = mean_interval(xs, method, resamples=500)
     assert got.method == method
     assert min(xs) <= got.low <= got.high <= max(xs)  # a bootstrap stays in the data's range
+
+
+def test_every_seed_at_a_bound_is_a_unanimous_outcome_not_a_constant():
+    """A bounded quantity whose every seed sits at one of its bounds (E4: all 20 units gain
+    every cluster, 1.0) is read by the exact interval of the share of seeds at that bound:
+    for x in [l, u], E x >= l + (u - l) P(x = u). An interior constant stays degenerate."""
+    top = mean_interval([1.0] * 10, "t", bounds=(0.0, 1.0))
+    assert not top.degenerate and top.method == "unanimous"
+    assert (top.estimate, top.low, top.high) == pytest.approx((1.0, 0.025 ** (1 / 10), 1.0))
+    bottom = mean_interval([0.0] * 10, "bca", bounds=(0.0, 1.0))
+    assert (bottom.low, bottom.high) == pytest.approx((0.0, 1 - 0.025 ** (1 / 10)))
+    assert mean_interval([2 / 3] * 10, "t", bounds=(0.0, 1.0)).degenerate
+    assert mean_interval([0.0] * 10, "t", bounds=(0.0, math.inf)).degenerate  # open above
+    assert mean_interval([1.0] * 10, "t").degenerate  # no bounds declared
+    assert "Clopper" in METHOD_NAMES["unanimous"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.floats(min_value=-10.0, max_value=10.0),
+    st.floats(min_value=0.01, max_value=10.0),
+    st.integers(2, 30),
+    st.booleans(),
+)
+def test_a_unanimous_outcome_reads_the_exact_share_on_its_bounds(low, width, n, at_top):
+    bounds = (low, low + width)
+    interval = mean_interval([bounds[at_top]] * n, "t", bounds=bounds)
+    share = share_interval(n if at_top else 0, n, "clopper-pearson")
+    assert interval.low == pytest.approx(low + width * share.low)
+    assert interval.high == pytest.approx(low + width * share.high)
+    assert bounds[0] <= interval.low <= interval.estimate <= interval.high <= bounds[1]

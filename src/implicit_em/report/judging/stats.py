@@ -30,6 +30,12 @@ $([\max(\text{low}, l), \min(\text{high}, u)])$. Only Student t can run past (it
 about the mean); the bootstrap and order-statistic intervals lie within the values, and the
 share intervals within $[0, 1]$.
 
+**Unanimous outcomes.** A quantity bounded on both sides whose every seed sits at one bound (all
+20 units gain every cluster: 1.0 on $[0, 1]$) is an outcome shared by every seed, not a constant
+by construction: for $x \in [l, u]$, $\mathrm{E}\,x \ge l + (u - l)\,P(x = u)$, so the exact
+Clopper–Pearson interval of $n$ seeds of $n$ at $u$ bounds the mean from below
+($[l + (u - l)(\alpha/2)^{1/n},\, u]$; mirrored at $l$). Its method is `unanimous`.
+
 **Degenerate.** An interval over values whose spread is rounding, not seeds, reads a constant:
 it is `degenerate` when its values' range is at most
 $\text{DEGENERATE\_RTOL} \cdot \max|x| + \text{DEGENERATE\_ATOL}$ ($10^{-6}$ relative, eight
@@ -85,6 +91,7 @@ METHOD_NAMES = {
     "clopper-pearson": "exact Clopper–Pearson",
     "t-for-bootstrap": "Student t (bootstrap percentile needs n ≥ 10)",
     "t-for-bca": "Student t (bootstrap BCa needs n ≥ 10)",
+    "unanimous": "exact Clopper–Pearson (every seed at its bound)",
 }
 """Each interval method as the page names it."""
 
@@ -92,8 +99,8 @@ METHOD_NAMES = {
 @dataclass(frozen=True)
 class Interval:
     """An estimate with its two-sided interval (`level` 95% unless stated), its method and `n`;
-    `spread` is the range of the values it was read from (NaN for a share, which is read from
-    its count)."""
+    `spread` is the range of the values it was read from (NaN for a share or a unanimous
+    outcome, which are read from their count, so never degenerate)."""
 
     estimate: float
     low: float
@@ -143,6 +150,24 @@ def _within(interval: Interval, bounds: Bounds) -> Interval:
     return Interval(interval.estimate, low, high, interval.method, interval.n, interval.spread)
 
 
+def _unanimous(x: np.ndarray, bounds: Bounds, level: float) -> Interval | None:
+    """The interval of a bounded mean whose every value sits at one of its two finite
+    `bounds` (within the degeneracy tolerance): the Clopper–Pearson interval of the share of
+    values at that bound, mapped onto the bounds; None otherwise."""
+    low, high = bounds
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return None
+    slack = DEGENERATE_RTOL * max(abs(low), abs(high)) + DEGENERATE_ATOL
+    n, width = int(x.size), high - low
+    for bound, at_top in ((high, True), (low, False)):
+        if np.all(np.abs(x - bound) <= slack):
+            share = share_interval(n if at_top else 0, n, "clopper-pearson", level)
+            return Interval(
+                bound, low + width * share.low, low + width * share.high, "unanimous", n
+            )
+    return None
+
+
 def mean_interval(
     values: Sequence[float],
     method: str = "t",
@@ -154,7 +179,8 @@ def mean_interval(
 ) -> Interval:
     """The mean of `values` with its `level` interval by `method` ("t", "bootstrap" or "bca";
     the bootstrap ones draw `resamples` from the fixed `seed`, so they are deterministic, and
-    below `BOOTSTRAP_MIN_N` values give Student t, as `t-for-<method>`), inside `bounds`.
+    below `BOOTSTRAP_MIN_N` values give Student t, as `t-for-<method>`), inside `bounds`;
+    every value at one of two finite `bounds` gives the `unanimous` exact interval.
 
     A non-finite value makes the estimate and both ends NaN; fewer than two values give
     the interval $(-\\infty, \\infty)$; a value outside `bounds` raises `ValueError`.
@@ -172,6 +198,9 @@ def mean_interval(
     estimate, spread = float(x.mean()), float(x.max() - x.min())
     if n < 2:
         return Interval(estimate, -math.inf, math.inf, method, n, spread)
+    unanimous = _unanimous(x, bounds, level)
+    if unanimous is not None:
+        return unanimous
     alpha = 1.0 - level
     if method != "t" and n < BOOTSTRAP_MIN_N:
         method = f"t-for-{method}"
