@@ -9,6 +9,8 @@ import torch
 
 from implicit_em.report import select
 from implicit_em.report.experiments import _component_use as cu
+from implicit_em.report.experiments import _embedding_volume as ev
+from implicit_em.report.experiments import _residual_ce as ce
 from implicit_em.report.experiments import _residual_collapse as rc
 from implicit_em.report.experiments import e19_residual_collapse as e19
 from implicit_em.report.experiments._residual_mlp import (
@@ -107,11 +109,63 @@ def test_the_volume_arms_add_their_terms_and_the_others_fit_the_lse_alone():
 def test_the_protocol_reads_every_criterion_and_controls_each():
     numbers = {c.number for c in PROTOCOL.criteria}
     assert numbers == set(e19.CONTROLS)
+    lse_alone = {"bare", "layernorm", "layernorm_plain", "batchnorm", "weight_decay"}
     for criterion in PROTOCOL.data["criteria"]:
         assert criterion["negative_control"]["kind"] == "realistic"
+        if "_ce_" in criterion["number"]:
+            assert "baseline" in criterion and "by_construction" not in criterion
+            continue
         arm = criterion["number"].split("_share_")[1]
         assert ("baseline" in criterion) == (arm != "bare"), criterion["number"]
+        assert ("by_construction" in criterion) == (arm in lse_alone), criterion["number"]
     assert set(PROTOCOL.sizes["quick"]["arms"]) == set(e19.NEGATIVE)
+    assert set(PROTOCOL.sizes["quick"]["ce_arms"]) == set(e19.CE_NEGATIVE) == set(ce.CE_ARMS)
+
+
+def test_effective_rank_of_hand_built_embeddings():
+    g = torch.Generator().manual_seed(0)
+    iso = torch.randn(4000, 8, generator=g, dtype=torch.float64)
+    volume = ev.embedding_volume(iso)
+    assert volume["effective_rank"] == pytest.approx(8.0, rel=0.02)  # every direction alike
+    assert volume["dead_dims"] == 0.0
+    # two directions with variances 9 and 1: spectrum (0.9, 0.1), rank exp H
+    two = torch.zeros(4000, 8, dtype=torch.float64)
+    two[:, 0], two[:, 1] = 3 * iso[:, 0], iso[:, 1]
+    h = -(0.9 * math.log(0.9) + 0.1 * math.log(0.1))
+    volume = ev.embedding_volume(two)
+    assert volume["effective_rank"] == pytest.approx(math.exp(h), rel=0.03)
+    assert volume["dead_dims"] == pytest.approx(6 / 8)
+    assert ev.embedding_volume(10 * two)["effective_rank"] == pytest.approx(
+        volume["effective_rank"]
+    )  # scale-free
+    assert ev.embedding_volume(torch.ones(5, 3))["effective_rank"] == 1.0
+    with pytest.raises(ValueError, match="N >= 2"):
+        ev.embedding_volume(torch.ones(1, 3))
+
+
+def test_the_ce_plants_read_as_planted():
+    e = torch.randn(300, 16, generator=torch.Generator().manual_seed(1)) @ torch.randn(
+        16, 16, generator=torch.Generator().manual_seed(2)
+    )
+    assert ev.embedding_volume(ce.CE_PLANTS["plane"](e))["effective_rank"] <= 2 + 1e-9
+    assert ev.embedding_volume(ce.CE_PLANTS["whitened"](e))["effective_rank"] == pytest.approx(16)
+
+
+def test_the_ce_objective_is_cross_entropy_over_negative_distances_plus_its_volume_term():
+    e = torch.randn(32, 6, dtype=torch.float64)
+    d = torch.rand(32, 3, dtype=torch.float64) * 4
+    y = torch.randint(0, 3, (32,))
+    config = PROTOCOL.sizes["smoke"]
+    fit = ce.ce_loss(e, d, y, "bare", config)
+    assert fit == pytest.approx(
+        float((d.gather(1, y[:, None]).squeeze(1) + torch.logsumexp(-d, -1)).mean())
+    )
+    assert ce.ce_loss(e, d, y, "layernorm", config) == fit
+    volume = ce.ce_loss(e, d, y, "log_det", config) - fit
+    assert volume == pytest.approx(config["ce_log_det_weight"] * float(ce.scale_free_log_det(e)))
+    assert float(ce.scale_free_log_det(5 * e)) == pytest.approx(float(ce.scale_free_log_det(e)))
+    with pytest.raises(ValueError, match="arm must be one of"):
+        ce.ce_loss(e, d, y, "dropout", config)
 
 
 def test_a_smoke_run_reads_each_arm_from_its_own_trainings(tmp_path):
@@ -121,8 +175,18 @@ def test_a_smoke_run_reads_each_arm_from_its_own_trainings(tmp_path):
     assert set(outcome.samples) == {c.number for c in PROTOCOL.criteria}
     (seed,) = config["seeds"]
     for number, values in outcome.samples.items():
+        if number.startswith("rank_ce_"):
+            arm = number.removeprefix("rank_ce_")
+            assert values == [results[f"ce-{arm}-seed{seed}"]["final"]["effective_rank"]]
+            continue
         measure, arm = number.rsplit("_share_", 1)
         assert values == [results[f"{arm}-seed{seed}"]["final"][f"{measure}_share"]]
+    for arm in config["ce_arms"]:
+        final = results[f"ce-{arm}-seed{seed}"]["final"]
+        assert 1 - 1e-9 <= final["effective_rank"] <= config["width"] + 1e-9
+        assert 1 - 1e-9 <= final["distinct"] <= final["effective"] + 1e-9 <= 10 + 1e-9
+        assert outcome.numbers[f"accuracy_ce_{arm}"] == final["accuracy"]
+        assert outcome.numbers[f"distinct_share_ce_{arm}"] == final["distinct_share"]
     k = config["components"]
     for arm in config["arms"]:
         final = results[f"{arm}-seed{seed}"]["final"]

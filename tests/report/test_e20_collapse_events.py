@@ -6,8 +6,10 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 from implicit_em.report import select
+from implicit_em.report.experiments._attention_events import MajorityTransformer
 from implicit_em.report.experiments._event_readings import (
     by_alarm,
     detections,
@@ -16,6 +18,8 @@ from implicit_em.report.experiments._event_readings import (
     lead_over,
 )
 from implicit_em.report.experiments._event_training import first_spike, onset_of
+from implicit_em.report.experiments._forward_monitors import first_drop, first_starved, measured
+from implicit_em.report.experiments._moe_events import TopKMoE, ablation_costs
 from implicit_em.report.experiments.e20_collapse_events import family_config, family_run
 
 
@@ -126,3 +130,61 @@ def test_the_tracer_finds_no_site_in_a_relu_autoencoder_and_the_run_goes_on(smok
     run = family_run(family_config(smoke, "sae"), "sae", "high", 0)
     assert run["traced"] is False and run["site_types"] == [] and run["tracer"] is None
     assert math.isfinite(run["final_loss"]) and 0.0 <= run["dead_share"] <= 1.0
+
+
+def test_the_forward_monitors_fire_on_a_starved_component_and_a_relative_drop():
+    # two experts; expert 1's weight falls to 0 from step 6
+    weights = [[0.5, 0.5]] * 6 + [[1.0, 0.0]] * 10
+    assert first_starved(measured(weights, 1), window=4, cut=0.01) == 9  # window all starved
+    assert first_starved(measured(weights, 1), window=4, cut=0.2) == 8  # means .375, .25, .125
+    assert measured(weights, 2)[:2] == [(0, [0.5, 0.5]), (2, [0.5, 0.5])]
+    assert first_starved(measured(weights, 2), window=3, cut=0.01) == 10  # steps 6, 8, 10
+    assert first_starved(measured(weights[:6], 1), window=4, cut=0.01) is None
+    heads = [[2.0, 2.0]] * 5 + [[2.0, 0.1]] * 5
+    assert first_drop(measured(heads, 1), ratio=0.1) == 5
+    assert first_drop(measured(heads, 1), ratio=0.01) is None
+    assert first_drop(measured(heads, 3), ratio=0.1) == 6
+    assert first_drop([], ratio=0.1) is None
+    with pytest.raises(ValueError, match="every"):
+        measured(heads, 0)
+
+
+def test_an_expert_removed_from_the_router_costs_what_its_tokens_lose():
+    torch.manual_seed(0)
+    model = TopKMoE(dim=4, experts=3, hidden=5, classes=2, top_k=1)
+    with torch.no_grad():
+        model.router.bias[:] = torch.tensor([0.0, 0.0, -50.0])  # expert 2 never routed
+    x, y = torch.randn(64, 4), torch.randint(0, 2, (64,))
+    costs = ablation_costs(model, x, y)
+    assert costs[2] == pytest.approx(0.0, abs=1e-6)
+    logits, probs, index = model(x, without=0)
+    assert (index != 0).all() and probs[:, 0].max() == 0.0
+    intact = float(torch.nn.functional.cross_entropy(model(x)[0], y))
+    assert costs[0] == pytest.approx(float(torch.nn.functional.cross_entropy(logits, y)) - intact)
+
+
+def test_the_attention_ablation_replaces_its_output_by_the_batch_mean():
+    torch.manual_seed(0)
+    model = MajorityTransformer(vocab=4, length=6, width=8, heads=2)
+    x = torch.randint(0, 4, (16, 6))
+    y = torch.randint(0, 4, (16,))
+    with torch.no_grad():
+        ablated = model(x, ablate=True)
+        same = x[:1].expand(16, -1)  # one sequence repeated: its mean is itself
+        assert torch.allclose(model(same, ablate=True), model(same), atol=1e-6)
+        assert model.head_entropy(x).shape == (2,)
+        assert model.entropy(x) == pytest.approx(float(model.head_entropy(x).mean()))
+    assert model.ablation_cost(x, y) == pytest.approx(
+        float(
+            torch.nn.functional.cross_entropy(ablated, y)
+            - torch.nn.functional.cross_entropy(model(x), y)
+        ),
+        abs=1e-6,
+    )
+
+
+@pytest.mark.slow
+def test_experts_held_at_zero_output_stay_at_zero_and_are_dead_by_intervention(smoke):
+    run = family_run(family_config(smoke, "moe"), "moe", "zeroed", 0)
+    assert run["event"] and run["onset"] == 0 and run["dead"] >= smoke["moe"]["planted_dead"]
+    assert "forward" in run and "dead_by_load" in run and math.isfinite(run["ablation_min"])

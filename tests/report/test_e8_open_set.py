@@ -243,28 +243,32 @@ def test_the_corrupted_set_is_drawn_from_the_known_test_images():
     assert float(distance.amin(1).max()) < 0.05  # float32 cdist; distinct images are ~10 apart
 
 
-def test_gain_over_rivals_reads_the_softmax_detector_chosen_on_validation():
+def test_gain_over_field_reads_the_strongest_softmax_detector():
+    auroc = {"msp": 0.5, "energy": 0.65, "max_logit": 0.6, "mahalanobis": 0.7, "knn": 0.9}
     seed = {
         "softmax": {
-            "val": {"msp": 0.99, "energy": 0.6, "mahalanobis": 0.8, "knn": 0.7},
-            "near": {
-                n: {"auroc": a}
-                for n, a in {"msp": 0.5, "energy": 0.65, "mahalanobis": 0.7, "knn": 0.9}.items()
-            },
+            "val": {"msp": 0.6, "energy": 0.6, "max_logit": 0.6, "mahalanobis": 0.8, "knn": 0.7},
+            "near": {n: {"auroc": a} for n, a in auroc.items()},
         },
-        "null_x": {"val": {}, "near": {"null": {"auroc": 0.75}, "energy": {"auroc": 0.6}}},
+        "null_x": {"val": {}, "near": {"null": {"auroc": 0.75}, "energy": {"auroc": 0.95}}},
+        "smoothing": {"val": {}, "near": {"msp": {"auroc": 0.55}}},
     }
-    # MSP is not a rival; Mahalanobis is chosen on validation, though KNN is best on test.
-    assert measures.gain_over_rivals(seed, "null_x", "near") == pytest.approx(0.05)
-    # The head's own energy is a rival too: a constant null (r₀ ranks as it) gains at most 0.
-    seed["null_x"]["near"]["energy"]["auroc"] = 0.75
-    assert measures.gain_over_rivals(seed, "null_x", "near") == 0.0
-    seed["null_x"]["near"]["energy"]["auroc"] = 0.72
-    assert measures.gain_over_rivals(seed, "null_x", "near") == pytest.approx(0.03)
+    # The strongest on the test set is KNN; on validation Mahalanobis is chosen. The null
+    # head's own energy is not a field rival.
+    assert measures.gain_over_field(seed, "null_x", "near") == pytest.approx(-0.15)
+    assert measures.gain_over_field_chosen(seed, "null_x", "near") == pytest.approx(0.05)
+    assert measures.gain_over_field(seed, "smoothing", "near", "msp") == pytest.approx(-0.35)
+    # MSP is a field rival: it counts when it is the strongest.
+    seed["softmax"]["near"]["msp"]["auroc"] = 0.97
+    assert measures.gain_over_field(seed, "null_x", "near") == pytest.approx(-0.22)
+    seed["softmax"]["val"]["msp"] = 0.95
     assert (
-        measures.gain_over_chosen(seed, "null_x", ("softmax",), "near", measures.RIVALS)[1]
-        == "softmax/mahalanobis"
+        measures.gain_over_chosen(seed, "null_x", ("softmax",), "near", measures.FIELD)[1]
+        == "softmax/msp"
     )
+    # A null that beats every field detector gains.
+    seed["null_x"]["near"]["null"]["auroc"] = 0.99
+    assert measures.gain_over_field(seed, "null_x", "near") == pytest.approx(0.02)
 
 
 def test_smoothing_ablation_is_label_smoothing_without_a_null():
@@ -318,10 +322,17 @@ def test_smoke_run(tmp_path):
     for model in e8.MODELS:
         assert 0 <= n[f"share_{model}"] <= 1 and 0 <= n[f"share_far_{model}"] <= 1
     assert set(e8.SETS) == {"near", "corrupt", "far"}
-    for null in e8.GAINED:
-        for where in ("near", "corrupt"):
-            key = f"{null}_gain_over_rivals_{where}"
-            assert -1 <= n[key] <= 1 and outcome.samples[key]
+    for null in e8.NULLS:
+        key = f"{null}_gain_over_field_near"
+        assert -1 <= n[key] <= 1 and outcome.samples[key]
+        for where in e8.SETS:
+            assert -1 <= n[f"{null}_gain_over_field_chosen_{where}"] <= 1
+    # C14c is judged on the unseen classes alone; the corrupted images are shown beside it.
+    assert {c.number for c in E8.rule.criteria} == {
+        f"{null}_gain_over_field_near" for null in e8.NULLS
+    }
+    for null in e8.NULLS:
+        assert -1 <= n[f"{null}_gain_over_field_corrupt"] <= 1
     assert n["null_rank_violations"] == 0
     assert -1 <= n["null_gain_over_best_near"] <= 1 and -1 <= n["null_x_gain_over_oe_far"] <= 1
     assert len(n["chosen_baseline_per_seed"]) == len(E8.configs["smoke"]["seeds"])

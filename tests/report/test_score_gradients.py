@@ -48,6 +48,24 @@ def test_captured_gradient_is_the_loss_gradient_of_the_head_outputs(split_qkv: b
     assert ((shares["minus_r"] >= 0) & (shares["minus_r"] <= 1)).all()
 
 
+def test_an_lse_loss_over_the_scores_reads_as_the_minus_r_form() -> None:
+    torch.manual_seed(1)
+    config = GPTConfig(vocab_size=7, n_classes=7, block_size=6, n_layer=1, n_head=2, n_embd=8)
+    model = GPT(config).double()
+    tokens = torch.randint(0, 7, (4, 7))
+    (capture,) = sg.capture_heads(model, lambda: cg.next_char_loss(model, tokens))
+    lse = sg.head_shares(capture, "lse")
+    # dL/ds = -alpha exactly; row-centred it is the -r form: R² 1, keys pulled in alpha's order.
+    torch.testing.assert_close(lse["minus_r"], torch.ones(2, dtype=torch.float64))
+    torch.testing.assert_close(lse["minus_r_rank"], torch.ones(2, dtype=torch.float64))
+    # The model's own loss reaches the scores through the values: the advantage law, not -r.
+    downstream = sg.head_shares(capture)
+    torch.testing.assert_close(downstream["advantage"], torch.ones(2, dtype=torch.float64))
+    assert (downstream["minus_r"] < 0.5).all()
+    with pytest.raises(ValueError, match="loss must be one of"):
+        sg.head_shares(capture, "hinge")
+
+
 def _alpha(c: sg.HeadCapture) -> torch.Tensor:
     q, k = c.q.transpose(0, 1), c.k.transpose(0, 1)
     s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])

@@ -11,11 +11,22 @@ without QK-norm and without a norm before the query-key projection (`F.scaled_do
 over `warmup` steps to the arm's peak learning rate (`config["lr"][arm]`), then constant:
 Zhai et al. (2023) observe entropy collapse when the rate is too high for the model.
 
-Ground truth, afterwards: every `every` steps the model's mean attention entropy (over heads
-and query positions) on a held-out batch; the run collapsed when its last reading is below
-`collapse_ratio` $\times \log(T + 1)$, with onset the first reading from which every later
-one stays below it. The planted control multiplies the query and key weights by
-`plant_scale` at step `plant_step`, which scales every attention logit by `plant_scale`².
+Ground truth, afterwards, from held-out behaviour, not from the attention weights the tracer
+reads: every `every` steps, on a held-out batch, the attention's ablation cost, the
+cross-entropy with every position's attention output replaced by its mean over the batch (the
+block then passes on nothing about the sequence) minus the intact model's
+(`MajorityTransformer.ablation_cost`). The majority of the sequence can only be read through
+attention, so a model whose attention works pays for losing it; the run's attention is dead
+when its last reading costs less than `ablation_tol` nats, with onset the first reading from
+which every later one stays below it. The `planted` arm (trained at the low rate) multiplies
+the query and key weights by `plant_scale` at step `plant_step`, which scales every attention
+logit by `plant_scale`²: an intervention that defines the collapse, with onset `plant_step`.
+The entropy reading of the first version (held-out mean attention entropy below
+`collapse_ratio` $\times \log(T + 1)$ at the end), the quantity the tracer's
+`attention_entropy_collapse` alarm reads, is kept as `entropy_event`.
+
+Beside the tracer, the forward-softmax monitor (`_forward_monitors.first_drop`) reads each head's
+mean entropy of its forward attention weights on each measured step's batch.
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from implicit_em.report.experiments._event_training import run_reading, train_traced
+from implicit_em.report.experiments._forward_monitors import first_drop
 
 __all__ = ["MajorityTransformer", "attention_run", "majority_task"]
 
@@ -68,18 +80,30 @@ class MajorityTransformer(nn.Module):
         q, k, v = self.qkv(h).chunk(3, dim=-1)
         return h, split(q), split(k), split(v)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, ablate: bool = False) -> Tensor:
+        """`ablate`: every position's attention output replaced by its mean over the batch."""
         h, q, k, v = self._qkv(x)
         a = F.scaled_dot_product_attention(q, k, v)
+        if ablate:
+            a = a.mean(0, keepdim=True).expand_as(a)
         h = h + self.out(a.transpose(1, 2).reshape(h.shape))
         h = h + self.mlp(self.norm(h))
         return self.head(h[:, 0])
 
-    def entropy(self, x: Tensor) -> float:
-        """Mean over batch, heads and query positions of the attention weights' entropy."""
+    def head_entropy(self, x: Tensor) -> Tensor:
+        r"""`[heads]`: per head, the mean over batch and query positions of the entropy of its
+        attention weights $\operatorname{softmax}(q k^\top / \sqrt{d_h})$, in nats."""
         _, q, k, _ = self._qkv(x)
         w = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), dim=-1)
-        return float(-(w * torch.log(w.clamp_min(1e-30))).sum(-1).mean())
+        return -(w * torch.log(w.clamp_min(1e-30))).sum(-1).mean((0, 2))
+
+    def entropy(self, x: Tensor) -> float:
+        """Mean over batch, heads and query positions of the attention weights' entropy."""
+        return float(self.head_entropy(x).mean())
+
+    def ablation_cost(self, x: Tensor, y: Tensor) -> float:
+        """The cross-entropy of `(x, y)` with the attention ablated minus the intact model's."""
+        return float(F.cross_entropy(self(x, ablate=True), y) - F.cross_entropy(self(x), y))
 
 
 def _collapse_onset(readings: list[tuple[int, float]], threshold: float) -> int | None:
@@ -108,6 +132,8 @@ def attention_run(config: Mapping[str, Any], seed: int, arm: str) -> dict[str, A
     g = torch.Generator().manual_seed(seed + 1)
     order = torch.randint(0, x.shape[0], (steps, batch), generator=g)
     readings: list[tuple[int, float]] = []
+    costs: list[tuple[int, float]] = []
+    heads: list[tuple[int, list[float]]] = []
     width = config["width"]
 
     def loss_of(t: int) -> Tensor:
@@ -117,14 +143,28 @@ def attention_run(config: Mapping[str, Any], seed: int, arm: str) -> dict[str, A
         return F.cross_entropy(model(x[order[t]]), y[order[t]])
 
     def observe(t: int) -> None:
-        if t % every == 0 or t == steps - 1:
-            with torch.no_grad():
-                readings.append((t, model.entropy(x_test[: config["probe"]])))
+        with torch.no_grad():
+            if t % every == 0:
+                heads.append((t, model.head_entropy(x[order[t]]).tolist()))
+            if t % every == 0 or t == steps - 1:
+                probe = x_test[: config["probe"]], y_test[: config["probe"]]
+                readings.append((t, model.entropy(probe[0])))
+                costs.append((t, model.ablation_cost(*probe)))
 
     log = train_traced(model, opt, loss_of, steps, every, observe, schedule)
     threshold = config["collapse_ratio"] * math.log(config["length"] + 1)
-    reading = run_reading(log, _collapse_onset(readings, threshold), steps, config["monitor"])
+    onset = (
+        config["plant_step"] if arm == "planted" else _collapse_onset(costs, config["ablation_tol"])
+    )
+    forward = first_drop(heads, config["collapse_ratio"])
+    reading = run_reading(log, onset, steps, config["monitor"], forward)
     with torch.no_grad():
         accuracy = float((model(x_test).argmax(-1) == y_test).float().mean())
-    reading.update(accuracy=accuracy, entropy=readings[-1][1])
+        cost = model.ablation_cost(x_test, y_test)
+    reading.update(
+        accuracy=accuracy,
+        entropy=readings[-1][1],
+        entropy_event=_collapse_onset(readings, threshold) is not None,
+        ablation_cost=cost,
+    )
     return reading

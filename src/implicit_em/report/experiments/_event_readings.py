@@ -1,8 +1,9 @@
 r"""E20's readings: from the runs' readings (`_event_training.run_reading`) to the numbers its
 rule reads, for the tracer and for the practitioner's two monitors alike.
 
-A *detector* is the tracer (its first alarm of any kind, at any site), the loss-spike monitor or
-the gradient-norm spike monitor; each gives per run the first step it fired, or none.
+A *detector* is the tracer (its first alarm of any kind, at any site), the forward-softmax
+monitor (`_forward_monitors`), the loss-spike monitor or the gradient-norm spike monitor; each
+gives per run the first step it fired, or none.
 
 * Detection: over the runs with an event (ground truth), 1 when the detector fired at any step
   of the run, else 0.
@@ -35,11 +36,12 @@ Run = Mapping[str, Any]
 
 DETECTORS = {
     "tracer": "tracer (first alarm)",
+    "forward": "forward-softmax monitor",
     "loss_spike": "loss spike",
     "grad_spike": "gradient-norm spike",
 }
 """Each detector's key in a run's reading, and its name on the page."""
-MONITORS = ("loss_spike", "grad_spike")
+MONITORS = ("forward", "loss_spike", "grad_spike")
 """The practitioner's monitors among the detectors."""
 
 

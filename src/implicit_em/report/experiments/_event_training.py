@@ -164,11 +164,17 @@ def train_traced(
 
 
 def run_reading(
-    log: RunLog, onset: int | None, steps: int, monitor: dict[str, Any]
+    log: RunLog,
+    onset: int | None,
+    steps: int,
+    monitor: dict[str, Any],
+    forward: int | None = None,
 ) -> dict[str, Any]:
     """One run's reading as plain JSON: whether the event happened and its onset; the first
-    step of the tracer's first alarm (any alarm, any site) and of each practitioner monitor
-    (`monitor`: `window`, and `k_loss` and `k_grad` for the loss and the gradient norm);
+    step of the tracer's first alarm (any alarm, any site), of the forward-softmax monitor
+    (`forward`, computed by the run: `_forward_monitors`; None for a model without a softmax)
+    and of each spike monitor (`monitor`: `window`, and `k_loss` and `k_grad` for the loss and
+    the gradient norm);
     which alarms fired first, and each alarm's first step; the run's length."""
     window = int(monitor["window"])
     first_alarm = min((s for s, _, _ in log.alarms), default=None)
@@ -179,6 +185,7 @@ def run_reading(
         "traced": log.traced,
         "site_types": log.site_types,
         "tracer": first_alarm,
+        "forward": forward,
         "tracer_alarms": sorted({a for s, a, _ in log.alarms if s == first_alarm}),
         "alarm_kinds": sorted({a for _, a, _ in log.alarms}),
         "alarm_steps": {a: min(s for s, b, _ in log.alarms if b == a) for _, a, _ in log.alarms},

@@ -12,10 +12,22 @@ $f_i$ a one-hidden-layer ReLU MLP. Loss: cross-entropy plus, in the balanced arm
 Transformer's auxiliary loss $\alpha\, E \sum_i f_i P_i$ ($f_i$ the share of the batch's
 assignments routed to expert $i$, $P_i$ its mean router probability).
 
-Ground truth, afterwards: an expert is dead when it receives less than `dead_share` of its fair
-share $1/E$ of the held-out assignments at the end; its onset is one step after the last
-training batch that routed a token to it. Specialisation: per cluster, the share of its held-out
-tokens whose first choice is the cluster's most frequent expert, averaged over clusters.
+Ground truth, afterwards, from held-out behaviour, not from the routing the tracer reads: the
+ablation cost of expert $i$ is the held-out cross-entropy with $i$ removed from the router
+($z_i = -\infty$, its tokens sent to their next choice) minus the intact model's
+(`ablation_costs`); an expert is dead when its ablation costs less than `ablation_tol` nats (the
+model does not use it). Two arms plant dead experts by an intervention, which then defines them
+dead from step 0: `planted` forces the router biases of `planted_dead` experts to
+$-$`planted_bias` (never routed), `zeroed` holds those experts' output weights at zero (still
+routed, contributing nothing). A natural dead expert's onset is one step after the last training
+batch that routed a token to it. The load reading of the first version (an expert with less than
+`dead_share` of its fair share $1/E$ of the held-out assignments), the quantity the tracer's
+`dead_experts` alarm reads, is kept as `dead_by_load`. Specialisation: per cluster, the share of
+its held-out tokens whose first choice is the cluster's most frequent expert, averaged over
+clusters.
+
+Beside the tracer, the forward-softmax monitor (`_forward_monitors.first_starved`) reads each
+step's mean forward routing weight per expert.
 """
 
 from __future__ import annotations
@@ -28,8 +40,20 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from implicit_em.report.experiments._event_training import onset_of, run_reading, train_traced
+from implicit_em.report.experiments._forward_monitors import first_starved, measured
 
-__all__ = ["TopKMoE", "cluster_task", "loads", "moe_run", "purity"]
+__all__ = [
+    "INTERVENTIONS",
+    "TopKMoE",
+    "ablation_costs",
+    "cluster_task",
+    "loads",
+    "moe_run",
+    "purity",
+]
+
+INTERVENTIONS = ("planted", "zeroed")
+"""The arms whose dead experts an intervention defines."""
 
 
 def cluster_task(config: Mapping[str, Any], n: int, seed: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -59,8 +83,12 @@ class TopKMoE(nn.Module):
         self.b1 = nn.Parameter(torch.zeros(experts, hidden))
         self.w2 = nn.Parameter(torch.randn(experts, hidden, classes) / hidden**0.5)
 
-    def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        probs = torch.softmax(self.router(x), dim=-1)
+    def forward(self, x: Tensor, without: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        r"""`without`: an expert removed from the router (its logit $-\infty$)."""
+        z = self.router(x)
+        if without is not None:
+            z = z.index_fill(-1, torch.tensor([without]), float("-inf"))
+        probs = torch.softmax(z, dim=-1)
         gates, index = torch.topk(probs, self.top_k, dim=-1)
         hidden = torch.relu(torch.einsum("nd,edh->neh", x, self.w1) + self.b1)
         out = torch.einsum("neh,ehc->nec", hidden, self.w2)
@@ -72,6 +100,15 @@ def loads(index: Tensor, experts: int) -> Tensor:
     """The share of the assignments `index` routed to each expert, `[experts]`."""
     counts = torch.bincount(index.reshape(-1), minlength=experts).to(torch.float32)
     return counts / index.numel()
+
+
+def ablation_costs(model: TopKMoE, x: Tensor, y: Tensor) -> list[float]:
+    """Per expert, the cross-entropy of `(x, y)` with that expert removed from the router minus
+    the intact model's, in nats."""
+    with torch.no_grad():
+        intact = float(F.cross_entropy(model(x)[0], y))
+        experts = model.router.out_features
+        return [float(F.cross_entropy(model(x, i)[0], y)) - intact for i in range(experts)]
 
 
 def purity(index: Tensor, clusters: Tensor, n_clusters: int) -> float:
@@ -88,24 +125,33 @@ def purity(index: Tensor, clusters: Tensor, n_clusters: int) -> float:
 def moe_run(config: Mapping[str, Any], seed: int, arm: str) -> dict[str, Any]:
     """Train the mixture of experts of `config` under arm `arm` (`config["balance"][arm]`, the
     auxiliary loss's coefficient; `config["planted_dead"]` experts with router bias
-    `-config["planted_bias"]` when the arm is `planted`) from seed `seed`; the run's reading
-    (`run_reading`) with accuracy, specialisation and the dead experts."""
+    `-config["planted_bias"]` when the arm is `planted`, with output weights held at zero when
+    it is `zeroed`) from seed `seed`; the run's reading (`run_reading`, the forward monitor's
+    first step included) with accuracy, specialisation, the ablation costs and the dead
+    experts."""
     experts, batch, steps = config["experts"], config["batch"], config["steps"]
     x, y, _ = cluster_task(config, config["n_train"], seed)
     x_test, y_test, c_test = cluster_task(config, config["n_test"], seed + 10**6)
     torch.manual_seed(seed)
     model = TopKMoE(config["dim"], experts, config["hidden"], config["classes"], config["top_k"])
     balance = config["balance"].get(arm, 0.0)
+    planted = config["planted_dead"]
     if arm == "planted":
         with torch.no_grad():
-            model.router.bias[: config["planted_dead"]] = -config["planted_bias"]
+            model.router.bias[:planted] = -config["planted_bias"]
+    if arm == "zeroed":
+        with torch.no_grad():
+            model.w2[:planted] = 0.0
+        model.w2.register_hook(lambda g: g.index_fill(0, torch.arange(planted), 0.0))
     opt = torch.optim.Adam(model.parameters(), lr=config["lr"])
     g = torch.Generator().manual_seed(seed + 1)
     order = torch.randint(0, x.shape[0], (steps, batch), generator=g)
     last_active = [-1] * experts
+    weights: list[list[float]] = []
 
     def loss_of(t: int) -> Tensor:
         logits, probs, index = model(x[order[t]])
+        weights.append(probs.detach().mean(0).tolist())
         loss = F.cross_entropy(logits, y[order[t]])
         load = loads(index.detach(), experts)
         for i in torch.nonzero(load > 0).reshape(-1).tolist():
@@ -118,10 +164,20 @@ def moe_run(config: Mapping[str, Any], seed: int, arm: str) -> dict[str, Any]:
     with torch.no_grad():
         logits, _, index = model(x_test)
     share = loads(index, experts) * experts
-    dead = [bool(s < config["dead_share"]) for s in share.tolist()]
-    reading = run_reading(log, onset_of(last_active, dead), steps, config["monitor"])
+    by_load = [bool(s < config["dead_share"]) for s in share.tolist()]
+    costs = ablation_costs(model, x_test, y_test)
+    dead = [c < config["ablation_tol"] for c in costs]
+    if arm in INTERVENTIONS:
+        dead[:planted] = [True] * planted
+        last_active[:planted] = [-1] * planted
+    forward = first_starved(
+        measured(weights, config["every"]), config["window"], config["dead_share"] / experts
+    )
+    reading = run_reading(log, onset_of(last_active, dead), steps, config["monitor"], forward)
     reading.update(
         dead=sum(dead),
+        dead_by_load=sum(by_load),
+        ablation_min=min(costs),
         accuracy=float((logits.argmax(-1) == y_test).float().mean()),
         purity=purity(index, c_test, config["clusters"]),
         min_share=float(share.min()),

@@ -86,10 +86,11 @@ def gain_over_chosen(
     pool: tuple[str, ...],
     where: str,
     detectors: tuple[str, ...] | None = None,
+    score: str = "null",
 ) -> tuple[float, str]:
-    """The AUROC of `candidate`'s $r_0$ on the `where` test set minus that of the baseline of
-    the models `pool` (and their `detectors`, every one when None) with the best validation
-    AUROC, and its name."""
+    """The AUROC of `candidate`'s `score` (its $r_0$ by default) on the `where` test set minus
+    that of the baseline of the models `pool` (and their `detectors`, every one when None) with
+    the best validation AUROC, and its name."""
     validation = {
         f"{k}/{n}": seed[k]["val"][n]
         for k in pool
@@ -98,20 +99,30 @@ def gain_over_chosen(
     }
     chosen = chosen_on_validation(validation)
     kind, name = chosen.split("/")
-    return seed[candidate][where]["null"]["auroc"] - seed[kind][where][name]["auroc"], chosen
+    return seed[candidate][where][score]["auroc"] - seed[kind][where][name]["auroc"], chosen
 
 
-RIVALS = ("energy", "mahalanobis", "knn")
-"""The softmax head's detectors a null must beat (C14c): the energy score, and the two
-feature-space detectors."""
+FIELD = ("msp", "energy", "max_logit", "mahalanobis", "knn", "vim", "react")
+"""The field's detectors on the plain softmax head (OpenOOD's post-hoc methods on one
+backbone): the rivals a "none of the above" component must beat (C14c)."""
 
 
-def gain_over_rivals(seed: dict[str, dict[str, Any]], candidate: str, where: str) -> float:
-    """One seed's AUROC of `candidate`'s $r_0$ on the `where` set minus the larger of two
-    rivals' AUROCs: the energy score of `candidate`'s own head (the ranking a constant null's
-    $r_0$ gives, so a constant null gains at most 0) and the softmax head's detector of
-    `RIVALS` with the best validation AUROC (chosen per seed on the validation split, never on
-    the test inputs)."""
-    chosen = gain_over_chosen(seed, candidate, ("softmax",), where, RIVALS)[0]
-    own = seed[candidate][where]["null"]["auroc"] - seed[candidate][where]["energy"]["auroc"]
-    return min(chosen, own)
+def gain_over_field(
+    seed: dict[str, dict[str, Any]], candidate: str, where: str, score: str = "null"
+) -> float:
+    r"""One seed's AUROC of `candidate`'s `score` (its $r_0$) on the `where` set minus that of
+    the strongest field rival: the softmax head's detector of `FIELD` with the best AUROC on
+    the same set (the hardest rival, as OpenOOD ranks methods on the test set; with thousands
+    of test inputs each AUROC's sampling spread is a few thousandths, so the best of seven
+    is not materially inflated)."""
+    best = max(seed["softmax"][where][n]["auroc"] for n in FIELD if n in seed["softmax"][where])
+    return seed[candidate][where][score]["auroc"] - best
+
+
+def gain_over_field_chosen(
+    seed: dict[str, dict[str, Any]], candidate: str, where: str, score: str = "null"
+) -> float:
+    """`gain_over_field` against the field detector with the best AUROC on the validation
+    split instead (chosen per seed, never on the test inputs; shown beside the criterion: with
+    a few hundred validation images the choice is noisy)."""
+    return gain_over_chosen(seed, candidate, ("softmax",), where, FIELD, score)[0]

@@ -28,7 +28,9 @@ correlation over a query's keys between $\alpha_{ij}$ and $-G_{ij}$ (the directi
 descent moves $s_{ij}$), averaged over the queries with at least three keys; it is 1 under the
 $-r$ form with a positive scale, and near 0 when the advantages are unrelated to the weights. $G$ is autograd's, from
 the captured $q, k, v, g$; $R^2$ of the advantage form is then 1 up to rounding (a check of the
-capture, not a finding).
+capture, not a finding). Under an LSE loss over the scores themselves,
+$L = -\sum_i \log\sum_j e^{s_{ij}}$, the same readings give $G = -\alpha$, which row-centred is
+the $-r$ form exactly: $R^2 = 1$ and rank correlation 1 (the known answer the controls use).
 
 The captures read a [GPT][implicit_em.windtunnel.models.GPT]'s attention modules through
 forward hooks on their input projection (`qkv`, or `query` / `key` / `value`) and their output
@@ -56,7 +58,6 @@ __all__ = [
     "explained_share",
     "head_shares",
     "model_shares",
-    "planted_capture",
     "pull_rank_correlation",
     "windtunnel_shares",
 ]
@@ -158,18 +159,36 @@ def explained_share(g: Tensor, form: Tensor) -> Tensor:
     return torch.where(norms > 0, inner**2 / norms, torch.full_like(inner, float("nan")))
 
 
-def head_shares(capture: HeadCapture) -> dict[str, Tensor]:
-    """Per head (`[H]`): $R^2$ of the $-r$ form and of the advantage form against autograd's
-    score gradient, and the forward residual $\\max|\\alpha v - o|$ of the capture.
+SCORE_LOSSES = ("downstream", "lse")
+"""Where the score gradient comes from (`head_shares`): the model's own loss through the head
+outputs (the advantage law), or an LSE loss over the scores themselves."""
 
-    Queries with a single key (the first position) carry no score gradient and are left out.
+
+def head_shares(capture: HeadCapture, loss: str = "downstream") -> dict[str, Tensor]:
+    r"""Per head (`[H]`): $R^2$ of the $-r$ form and of the advantage form against autograd's
+    score gradient $G$, the rank reading, and the forward residual $\max|\alpha v - o|$ of the
+    capture.
+
+    `loss` says where $G$ comes from: `downstream`, the captured upstream gradient $g$ through
+    $o = \alpha v$ (the model's own loss: the advantage law); `lse`, the LSE loss over the
+    scores, $L = -\sum_i \log\sum_{j \le i} e^{s_{ij}}$, whose gradient is
+    $\partial L/\partial s_{ij} = -\alpha_{ij}$ exactly (the responsibilities arising as
+    gradients: the known answer of the readings). $G$ is row-centred over each query's keys
+    before it is read (the advantage law's rows already sum to zero, so this changes nothing
+    there). Queries with a single key (the first position) carry no score gradient and are left
+    out.
     """
+    if loss not in SCORE_LOSSES:
+        raise ValueError(f"loss must be one of {SCORE_LOSSES}, got {loss!r}")
     q, k, v = (x.transpose(0, 1) for x in (capture.q, capture.k, capture.v))  # [H, B, T, E]
     g = capture.grad_output.transpose(0, 1)
     scale = 1.0 / math.sqrt(q.shape[-1])
     s = attention_scores(q, k, is_causal=True, scale=scale).requires_grad_(True)
     alpha = responsibilities(-s)
-    (autograd,) = torch.autograd.grad(alpha @ v, s, g)
+    if loss == "downstream":
+        (autograd,) = torch.autograd.grad(alpha @ v, s, g)
+    else:
+        (autograd,) = torch.autograd.grad(-torch.logsumexp(s, dim=-1).sum(), s)
     parts = attention_gradients(q, k, v, g, is_causal=True, scale=scale)
     t = s.shape[-1]
     causal = torch.ones(t, t, dtype=torch.bool, device=s.device).tril()
@@ -177,7 +196,8 @@ def head_shares(capture: HeadCapture) -> dict[str, Tensor]:
     rows = (keys > 1).to(s.dtype)
     alpha = alpha.detach()
     minus_r = -torch.where(causal, alpha - 1.0 / keys, torch.zeros_like(alpha)) * rows
-    autograd = torch.where(causal, autograd, torch.zeros_like(autograd)) * rows
+    autograd = torch.where(causal, autograd, torch.zeros_like(autograd))
+    autograd = torch.where(causal, autograd - autograd.sum(-1, keepdim=True) / keys, 0.0) * rows
     residual = (alpha @ v - capture.output.transpose(0, 1)).abs().amax((-3, -2, -1))
     return {
         "minus_r": explained_share(autograd, minus_r),
@@ -202,11 +222,14 @@ def pull_rank_correlation(alpha: Tensor, pull: Tensor) -> Tensor:
     return torch.stack(per_query, -1).mean((-2, -1))
 
 
-def model_shares(model: nn.Module, loss: Callable[[], Tensor]) -> list[dict[str, list[float]]]:
-    """[head_shares][] of every attention layer of `model` under `loss()`, as plain lists
-    (one dict per layer, one value per head)."""
+def model_shares(
+    model: nn.Module, loss: Callable[[], Tensor], score_loss: str = "downstream"
+) -> list[dict[str, list[float]]]:
+    """[head_shares][] of every attention layer of `model` under `loss()` (the captures), with
+    the score gradient from `score_loss`, as plain lists (one dict per layer, one value per
+    head)."""
     return [
-        {key: [float(v) for v in value] for key, value in head_shares(capture).items()}
+        {key: [float(v) for v in value] for key, value in head_shares(capture, score_loss).items()}
         for capture in capture_heads(model, loss)
     ]
 
@@ -229,25 +252,3 @@ def windtunnel_shares(config: RunConfig, directory: Path) -> list[dict[str, list
     return model_shares(
         model, lambda: loss_fn(model(batch.tokens), batch, config.objective, config.targets)
     )
-
-
-def planted_capture(
-    generator: torch.Generator, heads: int, keys: int, minus_r: bool, batch: int = 8
-) -> HeadCapture:
-    r"""One attention layer's tensors built so that the answer is known: random queries and
-    keys, one-hot values $v_j = e_j$ (so $a_{ij} = g_i^\top v_j = g_{ij}$) and, with `minus_r`,
-    upstream gradients $g_{ij} = 1/(n_i\,\alpha_{ij})$ on the causal keys, for which the
-    advantage law gives exactly $G_{ij} = -(\alpha_{ij} - 1/n_i)$, the $-r$ form; without,
-    standard normal $g$ (advantages unrelated to the weights)."""
-    shape = (batch, heads, keys, keys)
-    q, k = (torch.randn(shape, generator=generator, dtype=torch.float64) for _ in range(2))
-    v = torch.eye(keys, dtype=torch.float64).expand(shape).clone()
-    scale = 1.0 / math.sqrt(keys)
-    alpha = responsibilities(-attention_scores(q, k, is_causal=True, scale=scale))
-    causal = torch.ones(keys, keys, dtype=torch.bool).tril()
-    n = causal.sum(-1, keepdim=True).to(torch.float64)
-    if minus_r:
-        g = torch.where(causal, 1.0 / (n * alpha.clamp_min(1e-300)), torch.zeros_like(alpha))
-    else:
-        g = torch.randn(shape, generator=generator, dtype=torch.float64)
-    return HeadCapture(q, k, v, alpha @ v, g)

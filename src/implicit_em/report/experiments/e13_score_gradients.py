@@ -9,16 +9,21 @@ share of autograd's score gradient that each form explains with its best scale, 
 held-out data (see `_score_gradients`); the advantage form's share is 1 by the identity and
 serves as the check of the capture. The $-r$ form is row-centred, as every row of the score
 gradient is: the uncentred $-\alpha$ leaves a residual of at least $1/\sqrt n$ by algebra alone.
-Three numbers, one per item: the $-r$ share in the wind tunnel (C5), the same share in the
+Three numbers: the $-r$ share in the wind tunnel (C5 as stated), the same share in the
 character GPT (R2), and in the character GPT whether each query's keys are pulled in the order
-of their forward weights (m2).
+of their forward weights. m2 (forward weights are not responsibilities arising as gradients of
+an LSE loss) reads the two shares the other way: a gradient that is the LSE's $-r$ would answer
+it. The known answers: under an LSE loss over a head's own scores the gradient is $-\alpha$
+exactly (share 1), under the model's own downstream loss it is the advantage law.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Mapping
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +47,9 @@ READINGS = {"minus_r": "minus_r_share", "minus_r_rank": "minus_r_rank"}
 """Per head reading of `_score_gradients.head_shares` -> the number it gives per model."""
 
 
-def _char_seed(config: dict[str, Any], seed: int) -> dict[str, Any]:
+def _char_model(config: dict[str, Any], seed: int) -> tuple[torch.nn.Module, torch.Tensor, int]:
+    """The character GPT of the configuration's size trained from `seed`, its held-out
+    windows and the vocabulary size."""
     corpus = cg.char_corpus()
     size = config["char"]
     model = cg.train_char_gpt(
@@ -60,10 +67,15 @@ def _char_seed(config: dict[str, Any], seed: int) -> dict[str, Any]:
         size["block_size"],
         torch.Generator().manual_seed(seed),
     )
+    return model, window, corpus.vocab_size
+
+
+def _char_seed(config: dict[str, Any], seed: int) -> dict[str, Any]:
+    model, window, vocab = _char_model(config, seed)
     with torch.no_grad():
         loss = float(cg.next_char_loss(model, window))
     layers = sg.model_shares(model, lambda: cg.next_char_loss(model, window))
-    return {"layers": layers, "held_out_loss": loss, "uniform_loss": math.log(corpus.vocab_size)}
+    return {"layers": layers, "held_out_loss": loss, "uniform_loss": math.log(vocab)}
 
 
 def _windtunnel_seed(config: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -193,22 +205,36 @@ def _figure(runs: dict[str, dict[int, dict[str, Any]]], out: Path) -> Figure:
     )
 
 
-def _control(key: str, minus_r: bool) -> Control:
-    """Planted heads (`_score_gradients.planted_capture`) read by `head_shares` and reduced
-    per seed as `run` reduces a model's heads (the median over heads of `key`)."""
+@cache
+def _control_layers(config_key: str, seed: int, score_loss: str) -> list[dict[str, list[float]]]:
+    """`model_shares` of the character GPT trained from `seed` at configuration `config_key`,
+    on its held-out windows, with the score gradient from `score_loss`; computed once per
+    process."""
+    model, window, _ = _char_model(json.loads(config_key), seed)
+    return sg.model_shares(model, lambda: cg.next_char_loss(model, window), score_loss)
+
+
+def _control(key: str, score_loss: str) -> Control:
+    """A trained character GPT's heads read by `head_shares` with the score gradient from
+    `score_loss`, reduced per seed as the run reduces a model's heads (the median over heads
+    of `key`)."""
 
     def measure(config: dict[str, Any]) -> list[float]:
-        size = config["char"]
-        values = []
-        for seed in config["seeds"]:
-            generator = torch.Generator().manual_seed(seed)
-            capture = sg.planted_capture(generator, size["heads"], size["keys"], minus_r)
-            layer = {k: [float(v) for v in x] for k, x in sg.head_shares(capture).items()}
-            values.append(_per_seed([layer], key))
-        return values
+        config_key = json.dumps(dict(config), sort_keys=True)
+        return [
+            _per_seed(_control_layers(config_key, seed, score_loss), key)
+            for seed in config["seeds"]
+        ]
 
-    planted = "g_ij = 1/(n_i α_ij) (advantage = −r form)" if minus_r else "standard normal g"
-    return Control(f"captured heads with one-hot values and {planted}", measure)
+    says = {
+        "lse": "the trained character GPT's heads under an LSE loss over their own scores, "
+        "L = −Σᵢ log Σⱼ exp(sᵢⱼ), whose score gradient is −α exactly (responsibilities arising "
+        "as gradients)",
+        "downstream": "the same trained character GPT's heads under its own "
+        "next-character loss (a real attention layer trained by a downstream loss: the score "
+        "gradient is the advantage law, with no LSE over the scores)",
+    }[score_loss]
+    return Control(says, measure)
 
 
 EXPERIMENT = Experiment(
@@ -230,10 +256,11 @@ EXPERIMENT = Experiment(
         "runs, the same tasks and seeds at both sizes) and a GPT trained on characters of "
         "scikit-learn's bundled descriptions. The rank reading: per query with at least three "
         "keys, the Spearman correlation between α and −∂L/∂s, averaged over queries. One value "
-        "per seed: the median over heads. Controls: captured heads built with the answer "
-        "known, one-hot values and upstream gradients g_ij = 1/(n_i α_ij), for which the "
-        "advantage law is exactly the −r form (positive), or standard normal gradients "
-        "(negative), through the same capture reading."
+        "per seed: the median over heads. Controls, through the same capture and readings: "
+        "the heads of a character GPT trained at the control size under an LSE loss over "
+        "their own scores, whose gradient is −α exactly (positive), and the same heads under "
+        "the model's own next-character loss (negative, realistic: a real attention layer "
+        "trained by a downstream loss)."
     ),
     plan=plan,
     aggregate=aggregate,
@@ -248,7 +275,7 @@ EXPERIMENT = Experiment(
     },
     minutes={"smoke": 0.3, "quick": 0.3, "full": 15.0},
     controls={
-        number: Controls(_control(key, minus_r=True), _control(key, minus_r=False))
+        number: Controls(_control(key, "lse"), _control(key, "downstream"))
         for number, key in (
             ("minus_r_share_windtunnel", "minus_r"),
             ("minus_r_share_char", "minus_r"),

@@ -13,8 +13,9 @@ threshold) and reach it better than the same layer without the exponential-and-n
 
 The rivals take the same maps, data, loss and budget (same seed: same start and batches where
 the shapes agree). A gap criterion counts only when its rival retrieves well above chance
-(its `baseline` gate). m2 reads the same criterion the other way: weights that are the implied
-mixture's responsibilities answer it.
+(its `baseline` gate). m2 is judged on the gradient form (E13); its alternative of 2026-12-06
+reads `tv_softmax` the other way (forward weights that are the implied mixture's
+responsibilities), which speaks to the forward pass, not to gradients.
 """
 
 from __future__ import annotations

@@ -1,22 +1,39 @@
-r"""E19 (C9, C14a): collapse and volume control in a pre-norm residual MLP with a prototype head.
+r"""E19 (C9, C14a): collapse and volume control in a pre-norm residual MLP with a prototype head,
+trained by cross-entropy over distances (where the paper puts normalization layers) and by the
+LSE objective alone (shown).
 
 E6 read collapse in a one-layer encoder whose outputs are the distances, where the LSE
 objective's global optimum is collapse for any model without a volume term: decided by
 construction, in an architecture nobody trains. Here the network is the residual stream of a
-pre-LN transformer without attention (`_residual_mlp.PreNormResidualMLP`), read by $K$
-prototypes (`PrototypeHead`: $d_k = \lVert e(x) - \mu_k\rVert^2$) and trained on unlabelled
-Fashion-MNIST by the paper's unsupervised objective $-\log\sum_k e^{-d_k}$
-(`_residual_collapse.ARMS`). Whether gradient descent on such a network ends collapsed, and
-which of the practitioner's patches (LayerNorm with and without affine, BatchNorm, weight decay)
-or volume terms (log-det, variance + decorrelation) keep its components apart, is measured, not
-given.
+pre-LN transformer without attention (`_residual_mlp.PreNormResidualMLP`), read by prototypes
+(`PrototypeHead`: $d_k = \lVert e(x) - \mu_k\rVert^2$) on Fashion-MNIST.
 
-Per arm and seed, on the held-out images (`_component_use`): the distinct components in use,
-$\exp I(x; k)$, as a share of $K$ (the first measure); the share of dead prototypes (mass below
-$0.1/K$) and the largest component's share (alternative measures). Each rival must work on its
-own task (it lowers its objective; a volume arm must keep class structure: k-NN accuracy at
-least 0.6). Every negative control is realistic: the same network trained without the one
-mechanism the criterion credits.
+**Cross-entropy (the criteria C9 and C14a read).** §6.2 puts the missing volume term, and the
+practitioner's patches for it, in networks trained by cross-entropy or attention. The backbone
+is read by one prototype per class and trained by the cross-entropy of the labels under
+$\operatorname{softmax}(-d)$ (`_residual_ce`): without normalization, with LayerNorm,
+BatchNorm or weight decay, or with the explicit log-det of the embedding's covariance. The
+collapse measure is the held-out embedding's effective rank $\exp H(p)$, $p$ the spectrum of
+its covariance (`_embedding_volume`), against the $C = 10$ directions the labels need: an
+embedding with at most $C$ effective directions has folded its inputs onto the class structure
+(the within-class distance structure gone). Criteria `rank_ce_<arm>`; each arm must classify
+(test accuracy at least 0.7). The distinct classes in use, $\exp I(x; c)$ of the held-out
+responsibilities, are shown.
+
+**The LSE alone (shown, not voted, but for its volume arms).** The unlabelled network read by
+$K$ prototypes and trained by $-\log\sum_k e^{-d_k}$ (`_residual_collapse.ARMS`). That
+objective is at least $-\log K$, with equality exactly when every prototype sits on every
+embedding ($d \equiv 0$): its optimum is collapse whatever the network does, so the arms
+without a volume term (no normalization, the two LayerNorms, BatchNorm, weight decay) are
+marked `by_construction` in the protocol and cast no vote; the two volume arms (log-det,
+variance + decorrelation) are not decided by it and vote on C14a. Per arm and seed, on the
+held-out images (`_component_use`): the distinct components in use, $\exp I(x; k)$, as a share
+of $K$ (the first measure); the share of dead prototypes (mass below $0.1/K$) and the largest
+component's share (alternative measures). Each rival must work on its own task (it lowers its
+objective; a volume arm must keep class structure: k-NN accuracy at least 0.6).
+
+Every negative control is realistic: the same network trained without the one mechanism the
+criterion credits.
 """
 
 from __future__ import annotations
@@ -29,6 +46,7 @@ from typing import Any
 
 from implicit_em.report.experiments._cells import interval_cell
 from implicit_em.report.experiments._neural import images_of, mean_std, plus_minus
+from implicit_em.report.experiments._residual_ce import CE_ARMS, train_ce_arm
 from implicit_em.report.experiments._residual_collapse import ARMS, train_arm
 from implicit_em.report.experiments._residual_figure import components_figure
 from implicit_em.report.judging.controls import Control, Controls
@@ -49,14 +67,89 @@ def _arm_unit(config: dict[str, Any], arm: str, seed: int) -> dict[str, Any]:
     return train_arm(images_of(config), arm, seed, config)
 
 
+def _ce_unit(config: dict[str, Any], arm: str, seed: int) -> dict[str, Any]:
+    """`train_ce_arm` of one cross-entropy arm and seed on the configuration's images."""
+    return train_ce_arm(images_of(config), arm, seed, config)
+
+
 def plan(config: dict[str, Any]) -> list[Unit]:
-    """One unit per arm and seed."""
+    """One unit per arm and seed, LSE arms (`<arm>-seed<s>`) and cross-entropy arms
+    (`ce-<arm>-seed<s>`)."""
     gpu = config.get("device", "cpu") != "cpu"
-    return [
+    lse = [
         Unit(f"{arm}-seed{seed}", _arm_unit, {"config": config, "arm": arm, "seed": seed}, gpu=gpu)
         for arm in config["arms"]
         for seed in config["seeds"]
     ]
+    ce = [
+        Unit(
+            f"ce-{arm}-seed{seed}", _ce_unit, {"config": config, "arm": arm, "seed": seed}, gpu=gpu
+        )
+        for arm in config["ce_arms"]
+        for seed in config["seeds"]
+    ]
+    return lse + ce
+
+
+CE_READINGS = (
+    "effective_rank",
+    "rank_start",
+    "dead_dims",
+    "accuracy",
+    "embedding_scale",
+    "loss_end",
+)
+"""What the cross-entropy arms' table and numbers show, per arm: `<reading>_ce_<arm>`."""
+
+
+def _ce_outcome(
+    config: Mapping[str, Any], results: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, list[float]], Table]:
+    """The cross-entropy arms' numbers (mean and sd over seeds), samples (`rank_ce_<arm>`: the
+    held-out embedding's effective rank per seed) and table."""
+    numbers: dict[str, Any] = {"ce_steps": config["ce_steps"]}
+    samples: dict[str, list[float]] = {}
+    rows = []
+    for arm in config["ce_arms"]:
+        finals = [results[f"ce-{arm}-seed{seed}"]["final"] for seed in config["seeds"]]
+        for key in CE_READINGS:
+            numbers[f"{key}_ce_{arm}"], numbers[f"{key}_ce_{arm}_std"] = mean_std(
+                [f[key] for f in finals]
+            )
+        samples[f"rank_ce_{arm}"] = [f["effective_rank"] for f in finals]
+        numbers[f"distinct_share_ce_{arm}"] = mean_std([f["distinct_share"] for f in finals])[0]
+        numbers[f"rank_ce_{arm}"] = numbers[f"effective_rank_ce_{arm}"]
+        rows.append(
+            (
+                CE_ARMS[arm].label,
+                interval_cell(samples[f"rank_ce_{arm}"], 1),
+                plus_minus([f["rank_start"] for f in finals], 1),
+                plus_minus([f["dead_dims"] for f in finals], 3),
+                interval_cell([f["distinct"] for f in finals], 2),
+                plus_minus([f["accuracy"] for f in finals]),
+                plus_minus([f["loss_end"] for f in finals], 3),
+                plus_minus([f["embedding_scale"] for f in finals], 3),
+            )
+        )
+    table = Table(
+        f"Cross-entropy over distances to one prototype per class: the held-out embedding's "
+        f"effective rank exp H(p) of its covariance spectrum (width {config['width']}; mean and "
+        f"95% interval, or mean ± sd, over {len(config['seeds'])} seeds), at the start and after "
+        f"{config['ce_steps']} steps; dead directions: variance below 1e-3 of the mean; distinct "
+        "classes in use: exp of the mutual information between input and class under softmax(−d)",
+        (
+            "arm",
+            "effective rank",
+            "at the start",
+            "dead directions (share)",
+            "distinct classes in use",
+            "test accuracy",
+            "final objective (nats)",
+            "feature sd",
+        ),
+        tuple(rows),
+    )
+    return numbers, samples, table
 
 
 def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> Outcome:
@@ -94,11 +187,15 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
                 plus_minus([f["loss_start"] - f["loss_end"] for f in finals], 2),
             )
         )
+    ce_numbers, ce_samples, ce_table = _ce_outcome(config, results)
+    numbers.update(ce_numbers)
+    samples.update(ce_samples)
     criteria = {c.number for c in load_protocol("E19").criteria}
     return Outcome(
         numbers=numbers,
         samples={name: values for name, values in samples.items() if name in criteria},
         tables=[
+            ce_table,
             Table(
                 f"Component use on the held-out images ({k} prototypes; mean and 95% interval, "
                 f"or mean ± sd, over {len(seeds)} seeds). Distinct: exp of the mutual "
@@ -114,7 +211,7 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
                     "loss drop (nats)",
                 ),
                 tuple(rows),
-            )
+            ),
         ],
         figures=[
             Figure(
@@ -123,7 +220,7 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
                 f"(one dot per seed); dashed: K/2 = {k // 2}",
             )
         ],
-        notes=_notes(numbers, arms),
+        notes=_notes(numbers, arms) + _ce_notes(numbers, config["ce_arms"]),
     )
 
 
@@ -138,6 +235,15 @@ def _notes(n: dict[str, Any], arms: list[str]) -> list[str]:
         f"Distinct components in use at the end: {read}.",
         f"Untrained embedding's k-NN accuracy: {n[f'knn_untrained_{arms[0]}']:.3f} ({arms[0]}).",
     ]
+
+
+def _ce_notes(n: Mapping[str, Any], arms: list[str]) -> list[str]:
+    read = "; ".join(
+        f"{CE_ARMS[a].label}: {n[f'rank_ce_{a}']:.1f} (from {n[f'rank_start_ce_{a}']:.1f}, "
+        f"accuracy {n[f'accuracy_ce_{a}']:.3f})"
+        for a in arms
+    )
+    return [f"Cross-entropy arms, the held-out embedding's effective rank at the end: {read}."]
 
 
 @cache
@@ -181,9 +287,56 @@ control reads that same trained network with its held-out responsibilities plant
 component taking every input, or inputs dealt to the components in turn)."""
 
 
+@cache
+def _ce_trained(config_key: str, arm: str, seed: int) -> dict[str, Any]:
+    """`train_ce_arm` on the control configuration, trained once per process."""
+    config = json.loads(config_key)
+    return train_ce_arm(images_of(config), arm, seed, config)
+
+
+def _ce_measure(arm: str, plant: str | None) -> Control:
+    """Per control seed, the effective rank of the held-out embedding of the cross-entropy
+    network trained as `arm`, or of that embedding as `plant` replaces it."""
+
+    def run(config: Mapping[str, Any]) -> list[float]:
+        key = json.dumps(dict(config), sort_keys=True)
+        trained = [_ce_trained(key, arm, seed) for seed in config["seeds"]]
+        return [(t["planted"][plant] if plant else t["final"])["effective_rank"] for t in trained]
+
+    says = {
+        "plane": "its held-out embedding projected on its two leading principal directions "
+        "(collapse onto a plane planted)",
+        "whitened": "its held-out embedding whitened (every direction the same variance)",
+    }
+    if plant:
+        return Control(f"the trained network ({CE_ARMS[arm].label}), {says[plant]}", run)
+    return Control(f"realistic: the same network trained as {CE_ARMS[arm].label}", run)
+
+
+CE_NEGATIVE = {
+    "bare": "log_det",
+    "layernorm": "bare",
+    "batchnorm": "bare",
+    "weight_decay": "bare",
+    "log_det": "bare",
+}
+"""Each cross-entropy criterion's realistic negative: the bare network for every added
+mechanism, and for the bare network's collapse the same network with the log-det added. The
+positive control reads that same trained network with its held-out embedding planted (onto a
+plane for the collapse, whitened for the others)."""
+
+
 def _controls() -> dict[str, Controls]:
     out = {}
     for criterion in load_protocol("E19").criteria:
+        if criterion.number.startswith("rank_ce_"):
+            arm = criterion.number.removeprefix("rank_ce_")
+            plant = "plane" if arm == "bare" else "whitened"
+            out[criterion.number] = Controls(
+                positive=_ce_measure(CE_NEGATIVE[arm], plant),
+                negative=_ce_measure(CE_NEGATIVE[arm], None),
+            )
+            continue
         measure, arm = next(
             (m, criterion.number[len(m) + 1 :])
             for m in MEASURES
@@ -204,39 +357,47 @@ EXPERIMENT = Experiment(
     title="Collapse and volume control in a pre-norm residual MLP with a prototype head",
     claims=("C9", "C14a"),
     hypothesis=(
-        "Trained by the LSE objective alone, a residual network's prototype head collapses "
-        "onto a few components; normalization layers and weight decay patch it, and an "
-        "explicit volume term (log-det, or variance and decorrelation) controls it."
+        "Trained by cross-entropy over distances without normalization, a residual network's "
+        "embedding folds onto the class structure (effective rank at most the number of "
+        "classes); LayerNorm, BatchNorm and weight decay patch it, and an explicit log-det "
+        "volume term controls it. Under the LSE objective alone the same arms are shown: "
+        "there collapse is the objective's optimum whatever the layer does."
     ),
     setup=(
-        "Fashion-MNIST, unlabelled; a pre-norm residual MLP (input projection, residual "
-        "blocks x + W2 GELU(W1 N(x)), final N) read by K = 16 prototypes through squared "
-        "Euclidean distances, initialized on the embeddings of 16 training images, and "
-        "trained by Adam on −log Σ_k exp(−d_k): without normalization; with LayerNorm "
-        "(affine), LayerNorm without affine, BatchNorm, or LayerNorm with AdamW weight decay "
-        "0.1; with LayerNorm plus the log-det −log det(Cov_b d + 1e-4 I) of the batch's "
-        "distances, or its variance and decorrelation surrogates. Read on the test images: "
-        "the distinct components in use (exp of the input–component mutual information), "
-        "dead prototypes (mass < 0.1/K), the largest component's share, and the embedding's "
-        "10-NN accuracy."
+        "Fashion-MNIST; a pre-norm residual MLP (input projection, residual blocks "
+        "x + W2 GELU(W1 N(x)), final N). Cross-entropy arms: read by one prototype per class "
+        "(placed on the class means of a batch's embeddings) through squared Euclidean "
+        "distances, trained by Adam on the cross-entropy of the labels under softmax(−d): "
+        "without normalization; with LayerNorm (affine) or BatchNorm; with AdamW weight decay "
+        "0.1; with 0.1 × −log det(Cov_b e / mean variance + 1e-4 I) of the batch's embeddings. "
+        "Read on the test images: the embedding's effective rank (exp of the entropy of its "
+        "covariance spectrum) and the test accuracy. LSE arms (unlabelled): read by K = 16 "
+        "prototypes initialized on the embeddings of 16 training images, trained on "
+        "−log Σ_k exp(−d_k): without normalization; with LayerNorm (affine), LayerNorm "
+        "without affine, BatchNorm, or LayerNorm with AdamW weight decay 0.1; with LayerNorm "
+        "plus the log-det −log det(Cov_b d + 1e-4 I) of the batch's distances, or its "
+        "variance and decorrelation surrogates. Read on the test images: the distinct "
+        "components in use (exp of the input–component mutual information), dead prototypes "
+        "(mass < 0.1/K), the largest component's share, and the embedding's 10-NN accuracy."
     ),
     plan=plan,
     aggregate=aggregate,
-    headline=("distinct_share_bare", "distinct_share_layernorm", "distinct_share_log_det"),
+    headline=("rank_ce_bare", "rank_ce_layernorm", "rank_ce_log_det"),
     meaning={
         "holds": (
-            "Without normalization the network collapses; every patch and both volume terms "
-            "keep at least half the components in use."
+            "Trained by cross-entropy, the network without normalization folds its embedding "
+            "onto the class structure; every patch and the log-det keep more directions."
         ),
         "partly": (
-            "Some arms keep their components apart and some do not: the criteria not met name "
-            "the arms that do not control volume (or the network that did not collapse)."
+            "Some arms keep their embedding's directions and some do not: the criteria not met "
+            "name the arms that do not stand in for volume control (or the network that did "
+            "not collapse)."
         ),
         "fails": (
             "No arm reads as the paper says: the network without normalization kept its "
-            "components, or no patch nor volume term kept half of them."
+            "directions, or no patch nor the log-det kept more than the classes need."
         ),
     },
-    minutes={"smoke": 0.2, "quick": 0.5, "full": 60.0},
+    minutes={"smoke": 0.3, "quick": 0.8, "full": 75.0},
     controls=CONTROLS,
 )

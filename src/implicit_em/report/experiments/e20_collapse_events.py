@@ -1,22 +1,33 @@
 r"""E20 (C14d): does the tracer detect the collapse that real training produces, and how early
-against the monitors a practitioner watches today?
+against the monitors a practitioner watches today, a plain forward-softmax monitor among them?
 
 Three families of runs, each trained with the tracer on (default thresholds, as a user runs it),
 each with an arm prone to the event and a realistic arm that avoids it:
 
 * `moe`: a top-$k$ mixture of experts on a clustered task, without the load-balancing loss
-  (dead experts) and with it (`_moe_events`);
+  (dead experts) and with it, and two arms whose dead experts an intervention plants (router
+  biases forced down: never routed; output weights held at zero: routed, useless)
+  (`_moe_events`);
 * `attention`: a one-block transformer at a high and a low peak learning rate (attention
-  entropy collapse at the high one) (`_attention_events`);
+  collapse at the high one), and an arm whose collapse an intervention plants (query and key
+  weights scaled up) (`_attention_events`);
 * `sae`: a sparse autoencoder on an MLP's Fashion-MNIST activations at a high and a low L1
   penalty (dead latents at the high one) (`_sae_events`).
 
-Every run's event and its onset are read afterwards from the run itself (held-out data at the
-end, its own per-step record), never from the tracer. Beside the tracer, two practitioner
-monitors read the same runs: a loss-spike and a gradient-norm spike detector
+Every run's event and its onset are read afterwards from the run's held-out behaviour, never
+from a quantity the tracer computes: an expert is dead when removing it from the router costs
+the held-out loss less than a tolerance, the attention is dead when replacing its output by its
+mean costs less than a tolerance (ablations), and an intervention defines its own event. Beside
+the tracer, three practitioner monitors read the same runs: the forward-softmax monitor (each
+expert's mean forward routing weight, each head's forward attention entropy, read by the
+tracer's own rules: `_forward_monitors`), and a loss-spike and a gradient-norm spike detector
 (`_event_training.first_spike`, rolling median + k · MAD; k set on development seeds). The
-criteria read the tracer's detection share over the runs with an event and its false-alarm
-share over the runs without one (exact Clopper–Pearson intervals); leads in steps are shown.
+router's responsibilities read from its gradients equal its forward softmax to rounding (the
+gate `router_residual_max`), so whatever the tracer catches that the forward monitor misses
+comes from its other readings (dispatch counts, the classification head's logits), which the
+per-alarm table names. The criteria read the tracer's detection share over the runs with an
+event and its false-alarm share over the runs without one (exact Clopper–Pearson intervals);
+every monitor's shares and leads are shown beside them.
 """
 
 from __future__ import annotations
@@ -56,7 +67,7 @@ RUNS: dict[str, Callable[[Mapping[str, Any], int, str], dict[str, Any]]] = {
 }
 EVENTS = {
     "moe": "dead experts (top-k mixture of experts)",
-    "attention": "attention entropy collapse",
+    "attention": "dead attention (attention collapse)",
     "sae": "dead latents (sparse autoencoder)",
 }
 JUDGED = ("moe", "attention")
@@ -163,6 +174,18 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
             for alarm in r["tracer_alarms"]:
                 first[alarm] = first.get(alarm, 0) + 1
         numbers[f"first_alarms_{family}"] = ", ".join(f"{a} {c}" for a, c in sorted(first.items()))
+        if family in SAME_RULE:
+            numbers[f"same_step_as_forward_{family}"] = share(
+                [
+                    float(r["alarm_steps"].get(SAME_RULE[family]) == r["forward"])
+                    for r in runs
+                    if r["event"]
+                ]
+            )
+        if family in FIRST_TRUTH:
+            numbers[f"truth_agreement_{family}"] = share(
+                [float(FIRST_TRUTH[family](r) == r["event"]) for r in runs]
+            )
         if family in JUDGED:
             samples[f"detect_share_{family}"] = detections(runs, "tracer")
             samples[f"false_alarm_share_{family}"] = false_alarms(runs, "tracer")
@@ -226,10 +249,29 @@ def _notes(n: Mapping[str, Any], config: Mapping[str, Any]) -> list[str]:
             f"{n[f'false_alarm_share_{family}_grad_spike']:.2f}); the tracer's first alarms on "
             f"the event runs: {n[f'first_alarms_{family}'] or 'none'}."
         )
+    for family in (f for f in JUDGED if f in config["families"]):
+        out.append(
+            f"{EVENTS[family]}, the tracer against the forward-softmax monitor on the same runs: "
+            f"detected {n[f'detect_share_{family}_tracer']:.2f} against "
+            f"{n[f'detect_share_{family}_forward']:.2f}, false alarms "
+            f"{n[f'false_alarm_share_{family}_tracer']:.2f} against "
+            f"{n[f'false_alarm_share_{family}_forward']:.2f}, the tracer ahead by "
+            f"{n[f'lead_over_forward_{family}']:+.0f} steps (median over the event runs); the "
+            f"ablation ground truth agrees with the first version's (the tracer's own quantity) "
+            f"on {n[f'truth_agreement_{family}']:.0%} of the runs."
+            + (
+                f" The tracer's {SAME_RULE[family]} alarm, the forward monitor's rule read "
+                f"through the tracer, fired at the same step as the forward monitor on "
+                f"{n[f'same_step_as_forward_{family}']:.0%} of the event runs."
+                if family in SAME_RULE
+                else ""
+            )
+        )
     if "router_residual_max" in n:
         out.append(
-            f"Router: responsibilities read from its gradients against its softmax, largest "
-            f"residual {n['router_residual_max']:.2g}; with the balancing loss the experts "
+            f"Router: responsibilities read from its gradients against its forward softmax, "
+            f"largest residual {n['router_residual_max']:.2g}: the gradient reading is the "
+            f"forward reading, and adds nothing to it; with the balancing loss the experts "
             f"specialise (cluster purity ≥ 0.9) in {n['specialised_share_moe_balanced']:.0%} "
             f"of the runs (mean purity {n['purity_moe_balanced']:.3f})."
         )
@@ -251,6 +293,17 @@ def _fired(family: str, arm: str) -> Callable[[dict[str, Any]], list[float]]:
 
     return measure
 
+
+SAME_RULE = {"attention": "attention_entropy_collapse"}
+"""Per family, the tracer alarm whose rule the forward-softmax monitor applies to the forward
+weights: where the tracer's reading from the gradients adds nothing, both fire at the same step."""
+
+FIRST_TRUTH: dict[str, Callable[[Mapping[str, Any]], bool]] = {
+    "moe": lambda r: r["dead_by_load"] > 0,
+    "attention": lambda r: bool(r["entropy_event"]),
+}
+"""Per judged family, the first version's ground truth (the quantity the tracer's own alarm
+reads: held-out load share, held-out attention entropy), shown beside the ablations."""
 
 CONTROL_ARMS = {"moe": ("none", "balanced"), "attention": ("high", "low")}
 """Per judged family: the arm prone to the event and its realistic rival without it."""
@@ -290,28 +343,44 @@ CONTROLS = _controls()
 
 EXPERIMENT = Experiment(
     id="E20",
-    title="Collapse that training produces: the tracer against loss and gradient-norm monitors",
+    title=(
+        "Collapse that training produces: the tracer against forward-softmax, loss and "
+        "gradient-norm monitors"
+    ),
     claims=("C14d",),
     hypothesis=(
         "Reading only what it reads during training, with its default thresholds, the tracer "
-        "raises an alarm on most runs where real training kills experts or collapses "
-        "attention entropy, and stays silent on most runs where it does not."
+        "raises an alarm on most runs whose experts or attention are dead by their held-out "
+        "ablation (or by an intervention), and stays silent on most runs where they are not; "
+        "shown beside it: whether its reading of responsibilities from gradients catches "
+        "anything a forward-softmax monitor does not."
     ),
     setup=(
         "A top-1 mixture of 8 one-hidden-layer experts on an 8-cluster task, Adam, with and "
-        "without the Switch load-balancing loss; a one-block transformer (2 heads, no QK-norm) "
-        "on the majority token of 16, Adam with a linear warm-up to a high or a low peak rate; "
+        "without the Switch load-balancing loss, or with two experts' router biases forced to "
+        "−10 or their output weights held at 0; an expert is dead when removing it from the "
+        "router raises the held-out cross-entropy by less than 0.002 nats. A one-block "
+        "transformer (2 heads, no QK-norm) on the majority token of 16, Adam with a linear "
+        "warm-up to a high or a low peak rate, or the low rate with query and key weights "
+        "scaled by 20 after the warm-up; its attention is dead when replacing the attention "
+        "output by its held-out mean raises the held-out cross-entropy by less than 0.2 nats. "
         "a ReLU sparse autoencoder (256 latents) on the 64 hidden activations of an MLP trained "
         "on a Fashion-MNIST subset, at a high or a low L1 penalty. The tracer with its default "
-        "thresholds every 5 steps; the loss and gradient-norm spike monitors (rolling median "
+        "thresholds every 5 steps; the forward-softmax monitor (mean forward routing weight per "
+        "expert over 16 measured steps below 0.01/E; a head's forward attention entropy below "
+        "0.1 × its first value); the loss and gradient-norm spike monitors (rolling median "
         "over 20 steps + k · MAD)."
     ),
     plan=plan,
     aggregate=aggregate,
-    headline=("detect_share_moe_tracer", "detect_share_attention_tracer", "traced_share_sae"),
+    headline=(
+        "detect_share_moe_tracer",
+        "detect_share_moe_forward",
+        "detect_share_attention_tracer",
+    ),
     meaning={
         "holds": (
-            "The tracer caught most dead-expert and entropy-collapse events and stayed silent "
+            "The tracer caught most dead-expert and dead-attention events and stayed silent "
             "on most runs without them: it tracks collapse that real training produces."
         ),
         "partly": (
@@ -320,6 +389,6 @@ EXPERIMENT = Experiment(
         ),
         "fails": "The tracer missed the events real training produced, or fired on healthy runs.",
     },
-    minutes={"smoke": 0.3, "quick": 0.5, "full": 2.0},
+    minutes={"smoke": 0.4, "quick": 0.8, "full": 3.0},
     controls=CONTROLS,
 )
