@@ -19,12 +19,14 @@ SEEDS = 200  # enough independent units for any interval to clear a threshold th
 
 
 def _samples(criterion: Criterion, meet: bool) -> list[float]:
-    """Per-seed values wholly on the right (`meet`) or the wrong side of `criterion`."""
+    """Per-seed values wholly on the right (`meet`) or the wrong side of `criterion`, inside
+    its declared bounds."""
     above = (criterion.op in (">=", ">")) == meet
     t = criterion.threshold
     if criterion.method in ("wilson", "clopper-pearson"):
         return [1.0 if above else 0.0] * SEEDS
-    margin = max(abs(t), 1.0) * 0.5
+    low, high = criterion.limits
+    margin = min(max(abs(t), 1.0) * 0.5, ((high - t) if above else (t - low)) * 0.5)
     centre = t + margin if above else t - margin
     return [centre + margin * 0.01 * ((i % 7) - 3) for i in range(SEEDS)]
 

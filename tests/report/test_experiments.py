@@ -11,8 +11,8 @@ from implicit_em.report.judging.replication import seed_lists
 
 
 @pytest.mark.parametrize("experiment", select(None), ids=lambda e: e.id)
-def test_smoke_run_measures_what_the_rule_reads(experiment, tmp_path):
-    outcome = experiment.run({**experiment.configs["smoke"], "device": "cpu"}, tmp_path)
+def test_smoke_run_measures_what_the_rule_reads(experiment, smoke_run):
+    outcome, tmp_path = smoke_run(experiment)  # shared with the judging invariants
     assert isinstance(outcome, Outcome)
     for gate in experiment.rule.gates:
         assert isinstance(outcome.numbers.get(gate.number), (int, float)), gate.number
@@ -45,10 +45,10 @@ def test_seed_counts(experiment):
     assert len(experiment.configs["full"]["seeds"]) >= full
 
 
-def test_preconditioned_path_is_em_at_smoke_size(tmp_path):
+def test_preconditioned_path_is_em_at_smoke_size(smoke_run):
     """E2's headline fact is exact at any size: preconditioned steps are EM's to rounding."""
     (experiment,) = select(["E2"])
-    outcome = experiment.run({**experiment.configs["smoke"], "device": "cpu"}, tmp_path)
+    outcome, _ = smoke_run(experiment)
     assert outcome.numbers["preconditioned_max_deviation"] <= 1e-10
     residuals = experiment.rule.criteria[0].sample_lists(outcome.samples)
     assert set(residuals) == {"synthetic", "wine"}  # one list per data set, never pooled

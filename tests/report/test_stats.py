@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from implicit_em.report.judging.stats import (
+    METHOD_NAMES,
     Interval,
     mean_interval,
     median_interval,
@@ -198,3 +199,139 @@ def test_modes_split_at_declared_gaps():
     assert len(modes(purity, 0.3)) == 1
     with pytest.raises(ValueError, match="gap"):
         modes(purity, 0.0)
+
+
+# The classes of bug the judging plumbing had: a constant with rounding noise read as a spread,
+# an interval on a bounded quantity running past its bound, a bootstrap on a handful of seeds.
+
+constants = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    constants,
+    st.lists(st.floats(min_value=-1.0, max_value=1.0), min_size=2, max_size=30),
+    st.sampled_from(["t", "bootstrap", "bca", "sign-test"]),
+)
+def test_a_constant_with_rounding_noise_is_degenerate(c, noise, method):
+    """Each value off the constant by at most four float32 ulps (2^-21 relative): a constant
+    computed in float32, not a spread over seeds."""
+    xs = [c * (1.0 + 2.0**-21 * e) for e in noise]
+    interval = median_interval(xs) if method == "sign-test" else mean_interval(xs, method)
+    assert interval.degenerate or not interval.finite  # the sign test needs six values
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.floats(min_value=1e-6, max_value=1e6),
+    st.lists(st.floats(min_value=0.0, max_value=1.0), min_size=2, max_size=30),
+    st.sampled_from(["t", "bootstrap", "bca"]),
+)
+def test_a_spread_above_the_tolerance_is_not_degenerate(c, shape, method):
+    """Values whose range is 1e-4 of their size (a real spread over seeds) are read as one."""
+    xs = [c * (1.0 + 1e-4 * u) for u in [0.0, 1.0, *shape]]
+    assert not mean_interval(xs, method).degenerate
+
+
+def test_published_constants_read_as_degenerate():
+    """E19's bare arm (0.0625 up to 3e-10 over 12 seeds) and E4's robust share on blobs
+    (0.667 to the last bit) are constants; a share of unanimous outcomes is not."""
+    bare = [
+        0.06250000012287998,
+        0.06250000000000258,
+        0.06250000000000172,
+        0.06250000000005468,
+        0.06250000006371512,
+        0.06250000000000061,
+        0.062500000000001,
+        0.0625000000000018,
+        0.06250000000347203,
+        0.06250000026541325,
+        0.06250000000000161,
+        0.06250000028513253,
+    ]
+    assert mean_interval(bare, "t").degenerate
+    assert mean_interval([2 / 3] * 9 + [0.6666666666666669], "t").degenerate
+    assert mean_interval([0.0, 1e-15, 0.0], "t").degenerate  # below the absolute floor
+    assert not share_interval(10, 10, "clopper-pearson").degenerate
+
+
+unit_values = st.lists(st.floats(min_value=0.0, max_value=1.0), min_size=2, max_size=30)
+
+
+@settings(max_examples=80, deadline=None)
+@given(unit_values, st.sampled_from(["t", "bootstrap", "bca"]))
+@example(xs=[1.0] * 9 + [0.75], method="t")  # E4's no-competition share ran to 1.015
+def test_an_interval_on_a_bounded_quantity_stays_inside_its_bounds(xs, method):
+    interval = mean_interval(xs, method, bounds=(0.0, 1.0))
+    assert 0.0 <= interval.low <= interval.estimate <= interval.high <= 1.0
+    above = mean_interval([1.0 + v for v in xs], method, bounds=(1.0, math.inf))
+    assert above.low >= 1.0 and above.high < math.inf
+
+
+def test_bounds_clip_only_the_end_that_runs_past():
+    free = mean_interval([0.9, 1.0, 1.0, 0.95, 1.0], "t")
+    bounded = mean_interval([0.9, 1.0, 1.0, 0.95, 1.0], "t", bounds=(0.0, 1.0))
+    assert free.high > 1.0 and bounded.high == 1.0 and bounded.low == free.low
+    with pytest.raises(ValueError, match="outside its bounds"):
+        mean_interval([0.5, 1.2], "t", bounds=(0.0, 1.0))
+    with pytest.raises(ValueError, match="outside its bounds"):
+        median_interval([-0.5, 0.2] * 4, bounds=(0.0, 1.0))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(2, 9).flatmap(
+        lambda n: st.lists(st.floats(min_value=-1e3, max_value=1e3), min_size=n, max_size=n)
+    ),
+    st.sampled_from(["bootstrap", "bca"]),
+)
+def test_below_ten_values_a_bootstrap_falls_back_to_student_t(xs, method):
+    got, t = mean_interval(xs, method), mean_interval(xs, "t")
+    assert (got.estimate, got.low, got.high) == (t.estimate, t.low, t.high)
+    assert got.method == f"t-for-{method}"
+    assert "Student t" in METHOD_NAMES[got.method] and "n ≥ 10" in METHOD_NAMES[got.method]
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    st.integers(10, 30).flatmap(
+        lambda n: st.lists(st.floats(min_value=-1e3, max_value=1e3), min_size=n, max_size=n)
+    ),
+    st.sampled_from(["bootstrap", "bca"]),
+)
+def test_from_ten_values_the_bootstrap_is_used(xs, method):
+    got = mean_interval(xs, method, resamples=500)
+    assert got.method == method
+    assert min(xs) <= got.low <= got.high <= max(xs)  # a bootstrap stays in the data's range
+
+
+def test_every_seed_at_a_bound_is_a_unanimous_outcome_not_a_constant():
+    """A bounded quantity whose every seed sits at one of its bounds (E4: all 20 units gain
+    every cluster, 1.0) is read by the exact interval of the share of seeds at that bound:
+    for x in [l, u], E x >= l + (u - l) P(x = u). An interior constant stays degenerate."""
+    top = mean_interval([1.0] * 10, "t", bounds=(0.0, 1.0))
+    assert not top.degenerate and top.method == "unanimous"
+    assert (top.estimate, top.low, top.high) == pytest.approx((1.0, 0.025 ** (1 / 10), 1.0))
+    bottom = mean_interval([0.0] * 10, "bca", bounds=(0.0, 1.0))
+    assert (bottom.low, bottom.high) == pytest.approx((0.0, 1 - 0.025 ** (1 / 10)))
+    assert mean_interval([2 / 3] * 10, "t", bounds=(0.0, 1.0)).degenerate
+    assert mean_interval([0.0] * 10, "t", bounds=(0.0, math.inf)).degenerate  # open above
+    assert mean_interval([1.0] * 10, "t").degenerate  # no bounds declared
+    assert "Clopper" in METHOD_NAMES["unanimous"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.floats(min_value=-10.0, max_value=10.0),
+    st.floats(min_value=0.01, max_value=10.0),
+    st.integers(2, 30),
+    st.booleans(),
+)
+def test_a_unanimous_outcome_reads_the_exact_share_on_its_bounds(low, width, n, at_top):
+    bounds = (low, low + width)
+    interval = mean_interval([bounds[at_top]] * n, "t", bounds=bounds)
+    share = share_interval(n if at_top else 0, n, "clopper-pearson")
+    assert interval.low == pytest.approx(low + width * share.low)
+    assert interval.high == pytest.approx(low + width * share.high)
+    assert bounds[0] <= interval.low <= interval.estimate <= interval.high <= bounds[1]

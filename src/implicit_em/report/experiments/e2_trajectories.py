@@ -396,6 +396,7 @@ EXPERIMENT = Experiment(
     id="E2",
     title="Trajectories: gradient descent against EM",
     claims=("R1", "T2"),
+    data_sets=mx.DATASETS,
     hypothesis=(
         "Gradient descent on the mixture NLL takes EM's steps, and follows EM's path, up to a "
         "step size; the referee expects this only for Xu–Jordan's preconditioned steps "

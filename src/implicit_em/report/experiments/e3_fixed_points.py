@@ -208,7 +208,7 @@ def _heldout(config: dict[str, Any], results: Mapping[str, Any]) -> tuple[dict, 
     }
     samples = per_data_set(
         {"gd_heldout_reached_share": reached(gaps, config["heldout_margin"])},
-        [name for _, name, _ in runs],
+        [name for name, _, _ in runs],
     )
     rows = [
         (name, seed, r["em"], r["gd_lse"], r["gap_lse"], r["one_gaussian"], r["steps_lse"])
@@ -371,6 +371,7 @@ EXPERIMENT = Experiment(
     id="E3",
     title="Fixed points: gradient descent against EM",
     claims=("T3", "C4"),
+    data_sets=mx.DATASETS,
     hypothesis=(
         "Gradient descent and EM share their fixed points on a Gaussian mixture (EM's optimum "
         "is stationary for gradient descent; every fixed point of EM on the paper's LSE over "

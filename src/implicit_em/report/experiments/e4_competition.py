@@ -399,6 +399,7 @@ EXPERIMENT = Experiment(
     id="E4",
     title="Competition and robustness: normalized against unnormalized objectives",
     claims=("C4", "C7"),
+    data_sets=DATA_SETS,
     hypothesis=(
         "Under the normalized mixture NLL, prototypes started together in one cluster spread "
         "out to the others and are pulled by outliers; under correntropy at the same kernel "

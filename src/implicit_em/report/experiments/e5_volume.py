@@ -396,6 +396,7 @@ EXPERIMENT = Experiment(
     id="E5",
     title="Volume: whitened components with and without log|det W|",
     claims=("C9", "C14d", "m1"),
+    data_sets=mx.DATASETS,
     hypothesis=(
         "Without the log-det volume term, learnable whitening collapses (the scale of W "
         "shrinks, the true-model likelihood degrades) and the tracer's collapse alarms fire; "

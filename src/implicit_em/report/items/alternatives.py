@@ -14,6 +14,10 @@ Each alternative (`registry.Alternative`) is a view of the same document, read b
   `gd_path_gap@wine`) judged on those alone; criteria without them are read as they are. It is
   `available` only when at least one criterion has such samples.
 
+A criterion read again on other values or at another threshold (`rejudged`) is read by the
+function that read it first (`Criterion.evaluation`): its interval method, its declared bounds,
+and degeneracy (a data set whose seeds all agree is a gate there too, casting no vote).
+
 An item whose verdict under an available alternative differs from its verdict is **fragile**,
 and the alternatives that flip it are named, but only a **sound** alternative may flip it: one
 that passes the same controls as the primary (`registry.ALTERNATIVE_READINGS`; a `measure` is
@@ -48,25 +52,11 @@ def rejudged(
     c: Mapping[str, Any], values: Sequence[float], threshold: float | None = None
 ) -> dict[str, Any]:
     """The results.json criterion `c` judged again on `values` (its own samples, or one data
-    set's) at `threshold` (its own when None), by its own interval method."""
-    criterion = Criterion(
-        number=c["number"],
-        op=c["op"],
-        threshold=float(c["threshold"] if threshold is None else threshold),
-        means=c.get("means", ""),
-        claim=c["claim"],
-        direction=c["direction"],
-        method=c.get("method") or "t",
-    )
-    interval = criterion.interval([float(v) for v in values])
-    return {
-        **c,
-        "threshold": criterion.threshold,
-        "estimate": interval.estimate,
-        "low": interval.low,
-        "high": interval.high,
-        "status": criterion.status(interval),
-    }
+    set's) at `threshold` (its own when None), by the function that judged it first
+    (`Criterion.evaluation`): its interval method, declared bounds and degeneracy reading.
+    Its item marks and controls are kept."""
+    criterion = Criterion.from_record(c, threshold)
+    return {**c, **criterion.evaluation({"": [float(v) for v in values]}).as_dict()}
 
 
 def _with_parts(item: Item, parts: Mapping[str, tuple[Ref, ...]]) -> Item:

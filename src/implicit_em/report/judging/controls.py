@@ -33,7 +33,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from implicit_em.report.judging.rule import Criterion
+from implicit_em.report.judging.readings import DEGENERATE
+from implicit_em.report.judging.rule import OPERATORS, Criterion
 
 __all__ = [
     "NEGATIVE_KINDS",
@@ -116,12 +117,18 @@ class NegativeControl:
 
 
 def status_of(criterion: Criterion, values: Sequence[float]) -> str:
-    """A control's status: its per-seed `values` judged by `criterion` (undecided with none
-    or with a NaN)."""
+    """A control's status: its per-seed `values` read by `criterion` as the experiment reads
+    its own (`Criterion.reading`), undecided with none or with a NaN. A control whose seeds
+    all agree (a degenerate reading, or every seed at a bound) is `met` when its constant
+    passes, `not met` when not: a planted answer may be exact."""
     values = [float(v) for v in values]
     if not values or any(math.isnan(v) for v in values):
         return "undecided"
-    return criterion.status(criterion.interval(values))
+    reading = criterion.reading("", values)
+    if reading.status == DEGENERATE or reading.interval.method == "unanimous":
+        passed = OPERATORS[criterion.op](reading.interval.estimate, criterion.threshold)
+        return "met" if passed else "not met"
+    return reading.status
 
 
 def control_statuses(criterion: Criterion, controls: Controls, config: Config) -> dict[str, Any]:

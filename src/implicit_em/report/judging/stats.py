@@ -5,7 +5,10 @@ r"""Intervals over independent seeds: the statistics every criterion of the repo
   $\alpha/2$ and $1-\alpha/2$ quantiles of the means of `resamples` resamples drawn
   with replacement, from a fixed seed) or bootstrap BCa (the percentile interval corrected for
   the bootstrap distribution's bias $z_0$ and for its skew by the jackknife acceleration $a$:
-  the quantiles $\Phi(z_0 + (z_0 + z_q)/(1 - a(z_0 + z_q)))$ for $q = \alpha/2, 1-\alpha/2$);
+  the quantiles $\Phi(z_0 + (z_0 + z_q)/(1 - a(z_0 + z_q)))$ for $q = \alpha/2, 1-\alpha/2$).
+  A bootstrap resamples the seeds it has: below `BOOTSTRAP_MIN_N` (10) values it cannot see
+  the tails it claims to correct for, so it falls back to Student t and the interval's method
+  says so (`t-for-bca`, `t-for-bootstrap`);
 * `median_interval`: the median with its exact, distribution-free sign-test interval
   $[x_{(r)}, x_{(n+1-r)}]$, $r$ the largest rank with $2\,P(B \le r-1) \le \alpha$ for
   $B \sim \mathrm{Binomial}(n, 1/2)$; below 6 values no rank reaches 95% and it is
@@ -18,8 +21,27 @@ r"""Intervals over independent seeds: the statistics every criterion of the repo
 * `modes`: per-seed values split into modes at every gap wider than a declared width, each
   mode with its count, mean and range.
 
-With fewer than two values a mean has no interval: it is $(-\infty, \infty)$. An interval of
-zero width (every value equal) is `degenerate`: it reads a constant, not a spread over seeds.
+With fewer than two values a mean has no interval: it is $(-\infty, \infty)$.
+
+**Bounds.** A quantity with declared `bounds` $[l, u]$ (a share in $[0, 1]$, a KL $\ge 0$) has
+its interval inside them: a value outside raises `ValueError` (beyond the degeneracy tolerance
+below, so rounding at a bound is no error), and an end that runs past a bound is set on it
+$([\max(\text{low}, l), \min(\text{high}, u)])$. Only Student t can run past (it is symmetric
+about the mean); the bootstrap and order-statistic intervals lie within the values, and the
+share intervals within $[0, 1]$.
+
+**Unanimous outcomes.** A quantity bounded on both sides whose every seed sits at one bound (all
+20 units gain every cluster: 1.0 on $[0, 1]$) is an outcome shared by every seed, not a constant
+by construction: for $x \in [l, u]$, $\mathrm{E}\,x \ge l + (u - l)\,P(x = u)$, so the exact
+Clopper–Pearson interval of $n$ seeds of $n$ at $u$ bounds the mean from below
+($[l + (u - l)(\alpha/2)^{1/n},\, u]$; mirrored at $l$). Its method is `unanimous`.
+
+**Degenerate.** An interval over values whose spread is rounding, not seeds, reads a constant:
+it is `degenerate` when its values' range is at most
+$\text{DEGENERATE\_RTOL} \cdot \max|x| + \text{DEGENERATE\_ATOL}$ ($10^{-6}$ relative, eight
+float32 units in the last place, so a constant computed in float32 passes; $10^{-12}$ absolute,
+for constants at zero). A share of unanimous outcomes is not degenerate: it is read by its
+Wilson or Clopper–Pearson interval, which has a width at every $n$.
 """
 
 from __future__ import annotations
@@ -32,6 +54,11 @@ import numpy as np
 from scipy import stats as _scipy
 
 __all__ = [
+    "BOOTSTRAP_MIN_N",
+    "DEGENERATE_ATOL",
+    "DEGENERATE_RTOL",
+    "UNBOUNDED",
+    "Bounds",
     "Interval",
     "Mode",
     "mean_interval",
@@ -41,6 +68,16 @@ __all__ = [
     "share_interval",
     "sign_test_rank",
 ]
+
+Bounds = tuple[float, float]
+UNBOUNDED: Bounds = (-math.inf, math.inf)
+
+DEGENERATE_RTOL = 1e-6
+"""A spread of at most this share of the values' size (plus `DEGENERATE_ATOL`) is rounding."""
+DEGENERATE_ATOL = 1e-12
+"""The absolute floor of that tolerance, for constants at or near zero."""
+BOOTSTRAP_MIN_N = 10
+"""The fewest values a bootstrap interval is computed on; below, Student t."""
 
 MEAN_METHODS = ("t", "bootstrap", "bca")
 MEDIAN_METHODS = ("sign-test",)
@@ -52,19 +89,25 @@ METHOD_NAMES = {
     "sign-test": "exact sign test (median)",
     "wilson": "Wilson score",
     "clopper-pearson": "exact Clopper–Pearson",
+    "t-for-bootstrap": "Student t (bootstrap percentile needs n ≥ 10)",
+    "t-for-bca": "Student t (bootstrap BCa needs n ≥ 10)",
+    "unanimous": "exact Clopper–Pearson (every seed at its bound)",
 }
 """Each interval method as the page names it."""
 
 
 @dataclass(frozen=True)
 class Interval:
-    """An estimate with its two-sided interval (`level` 95% unless stated), its method and `n`."""
+    """An estimate with its two-sided interval (`level` 95% unless stated), its method and `n`;
+    `spread` is the range of the values it was read from (NaN for a share or a unanimous
+    outcome, which are read from their count, so never degenerate)."""
 
     estimate: float
     low: float
     high: float
     method: str
     n: int
+    spread: float = math.nan
 
     @property
     def finite(self) -> bool:
@@ -72,9 +115,11 @@ class Interval:
 
     @property
     def degenerate(self) -> bool:
-        """A finite interval of zero width: it reads a constant (every seed alike), not a
-        spread over seeds."""
-        return self.finite and self.low == self.high
+        r"""A finite interval over values whose range is within rounding of a constant,
+        $\max x - \min x \le$ `DEGENERATE_RTOL` $\cdot \max|x|$ + `DEGENERATE_ATOL`: it reads
+        a constant (every seed alike), not a spread over seeds."""
+        scale = max(abs(self.estimate), abs(self.low), abs(self.high))
+        return self.finite and self.spread <= DEGENERATE_RTOL * scale + DEGENERATE_ATOL
 
 
 def _check_level(level: float) -> None:
@@ -82,19 +127,63 @@ def _check_level(level: float) -> None:
         raise ValueError(f"level must be in (0, 1), got {level!r}")
 
 
+def _check_bounds(x: np.ndarray, bounds: Bounds) -> None:
+    """`ValueError` when a value lies outside `bounds` by more than the degeneracy tolerance."""
+    low, high = bounds
+    if not low < high:
+        raise ValueError(f"bounds must be (low, high) with low < high, got {bounds!r}")
+    finite = x[np.isfinite(x)]
+    if finite.size == 0:
+        return
+    slack = DEGENERATE_RTOL * float(np.max(np.abs(finite))) + DEGENERATE_ATOL
+    outside = finite[(finite < low - slack) | (finite > high + slack)]
+    if outside.size:
+        raise ValueError(
+            f"a value lies outside its bounds [{low:g}, {high:g}]: {float(outside[0])!r}"
+        )
+
+
+def _within(interval: Interval, bounds: Bounds) -> Interval:
+    """`interval` with each end that runs past `bounds` set on it."""
+    low = min(max(interval.low, bounds[0]), bounds[1])
+    high = max(min(interval.high, bounds[1]), bounds[0])
+    return Interval(interval.estimate, low, high, interval.method, interval.n, interval.spread)
+
+
+def _unanimous(x: np.ndarray, bounds: Bounds, level: float) -> Interval | None:
+    """The interval of a bounded mean whose every value sits at one of its two finite
+    `bounds` (within the degeneracy tolerance): the Clopper–Pearson interval of the share of
+    values at that bound, mapped onto the bounds; None otherwise."""
+    low, high = bounds
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return None
+    slack = DEGENERATE_RTOL * max(abs(low), abs(high)) + DEGENERATE_ATOL
+    n, width = int(x.size), high - low
+    for bound, at_top in ((high, True), (low, False)):
+        if np.all(np.abs(x - bound) <= slack):
+            share = share_interval(n if at_top else 0, n, "clopper-pearson", level)
+            return Interval(
+                bound, low + width * share.low, low + width * share.high, "unanimous", n
+            )
+    return None
+
+
 def mean_interval(
     values: Sequence[float],
     method: str = "t",
     level: float = 0.95,
     *,
+    bounds: Bounds = UNBOUNDED,
     resamples: int = 10_000,
     seed: int = 0,
 ) -> Interval:
     """The mean of `values` with its `level` interval by `method` ("t", "bootstrap" or "bca";
-    the bootstrap ones draw `resamples` from the fixed `seed`, so they are deterministic).
+    the bootstrap ones draw `resamples` from the fixed `seed`, so they are deterministic, and
+    below `BOOTSTRAP_MIN_N` values give Student t, as `t-for-<method>`), inside `bounds`;
+    every value at one of two finite `bounds` gives the `unanimous` exact interval.
 
     A non-finite value makes the estimate and both ends NaN; fewer than two values give
-    the interval $(-\\infty, \\infty)$.
+    the interval $(-\\infty, \\infty)$; a value outside `bounds` raises `ValueError`.
     """
     if method not in MEAN_METHODS:
         raise ValueError(f"method must be one of {MEAN_METHODS}, got {method!r}")
@@ -103,22 +192,30 @@ def mean_interval(
     n = int(x.size)
     if n == 0:
         raise ValueError("values must hold at least one number")
+    _check_bounds(x, bounds)
     if not np.all(np.isfinite(x)):
         return Interval(math.nan, math.nan, math.nan, method, n)
-    estimate = float(x.mean())
+    estimate, spread = float(x.mean()), float(x.max() - x.min())
     if n < 2:
-        return Interval(estimate, -math.inf, math.inf, method, n)
+        return Interval(estimate, -math.inf, math.inf, method, n, spread)
+    unanimous = _unanimous(x, bounds, level)
+    if unanimous is not None:
+        return unanimous
     alpha = 1.0 - level
-    if method == "t":
+    if method != "t" and n < BOOTSTRAP_MIN_N:
+        method = f"t-for-{method}"
+    if method.startswith("t"):
         half = float(_scipy.t.ppf(1.0 - alpha / 2, n - 1) * x.std(ddof=1) / math.sqrt(n))
-        return Interval(estimate, estimate - half, estimate + half, method, n)
+        interval = Interval(estimate, estimate - half, estimate + half, method, n, spread)
+        return _within(interval, bounds)
     rng = np.random.default_rng(seed)
     means = x[rng.integers(0, n, size=(resamples, n))].mean(axis=1)
     quantiles = np.array([alpha / 2, 1.0 - alpha / 2])
     if method == "bca":
         quantiles = _bca_quantiles(x, means, quantiles)
     low, high = np.quantile(means, quantiles)
-    return Interval(estimate, float(min(low, estimate)), float(max(high, estimate)), method, n)
+    low, high = float(min(low, estimate)), float(max(high, estimate))
+    return _within(Interval(estimate, low, high, method, n, spread), bounds)
 
 
 def _bca_quantiles(x: np.ndarray, means: np.ndarray, quantiles: np.ndarray) -> np.ndarray:
@@ -150,21 +247,25 @@ def sign_test_rank(n: int, level: float = 0.95) -> int:
     return r
 
 
-def median_interval(values: Sequence[float], level: float = 0.95) -> Interval:
+def median_interval(
+    values: Sequence[float], level: float = 0.95, *, bounds: Bounds = UNBOUNDED
+) -> Interval:
     """The median of `values` with its exact sign-test `level` interval (order statistics; no
     assumption on the distribution but independence). Infinite when `values` are too few for
-    any rank to reach `level` (fewer than 6 at 95%); NaN with a non-finite value."""
+    any rank to reach `level` (fewer than 6 at 95%); NaN with a non-finite value; a value
+    outside `bounds` raises `ValueError` (the interval's ends are values, so inside them)."""
     x = np.sort(np.asarray(values, dtype=float).ravel())
     n = int(x.size)
     if n == 0:
         raise ValueError("values must hold at least one number")
+    _check_bounds(x, bounds)
     if not np.all(np.isfinite(x)):
         return Interval(math.nan, math.nan, math.nan, "sign-test", n)
-    median = float(np.median(x))
+    median, spread = float(np.median(x)), float(x[-1] - x[0])
     r = sign_test_rank(n, level)
     if r == 0:
-        return Interval(median, -math.inf, math.inf, "sign-test", n)
-    return Interval(median, float(x[r - 1]), float(x[n - r]), "sign-test", n)
+        return Interval(median, -math.inf, math.inf, "sign-test", n, spread)
+    return Interval(median, float(x[r - 1]), float(x[n - r]), "sign-test", n, spread)
 
 
 def share_interval(successes: int, n: int, method: str = "wilson", level: float = 0.95) -> Interval:

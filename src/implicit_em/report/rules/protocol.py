@@ -4,9 +4,10 @@ A protocol is the JSON file `protocols/<ID>.json` beside this module. It holds e
 decides a verdict, fixed before the confirmatory run:
 
 * `criteria`: number, op, threshold, theory item (`claim`), direction, interval `method`, how
-  per-data-set readings `combine`, whether it is the item's `primary` criterion, and what is
-  only shown: its prose (`means`, `quote`, `how_it_could_fail`) and the gap between its modes
-  (`modes_gap`);
+  per-data-set readings `combine`, the `bounds` its quantity cannot leave, whether it is the
+  item's `primary` criterion, and what is only shown or checked: its prose (`means`, `quote`,
+  `how_it_could_fail`), the gap between its modes (`modes_gap`) and the `units` its values
+  stand for (one per seed unless declared);
   besides, the marks that say how an item reads it (`ITEM_MARKS`: `by_construction`, the kind
   of its `negative_control`, the `baseline` a comparison needs working, the conditions it
   `requires` to be read at all), which
@@ -56,8 +57,8 @@ PROTOCOL_SIZES = ("smoke", "quick", "full", "control")
 CONFIRMATION_SEEDS = 1000
 """Full-size seeds are >= this; every other size's seeds are below it."""
 
-_PROSE = ("means", "quote", "how_it_could_fail", "modes_gap")
-"""What a verdict does not read: left out of `Protocol.hash`."""
+_PROSE = ("means", "quote", "how_it_could_fail", "modes_gap", "units")
+"""What a verdict does not read (shown, or checked): left out of `Protocol.hash`."""
 ITEM_MARKS = ("by_construction", "negative_control", "baseline", "requires")
 """Criterion keys read by the item verdicts, not by the experiment's rule."""
 

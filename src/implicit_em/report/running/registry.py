@@ -133,6 +133,9 @@ class Experiment:
         Expected minutes per size on a 2-core CPU, used to announce how long a report takes.
     controls : mapping of str to Controls
         The known-answer controls of each criterion, by the criterion's number.
+    data_sets : tuple of str
+        The data sets it measures on, by the names its per-data-set samples carry
+        (`<number>@<data set>`); required when a criterion reads one list per data set.
     """
 
     id: str
@@ -148,6 +151,7 @@ class Experiment:
     controls: Mapping[str, Controls] = field(default_factory=dict)
     protocol: Protocol | None = None
     """Its protocol; None reads the registered file `protocols/<ID>.json`."""
+    data_sets: tuple[str, ...] = ()
 
     @property
     def rule(self) -> Rule:
@@ -175,6 +179,12 @@ class Experiment:
             raise ValueError(f"{self.id}: meaning must say what holds, partly and fails mean")
         if not self.claims:
             raise ValueError(f"{self.id}: an experiment tests at least one claim")
+        per_data_set = [c.number for c in self.rule.criteria if c.combine]
+        if per_data_set and not self.data_sets:
+            raise ValueError(
+                f"{self.id}: {', '.join(per_data_set)} read one list per data set; "
+                "name its data sets (data_sets)"
+            )
 
     def judge(self, outcome: Outcome) -> Judgement:
         return self.rule.judge(outcome.numbers, outcome.samples)
