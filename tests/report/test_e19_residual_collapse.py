@@ -113,13 +113,18 @@ def test_the_protocol_reads_every_criterion_and_controls_each():
     for criterion in PROTOCOL.data["criteria"]:
         assert criterion["negative_control"]["kind"] == "realistic"
         if "_ce_" in criterion["number"]:
-            assert "baseline" in criterion and "by_construction" not in criterion
+            arm = criterion["number"].split("_ce_")[1]
+            assert "by_construction" not in criterion
+            assert ("baseline" in criterion) == (arm != "bare"), criterion["number"]
             continue
         arm = criterion["number"].split("_share_")[1]
         assert ("baseline" in criterion) == (arm != "bare"), criterion["number"]
         assert ("by_construction" in criterion) == (arm in lse_alone), criterion["number"]
     assert set(PROTOCOL.sizes["quick"]["arms"]) == set(e19.NEGATIVE)
-    assert set(PROTOCOL.sizes["quick"]["ce_arms"]) == set(e19.CE_NEGATIVE) == set(ce.CE_ARMS)
+    assert set(PROTOCOL.sizes["quick"]["ce_arms"]) == set(ce.CE_ARMS)
+    ce_judged = {n.split("_ce_")[1] for n in numbers if "_ce_" in n}
+    assert ce_judged == set(e19.CE_NEGATIVE)
+    assert all(e19.CE_NEGATIVE[arm] in ce.CE_ARMS for arm in ce_judged)
 
 
 def test_effective_rank_of_hand_built_embeddings():
@@ -147,8 +152,48 @@ def test_the_ce_plants_read_as_planted():
     e = torch.randn(300, 16, generator=torch.Generator().manual_seed(1)) @ torch.randn(
         16, 16, generator=torch.Generator().manual_seed(2)
     )
-    assert ev.embedding_volume(ce.CE_PLANTS["plane"](e))["effective_rank"] <= 2 + 1e-9
     assert ev.embedding_volume(ce.CE_PLANTS["whitened"](e))["effective_rank"] == pytest.approx(16)
+    point = ce.CE_PLANTS["point"](e)
+    assert torch.allclose(point.mean(0), e.mean(0), atol=1e-5)
+    assert float((point - point.mean(0)).norm()) == pytest.approx(
+        ce.POINT_SHRINK * float((e - e.mean(0)).norm()), rel=1e-4
+    )
+
+
+TOWARD_FIRST = torch.eye(1, 12)
+"""A shift toward the first prototype: the mean embedding nearer it than the others."""
+
+
+def _classes_around_prototypes(spread: float) -> tuple[torch.Tensor, PrototypeHead]:
+    """Ten classes of 50 inputs each, scattered by `spread` around ten prototypes 4 apart."""
+    g = torch.Generator().manual_seed(3)
+    prototypes = 4 * torch.eye(10, 12)
+    e = prototypes.repeat_interleave(50, 0) + spread * torch.randn(500, 12, generator=g)
+    return e, PrototypeHead(prototypes)
+
+
+def test_dominance_reads_a_planted_collapse_as_collapsed_and_a_spread_embedding_not():
+    e, head = _classes_around_prototypes(0.5)
+    with torch.no_grad():
+        spread = ce.dominance(head(e).argmin(-1), 10)
+        collapsed = ce.dominance(head(ce.CE_PLANTS["point"](e + TOWARD_FIRST)).argmin(-1), 10)
+    assert spread == pytest.approx(0.1, abs=0.02)  # each prototype takes its own class
+    assert collapsed == 1.0  # every input near one point: one prototype takes them all
+    criterion = next(c for c in PROTOCOL.criteria if c.number == "dominance_ce_bare")
+    assert spread < criterion.threshold <= collapsed
+    assert ce.dominance(torch.tensor([0, 0, 0, 1]), 10) == 0.75
+    with pytest.raises(ValueError, match="non-empty"):
+        ce.dominance(torch.tensor([], dtype=torch.long), 10)
+
+
+def test_dominance_is_read_from_the_nearest_prototype_not_the_softmax_temperature():
+    # the same collapse at a twentieth of the scale: every distance small, the responsibilities
+    # flat, so the largest softmax mass stays near 1/C while one prototype is nearest to all
+    e, head = _classes_around_prototypes(0.5)
+    small = PrototypeHead(head.prototypes.detach() / 20)
+    collapsed = ce._readings(ce.CE_PLANTS["point"]((e + TOWARD_FIRST) / 20), small, 0.1)
+    assert collapsed["largest_share"] < 0.15
+    assert collapsed["dominance"] == 1.0
 
 
 def test_the_ce_objective_is_cross_entropy_over_negative_distances_plus_its_volume_term():
@@ -175,9 +220,10 @@ def test_a_smoke_run_reads_each_arm_from_its_own_trainings(tmp_path):
     assert set(outcome.samples) == {c.number for c in PROTOCOL.criteria}
     (seed,) = config["seeds"]
     for number, values in outcome.samples.items():
-        if number.startswith("rank_ce_"):
-            arm = number.removeprefix("rank_ce_")
-            assert values == [results[f"ce-{arm}-seed{seed}"]["final"]["effective_rank"]]
+        if "_ce_" in number:
+            prefix, arm = number.split("_ce_")
+            reading = e19.CE_CRITERIA[prefix]
+            assert values == [results[f"ce-{arm}-seed{seed}"]["final"][reading]]
             continue
         measure, arm = number.rsplit("_share_", 1)
         assert values == [results[f"{arm}-seed{seed}"]["final"][f"{measure}_share"]]
@@ -187,6 +233,8 @@ def test_a_smoke_run_reads_each_arm_from_its_own_trainings(tmp_path):
         assert 1 - 1e-9 <= final["distinct"] <= final["effective"] + 1e-9 <= 10 + 1e-9
         assert outcome.numbers[f"accuracy_ce_{arm}"] == final["accuracy"]
         assert outcome.numbers[f"distinct_share_ce_{arm}"] == final["distinct_share"]
+        assert 0.1 <= final["dominance"] <= 1
+        assert outcome.numbers[f"dominance_ce_{arm}"] == final["dominance"]
     k = config["components"]
     for arm in config["arms"]:
         final = results[f"{arm}-seed{seed}"]["final"]

@@ -23,10 +23,20 @@ with Adam:
 Every arm but `bare` is the bare network with one mechanism added. `train_ce_arm` returns the
 held-out embedding's volume (`_embedding_volume`), the test accuracy (does the arm work on its
 own task?), the component use of the held-out responsibilities $r = \operatorname{softmax}(-d)$
-over the $C$ classes (`_component_use`: the distinct classes in use, $\exp I(x; c)$, shown:
-inputs mapped to nearby points leave responsibilities that tell nothing apart), and the volume
-of the same embedding as each of `CE_PLANTS` replaces it (what the known-answer controls
-read).
+over the $C$ classes (`_component_use`), and both readings of the same embedding as each of
+`CE_PLANTS` replaces it (what the known-answer controls read).
+
+The collapse §6.2 names is read from the responsibilities, not from the embedding's rank:
+"the network can learn to map all inputs to nearby points, collapsing the distance structure
+and making the responsibilities meaningless", and "a component that captures slightly more mass
+receives stronger gradients ... and may come to dominate completely". Its measure is the
+**dominance** $\max_c \bar r_c$, $\bar r_c = \frac1N\sum_i r_{ic}$: the largest share of the
+held-out responsibility mass any one prototype takes. On the balanced test classes a network that
+tells them apart reads near $1/C$; inputs mapped near one point give every input the same
+$r_i$, and the prototype nearest that point takes its share from every input ($\to 1$ as the
+point's distances to the prototypes spread). The embedding's effective rank is shown beside
+it: cross-entropy folds each class onto its prototype (neural collapse), so a low rank with
+accurate, class-telling responsibilities is the objective's own optimum, not this collapse.
 """
 
 from __future__ import annotations
@@ -46,7 +56,7 @@ from implicit_em.report.experiments._embedding_volume import embedding_volume, s
 from implicit_em.report.experiments._neural import Images, device_of, minibatches
 from implicit_em.report.experiments._residual_mlp import PreNormResidualMLP, PrototypeHead
 
-__all__ = ["CE_ARMS", "CE_PLANTS", "CeArm", "ce_loss", "train_ce_arm"]
+__all__ = ["CE_ARMS", "CE_PLANTS", "CeArm", "ce_loss", "dominance", "train_ce_arm"]
 
 EMBEDDING_EPS = 1e-4
 """$\\varepsilon$ of the embedding's log-det."""
@@ -98,11 +108,9 @@ def scale_free_log_det(e: Tensor) -> Tensor:
     return log_det_penalty(e / scale.sqrt(), EMBEDDING_EPS)
 
 
-def _top_two(e: Tensor) -> Tensor:
-    """`e` projected on its two leading principal directions: every input on a plane."""
-    centred = e.double() - e.double().mean(0, keepdim=True)
-    _, _, v = torch.linalg.svd(centred, full_matrices=False)
-    return centred @ v[:2].T @ v[:2]
+POINT_SHRINK = 0.01
+"""How far the planted collapse leaves each input from the embedding's mean: a hundredth of its
+offset (every input mapped near one point)."""
 
 
 def _whitened(e: Tensor) -> Tensor:
@@ -110,12 +118,43 @@ def _whitened(e: Tensor) -> Tensor:
     centred = e.double() - e.double().mean(0, keepdim=True)
     lam = spectrum(e).clamp_min(1e-12)
     _, _, v = torch.linalg.svd(centred, full_matrices=False)
-    return centred @ v.T @ torch.diag(lam.rsqrt()) @ v
+    return (centred @ v.T @ torch.diag(lam.rsqrt()) @ v).to(e.dtype)
 
 
-CE_PLANTS: dict[str, Callable[[Tensor], Tensor]] = {"plane": _top_two, "whitened": _whitened}
-"""What a control plants in place of a trained network's held-out embeddings `e[N, D]`: a
-collapse onto a plane, or the same embedding spread equally over every direction."""
+def _near_a_point(e: Tensor) -> Tensor:
+    r"""`e` shrunk onto its mean: $\bar e + s\,(e_i - \bar e)$, $s$ = `POINT_SHRINK` (the
+    paper's collapse, every input mapped to nearby points, planted)."""
+    mean = e.mean(0, keepdim=True)
+    return mean + POINT_SHRINK * (e - mean)
+
+
+CE_PLANTS: dict[str, Callable[[Tensor], Tensor]] = {"whitened": _whitened, "point": _near_a_point}
+"""What a control plants in place of a trained network's held-out embeddings `e[N, D]`: the
+same embedding spread equally over every direction, or every input mapped near one point."""
+
+
+def _readings(e: Tensor, head: nn.Module, dead_mass: float) -> dict[str, float]:
+    r"""The volume of the held-out embeddings `e` and the component use of their responsibilities
+    $\operatorname{softmax}(-d)$ under the trained `head`."""
+    with torch.no_grad():
+        d = head(e)
+    r = torch.softmax(-d, dim=-1).cpu()
+    return {
+        **component_use(r, dead_mass),
+        **embedding_volume(e),
+        "dominance": dominance(d.argmin(-1).cpu(), d.shape[-1]),
+    }
+
+
+def dominance(nearest: Tensor, classes: int) -> float:
+    r"""The largest share of the inputs any one prototype is nearest to:
+    $\max_c \frac1N \#\{i : \arg\min_k d_{ik} = c\}$ of the nearest prototypes
+    `nearest[N]` among `classes`; $1/C$ for balanced classes each given to its own prototype,
+    1 when one prototype takes every input."""
+    if nearest.dim() != 1 or nearest.numel() == 0:
+        raise ValueError(f"nearest must be a non-empty [N] tensor, got {tuple(nearest.shape)}")
+    counts = torch.bincount(nearest, minlength=classes)
+    return float(counts.max()) / nearest.numel()
 
 
 def _evaluate(backbone: nn.Module, x: Tensor) -> Tensor:
@@ -139,7 +178,8 @@ def train_ce_arm(images: Images, arm: str, seed: int, config: dict[str, Any]) ->
 
     Returns `final`: the held-out embedding's volume, the test accuracy (argmin distance), the
     mean loss of the first and of the last tenth of the steps and the embedding's mean feature
-    standard deviation; `planted`: the volume of the held-out embedding under each plant."""
+    standard deviation; `planted`: the same readings of the held-out embedding under each
+    plant."""
     if arm not in CE_ARMS:
         raise ValueError(f"arm must be one of {sorted(CE_ARMS)}, got {arm!r}")
     spec = CE_ARMS[arm]
@@ -170,10 +210,8 @@ def train_ce_arm(images: Images, arm: str, seed: int, config: dict[str, Any]) ->
         losses.append(float(loss.detach()))
     e_test = _evaluate(backbone, images.x_test)
     with torch.no_grad():
-        d_test = head(e_test)
-    r_test = torch.softmax(-d_test, dim=-1)
-    accuracy = float((d_test.argmin(-1) == images.y_test).double().mean())
-    final = {**component_use(r_test, config["dead_mass"]), **embedding_volume(e_test)}
+        accuracy = float((head(e_test).argmin(-1) == images.y_test).double().mean())
+    final = _readings(e_test, head, config["dead_mass"])
     window = max(1, steps // 10)
     final.update(
         rank_start=start_volume["effective_rank"],
@@ -183,5 +221,8 @@ def train_ce_arm(images: Images, arm: str, seed: int, config: dict[str, Any]) ->
         loss_end=sum(losses[-window:]) / window,
         embedding_scale=float(e_test.std(dim=0).mean()),
     )
-    planted = {name: embedding_volume(plant(e_test)) for name, plant in CE_PLANTS.items()}
+    planted = {
+        name: _readings(plant(e_test), head, config["dead_mass"])
+        for name, plant in CE_PLANTS.items()
+    }
     return {"final": final, "planted": planted}
