@@ -192,10 +192,12 @@ def plateau_fall_floor(result: dict[str, Any]) -> float:
 def model_kl(model: nn.Module, run: RunConfig) -> dict[str, float]:
     """The held-out KL to the exact posterior (bits per supervised position) of `model`, read
     as `run`'s objective reads its outputs, on `run`'s held-out batch, with the floor (the
-    uniform prediction's KL): the measurement a trained run reports (`evaluate`), for a model
+    uniform prediction's KL) and the entropy error (`bits_mae`): the measurement a trained run
+    reports (`evaluate`), for a model
     given from outside (the known-answer controls)."""
     found = evaluate(model, held_out(run), run.objective)
-    return {"kl_bits": found["kl_bits"], "uniform_kl_bits": found["uniform_kl_bits"]}
+    keys = ("kl_bits", "uniform_kl_bits", "bits_mae")
+    return {k: found[k] for k in keys}
 
 
 class PlantedPosterior(nn.Module):

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from implicit_em.report.experiments import _reference_budget as rb
 from implicit_em.report.experiments import _windtunnel as wt
 from implicit_em.report.judging.controls import Control, Controls
 from implicit_em.report.rendering.figures import new_figure, save
@@ -17,6 +18,9 @@ from implicit_em.report.running.registry import Experiment, Figure, Outcome, Tab
 MODELS = ("transformer", "mlp-prefix", "mlp-pos")
 BLUR = 0.01
 """The known-answer controls' near-Bayes model: the posterior mixed with 1% of the uniform."""
+FINE_BLUR = 1e-4
+"""The near-Bayes model of the entropy-error controls: a 1% blur moves the entropy of a
+certain answer by about 0.08 bits, so the posterior mixed with 0.01% of the uniform."""
 
 
 def _task_unit(config: dict[str, Any], task: str, seed: int) -> dict[str, Any]:
@@ -27,9 +31,10 @@ def _task_unit(config: dict[str, Any], task: str, seed: int) -> dict[str, Any]:
 
 
 def plan(config: dict[str, Any]) -> list[Unit]:
-    """One unit per task and seed (its three models trained)."""
+    """One unit per task and seed (its three models trained), then the reference-budget arms'
+    units (`_reference_budget`)."""
     threads = config.get("workers", 1)
-    return [
+    return rb.plan(config) + [
         Unit(
             f"{task}-seed{seed}",
             _task_unit,
@@ -117,6 +122,9 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
     units = {t: {s: results[f"{t}-seed{s}"] for s in config["seeds"]} for t in wt.TASKS}
     samples = _samples(units)
     numbers: dict[str, Any] = dict(_gates(units))
+    budget_numbers, budget_samples, budget_table = rb.read(config, results)
+    numbers |= budget_numbers
+    samples |= budget_samples
     rows = []
     for task in wt.TASKS:
         by_seed = units[task]
@@ -180,7 +188,8 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
                     "steps",
                 ),
                 tuple(rows),
-            )
+            ),
+            *([budget_table] if budget_table else []),
         ],
         figures=[
             Figure(
@@ -199,35 +208,38 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
     )
 
 
-def _control(task: str, number: str, models: dict[str, str]) -> Control:
+def _control(task: str, number: str, models: dict[str, str], reader=task_samples) -> Control:
     """A control of `task`'s criterion `number`: each of E10's three slots (transformer, prefix
     MLP, position-wise MLP) filled by a known input: `"bayes"`, the posterior blurred by `BLUR`;
     or a model trained at the control size by the experiment's own training code, named by
     `"trained:<model>"` (`"trained:<model>+1000"`: seeds shifted by 1000, a second
-    initialization of the same model), measured by `wt.model_kl` and read by `task_samples`."""
+    initialization of the same model), measured by `wt.model_kl` and read by `reader`
+    (`task_samples`, or the reference-budget arms' `rb.samples` of the first two slots);
+    `"bayes-fine"` blurs by `FINE_BLUR`."""
 
     def measure(config: dict[str, Any]) -> list[float]:
         per_slot = []
         for slot in MODELS:
             kind = models[slot]
-            if kind == "bayes":
+            if kind.startswith("bayes"):
                 runs = [wt.task_config(config, task, model=slot, seed=s) for s in config["seeds"]]
-                per_slot.append([_bayes_kl(r) for r in runs])
+                blur = FINE_BLUR if kind == "bayes-fine" else BLUR
+                per_slot.append([wt.planted_kl(r, blur) for r in runs])
             else:
                 model, _, shift = kind.removeprefix("trained:").partition("+")
                 seeds = tuple(s + int(shift or 0) for s in config["seeds"])
                 per_slot.append(
                     _trained_kls(json.dumps(config, sort_keys=True), task, model, seeds)
                 )
-        return task_samples(*per_slot)[number]
+        return reader(*per_slot)[number]
 
     said = ", ".join(f"{wt.MODEL_NAMES[m]} slot: {_said(kind)}" for m, kind in models.items())
     return Control(f"{wt.TASK_NAMES[task]}: {said}", measure)
 
 
 def _said(kind: str) -> str:
-    if kind == "bayes":
-        return "the posterior blurred by 1%"
+    if kind.startswith("bayes"):
+        return f"the posterior blurred by {100 * (FINE_BLUR if kind == 'bayes-fine' else BLUR):g}%"
     model, _, shift = kind.removeprefix("trained:").partition("+")
     again = " from a second initialization" if shift else ""
     return f"the trained {wt.MODEL_NAMES[model]}{again}"
@@ -243,11 +255,8 @@ def _trained_kls(
     runs = [wt.task_config(config, task, model=model, seed=s) for s in seeds]
     with wt.unit_folder() as out:
         found = wt.train(config, out, runs, None)
-    return [{"kl_bits": f["kl_bits"], "uniform_kl_bits": f["uniform_kl_bits"]} for f in found]
-
-
-def _bayes_kl(run: Any) -> dict[str, float]:
-    return wt.planted_kl(run, BLUR)
+    keys = ("kl_bits", "uniform_kl_bits", "bits_mae")
+    return [{k: f[k] for k in keys} for f in found]
 
 
 def _controls(task: str) -> dict[str, Controls]:
@@ -279,6 +288,35 @@ def _controls(task: str) -> dict[str, Controls]:
         f"{task}_prefix_over_floor": Controls(
             _control(task, "prefix_over_floor", bayes),
             _control(task, "prefix_over_floor", {**bayes, "mlp-prefix": blind}),
+        ),
+    }
+
+
+def _budget_controls(task: str) -> dict[str, Controls]:
+    """The reference-budget criteria's controls, through the same slots at the control size:
+    the entropy error with the posterior blurred by 0.01% (positive) or the trained
+    position-wise MLP (negative) in the transformer's slot; the MLP contrast as E10's own."""
+    bayes = {m: "bayes" for m in MODELS}
+    fine = {**bayes, "transformer": "bayes-fine"}
+
+    def control(number: str, models: dict[str, str]) -> Control:
+        return _control(task, number, models, lambda t, p, _: rb.samples(t, p))
+
+    return {
+        f"refbudget_{task}_transformer_entropy_mae_bits": Controls(
+            control("transformer_entropy_mae_bits", fine),
+            control("transformer_entropy_mae_bits", {**fine, "transformer": "trained:mlp-pos"}),
+        ),
+        f"refbudget_{task}_prefix_minus_transformer_bits": Controls(
+            control("prefix_minus_transformer_bits", {**bayes, "mlp-prefix": "trained:mlp-pos"}),
+            control(
+                "prefix_minus_transformer_bits",
+                {
+                    **bayes,
+                    "transformer": "trained:mlp-prefix+1000",
+                    "mlp-prefix": "trained:mlp-prefix",
+                },
+            ),
         ),
     }
 
@@ -351,5 +389,8 @@ EXPERIMENT = Experiment(
         ),
     },
     minutes={"smoke": 1.0, "quick": 0.6, "full": 220.0},
-    controls={number: c for task in wt.TASKS for number, c in _controls(task).items()},
+    controls={
+        **{number: c for task in wt.TASKS for number, c in _controls(task).items()},
+        **{number: c for task in rb.JUDGED for number, c in _budget_controls(task).items()},
+    },
 )
