@@ -401,7 +401,7 @@ EXPERIMENT = Experiment(
             "MLP is not behind it by the margin, and it does not close the floor either."
         ),
     },
-    minutes={"smoke": 1.0, "quick": 0.6, "full": 220.0},
+    minutes={"smoke": 1.5, "quick": 1.2, "full": 750.0},
     controls={
         **{number: c for task in wt.TASKS for number, c in _controls(task).items()},
         **{number: c for task in rb.JUDGED for number, c in _budget_controls(task).items()},
