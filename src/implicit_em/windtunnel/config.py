@@ -313,7 +313,8 @@ _TASK_SCALES: dict[tuple[str, str], dict[str, Any]] = {
 64 (7,850 steps), AdamW lr 3e-4, weight decay 0.01, a cosine to zero without warmup; the
 wind tunnel's models have no dropout, and draw fresh sequences (`reference` states the rest).
 `reference-budget` trains a 4 x 128 model (about 0.82M parameters against the reference's 7.2M,
-whose steps cost about ten times as much on a CPU: `benchmarks/windtunnel_reference_budget.py`)
+whose steps cost about six times as much on a CPU, some 9 CPU-hours per seed:
+`benchmarks/windtunnel_reference_budget.py`)
 for 10k steps at batch 64: the reference's 7,850 x 64 sequence passes, each sequence fresh, within
 about 2 CPU-hours per seed."""
 
