@@ -12,7 +12,7 @@ from implicit_em.report import select
 from implicit_em.report.experiments import _windtunnel as wt
 from implicit_em.report.experiments.e11_windtunnel_sigmoid import OBJECTIVES
 from implicit_em.windtunnel.config import preset
-from implicit_em.windtunnel.evaluation import held_out
+from implicit_em.windtunnel.evaluation import held_out, plateau, plateau_tolerance
 
 E10, E11, E12 = select(["E10", "E11", "E12"])
 
@@ -40,7 +40,10 @@ def test_quick_is_a_smaller_copy_of_full(experiment) -> None:
 def test_full_runs_the_reference_tasks_on_fresh_seeds(experiment) -> None:
     full, quick = experiment.configs["full"], experiment.configs["quick"]
     for task in ("bijection", "hmm"):
-        assert full["tasks"][task] == preset(task, "reference").task_params
+        # the 10-seed size spells the HMM without the reference's [OBS] markers (E10's
+        # reference-budget arms carry them)
+        reference = preset(task, "reference").task_params
+        assert full["tasks"][task] == {k: v for k, v in reference.items() if k != "markers"}
     assert full["tasks"]["dice"] == {"n_faces": 6, "length": 64}
     development = set(wt.DEVELOPMENT_SEEDS)
     for size in experiment.configs.values():
@@ -57,12 +60,55 @@ def test_one_budget_and_one_rule_for_every_model_and_objective_of_a_task() -> No
         for o in OBJECTIVES
     ]
     rules = {
-        (r.steps, r.min_steps, r.schedule, r.stop_at_plateau, r.plateau_tol, r.plateau_floor_tol)
+        (
+            r.steps,
+            r.min_steps,
+            r.schedule,
+            r.min_lr_ratio,
+            r.stop_at_plateau,
+            r.plateau_tol,
+            r.plateau_floor_tol,
+        )
         for r in runs
     }
-    assert rules == {(24000, 4000, "wsd", True, 0.02, 0.01)}
+    # fixed length, cosine to zero, the gate read at the end only: flat within 0.05% of the floor
+    assert rules == {(10000, 10000, "cosine", 0.0, False, 0.0, 0.0005)}
     budget = config["budget"]["bijection"]
     assert E11.configs["full"]["budget"]["bijection"] == budget
+    for experiment in (E10, E11):
+        for size in experiment.configs.values():
+            assert size["train"]["plateau_floor_tol"] <= 0.0005
+            assert size["train"]["plateau_tol"] == 0.0 and not size["train"]["stop_at_plateau"]
+
+
+def test_a_short_run_fails_the_convergence_gate(tmp_path) -> None:
+    """200 steps under the full size's rule, with its own tolerance: the held-out KL still
+    falls by far more than 0.05% of the floor in the last window, so the run is not converged
+    (the old tolerance, 1% of the floor, let every run stop at its first check)."""
+    from implicit_em.windtunnel.train import run
+
+    short = {"steps": 200, "min_steps": 200, "warmup": 20, "eval_every": 20, "n_test": 128}
+    config = wt.task_config(E10.configs["full"], "bijection", seed=70, **short)
+    result = run(config, tmp_path, progress=False)
+    assert result["steps"] == 200 and result["converged"] is False
+    assert wt.plateau_fall_floor(result) > config.plateau_floor_tol
+
+
+def test_a_flat_curve_passes_the_gate_and_a_falling_one_does_not() -> None:
+    """The gate on planted curves: 50 evaluations, a KL that has settled within 0.01% of the
+    floor over the last 40% of the steps passes; the same curve still falling by 0.1% of the
+    floor per window fails."""
+    rule = preset("bijection", "reference-budget")
+    floor = 1.107
+    atol = plateau_tolerance(rule, floor)
+    assert atol == pytest.approx(0.0005 * floor)
+    steps = list(range(2000, 100_001, 2000))
+    settled = [0.01 + (0.5 if s < 50_000 else 1e-4 * floor * (s % 4000 == 0)) for s in steps]
+    found = plateau(steps, settled, rule.plateau_window, rule.plateau_tol, atol=atol)
+    assert found.converged and abs(found.fall) < atol
+    falling = [0.05 - 0.001 * floor * s / 20_000 for s in steps]
+    found = plateau(steps, falling, rule.plateau_window, rule.plateau_tol, atol=atol)
+    assert not found.converged and found.fall > atol
 
 
 def test_a_planted_posterior_reads_as_bayes_under_every_objective() -> None:
@@ -100,13 +146,24 @@ def test_e10_smoke_reports_every_task_and_the_analytic_floor(tmp_path) -> None:
         assert n[f"{task}_mlp_pos_entropy_mae_bits"] >= 0
     # smoke runs live in each unit's temporary folder, removed with it, not among the figures
     assert not (tmp_path / "runs").exists()
-    (table,) = outcome.tables
+    table, arms = outcome.tables
     assert [row[:2] for row in table.rows[:3]] == [
         ("bijection", "transformer"),
         ("bijection", "prefix MLP"),
         ("bijection", "position-wise MLP"),
     ]
     assert len(table.rows) == 9
+    # the reference-budget arms: one row each; at smoke size far below the reference's budget
+    block = config["reference_budget"]
+    assert [row[0] for row in arms.rows] == list(block["arms"])
+    for task in ("bijection", "hmm"):
+        assert n[f"refbudget_{task}_budget_share"] < 0.01
+        (mae,) = outcome.samples[f"refbudget_{task}_transformer_entropy_mae_bits"]
+        arm = "bijection_2x64" if task == "bijection" else "hmm_4x128"
+        assert mae == pytest.approx(n[f"refbudget_{arm}_entropy_mae_bits"])
+        (excess,) = outcome.samples[f"refbudget_{task}_prefix_minus_transformer_bits"]
+        prefix = n[f"refbudget_{task}_prefix_kl_bits"]
+        assert excess == pytest.approx(prefix - n[f"refbudget_{arm}_kl_bits"])
 
 
 def test_e11_smoke_reports_the_four_cells(tmp_path) -> None:
@@ -159,6 +216,40 @@ def _judged_run(kl: list[float], floor: float = 1.0) -> dict:
         "history": {"eval_step": steps, "eval_kl": kl},
         "plateau": {"tol": 0.02, "atol": 0.01 * floor, "window": 0.2, "judged_at": steps[-1]},
     }
+
+
+def test_the_reference_budget_arms_are_the_reference_s_budget_at_full_size() -> None:
+    from implicit_em.report.experiments import _reference_budget as rb
+
+    full = E10.configs["full"]
+    block = full["reference_budget"]
+    assert len(block["seeds"]) >= 3 and not set(block["seeds"]) & set(full["seeds"])
+    assert not set(block["seeds"]) & (set(wt.DEVELOPMENT_SEEDS) | set(range(70, 80)))
+    bijection = rb.arm_config(full, "bijection-2x64", 9190)
+    assert (bijection.n_layer, bijection.n_embd, bijection.steps, bijection.batch_size) == (
+        2,
+        64,
+        100_000,
+        128,
+    )
+    assert (bijection.lr, bijection.warmup, bijection.schedule, bijection.min_lr_ratio) == (
+        3e-4,
+        2000,
+        "cosine",
+        0.0,
+    )
+    hmm = rb.arm_config(full, "hmm-4x128", 9190)
+    assert hmm.task_params["markers"] and hmm.make_task().seq_len == 93
+    for arm in block["arms"]:
+        run = rb.arm_config(full, arm, 9190)
+        assert run.plateau_floor_tol <= 0.0005 and run.plateau_tol == 0.0
+        assert not run.stop_at_plateau
+    for task in rb.JUDGED:
+        assert min(rb.budget_share(full, a) for a in rb.JUDGED[task]) >= 1
+    wide = rb.arm_config(full, "bijection-4x128", 9190)
+    assert (wide.n_layer, wide.n_embd, wide.steps) == (4, 128, 21_000)
+    units = rb.plan(full)
+    assert len(units) == len(block["arms"]) * len(block["seeds"])
 
 
 def test_the_fall_is_read_over_the_rule_s_own_windows() -> None:

@@ -33,6 +33,7 @@ def _gen(seed: int) -> torch.Generator:
         Bijection(4, n_pairs=4, replacement=True),
         HMMFilter(3, 2, 5, 4),
         HMMFilter(5, 5, 6, levels=100, floor=5),
+        HMMFilter(3, 2, 4, levels=100, floor=5, markers=True),
         DiceCounting(3, 6),
     ],
 )
@@ -238,6 +239,26 @@ def test_hmm_reference_grid_is_floored_and_on_the_grid() -> None:
     assert int(multinomial.tokens[:, :50].min()) == 0  # the old quantization allows zeros
     with pytest.raises(ValueError, match="floor"):
         HMMFilter(5, 5, 20, levels=20, floor=5)
+
+
+def test_hmm_markers_spell_the_reference_layout_around_the_same_filter() -> None:
+    plain = HMMFilter(5, 5, 20, levels=100, floor=5)
+    marked = HMMFilter(5, 5, 20, levels=100, floor=5, markers=True)
+    a, b = plain.sample(4, _gen(3)), marked.sample(4, _gen(3))
+    assert marked.seq_len == 93 and marked.vocab_size == plain.vocab_size + 4
+    trans, emit, sep, obs = range(plain.vocab_size, plain.vocab_size + 4)
+    toks = b.tokens
+    assert bool((toks[:, 0] == trans).all() and (toks[:, 26] == emit).all())
+    assert bool((toks[:, 52] == sep).all() and (toks[:, 53::2] == obs).all())
+    # the matrices and the observations are the same tokens as without markers
+    assert torch.equal(toks[:, 1:26], a.tokens[:, :25]) and torch.equal(
+        toks[:, 27:52], a.tokens[:, 25:50]
+    )
+    assert torch.equal(toks[:, marked.observed_at], a.tokens[:, 50:])
+    # supervised at the observation tokens only, with the same filter and the same states
+    assert torch.equal(b.mask.nonzero()[:, 1].reshape(4, 20)[0], marked.observed_at)
+    assert torch.equal(b.posterior[b.mask], a.posterior[a.mask])
+    assert torch.equal(b.target[b.mask], a.target[a.mask])
 
 
 def test_forward_filter_on_a_known_chain() -> None:

@@ -158,8 +158,29 @@ def test_reference_presets_state_the_protocol() -> None:
         "length": 20,
         "levels": 100,
         "floor": 5,
+        "markers": True,
     }
-    assert hmm.targets == "posterior"
+    assert hmm.targets == "posterior" and hmm.make_task().seq_len == 93
+    # the HMM's own protocol, not the bijection's: 9 x 256 with LayerNorm, batch 64,
+    # 50 epochs of 10k sequences (7,850 steps), lr 3e-4 cosine to zero without warmup
+    assert (hmm.n_layer, hmm.n_head, hmm.n_embd, hmm.norm) == (9, 8, 256, "layernorm")
+    assert (hmm.batch_size, hmm.steps, hmm.lr, hmm.warmup, hmm.weight_decay) == (
+        64,
+        7850,
+        3e-4,
+        0,
+        0.01,
+    )
+    assert (hmm.schedule, hmm.min_lr_ratio) == ("cosine", 0.0)
+    budget = preset("bijection", "reference-budget")
+    assert (budget.n_layer, budget.n_embd, budget.steps, budget.batch_size) == (2, 64, 100_000, 128)
+    assert (budget.lr, budget.warmup, budget.min_lr_ratio, budget.stop_at_plateau) == (
+        3e-4,
+        2000,
+        0.0,
+        False,
+    )
+    assert budget.plateau_floor_tol <= 0.0005 and budget.plateau_tol == 0.0
     assert cpu.make_task().context_free_bits == pytest.approx(1.107, abs=5e-4)
 
 

@@ -61,6 +61,7 @@ class Scale(StrEnum):
     paper = "paper"
     reference = "reference"
     reference_cpu = "reference-cpu"
+    reference_budget = "reference-budget"
 
 
 class Norm(StrEnum):
@@ -248,7 +249,8 @@ def windtunnel(
         None,
         help="default (CPU minutes; the default unless --quick); paper (older GPU setting); "
         "reference (the published protocol, for a GPU); reference-cpu (same tasks and targets, "
-        "smaller transformer).",
+        "smaller transformer); reference-budget (the reference's data budget on a CPU, "
+        "fixed length, cosine to zero, convergence gate).",
     ),
     compare: bool = typer.Option(
         False,

@@ -151,7 +151,7 @@ class RunConfig:
         return make_task(self.task, **self.task_params)
 
 
-_SCALE_NAMES = ("quick", "default", "paper", "reference", "reference-cpu")
+_SCALE_NAMES = ("quick", "default", "paper", "reference", "reference-cpu", "reference-budget")
 
 _TASK_SIZES: dict[str, dict[str, dict[str, int | bool | float]]] = {
     "bijection": {
@@ -160,12 +160,28 @@ _TASK_SIZES: dict[str, dict[str, dict[str, int | bool | float]]] = {
         "paper": {"n_symbols": 20},
         "reference": {"n_symbols": 20, "n_pairs": 19, "replacement": False},
         "reference-cpu": {"n_symbols": 20, "n_pairs": 19, "replacement": False},
+        "reference-budget": {"n_symbols": 20, "n_pairs": 19, "replacement": False},
     },
     "hmm": {
         "quick": {"n_states": 3, "n_observations": 3, "length": 12},
         "default": {"n_states": 3, "n_observations": 3, "length": 12},
         "paper": {"n_states": 5, "n_observations": 5, "length": 16},
-        "reference": {"n_states": 5, "n_observations": 5, "length": 20, "levels": 100, "floor": 5},
+        "reference": {
+            "n_states": 5,
+            "n_observations": 5,
+            "length": 20,
+            "levels": 100,
+            "floor": 5,
+            "markers": True,
+        },
+        "reference-budget": {
+            "n_states": 5,
+            "n_observations": 5,
+            "length": 20,
+            "levels": 100,
+            "floor": 5,
+            "markers": True,
+        },
         "reference-cpu": {
             "n_states": 5,
             "n_observations": 5,
@@ -180,6 +196,7 @@ _TASK_SIZES: dict[str, dict[str, dict[str, int | bool | float]]] = {
         "paper": {"n_faces": 6, "length": 64},
         "reference": {"n_faces": 6, "length": 64},
         "reference-cpu": {"n_faces": 3, "length": 24},
+        "reference-budget": {"n_faces": 6, "length": 64},
     },
     "sticky": {scale: {"n_symbols": 8, "length": 16, "stay": 0.3} for scale in _SCALE_NAMES},
 }
@@ -238,12 +255,78 @@ _SCALES: dict[str, dict[str, Any]] = {
         n_test=2048,
     ),
 }
+_GATE = dict(
+    schedule="cosine",
+    min_lr_ratio=0.0,
+    stop_at_plateau=False,
+    plateau_tol=0.0,
+    plateau_floor_tol=0.0005,
+)
+"""The fixed-length training rule with a convergence gate a run can miss: warmup, a cosine to
+zero, the cap always trained, and `converged` only when the mean held-out KL of the last 20% of
+the steps fell by less than 0.05% of the floor from the 20% before (no relative tolerance)."""
+
+_SCALES["reference-budget"] = dict(
+    _SCALES["reference-cpu"],
+    steps=100_000,
+    batch_size=128,
+    lr=3e-4,
+    warmup=2000,
+    eval_every=2000,
+    ckpt_every=2000,
+    n_test=8192,
+    **_GATE,
+)
+
+_TASK_SCALES: dict[tuple[str, str], dict[str, Any]] = {
+    ("hmm", "reference"): dict(
+        n_layer=9,
+        n_head=8,
+        n_embd=256,
+        norm="layernorm",
+        steps=7_850,
+        batch_size=64,
+        lr=3e-4,
+        warmup=0,
+        weight_decay=0.01,
+        schedule="cosine",
+        min_lr_ratio=0.0,
+        eval_every=785,
+        ckpt_every=785,
+        n_test=1000,
+    ),
+    ("hmm", "reference-budget"): dict(
+        n_layer=4,
+        n_head=4,
+        n_embd=128,
+        steps=10_000,
+        batch_size=64,
+        lr=1e-3,
+        warmup=500,
+        eval_every=500,
+        ckpt_every=500,
+        n_test=2048,
+    ),
+}
+"""Where a task's protocol differs from its scale's. The reference trains its HMM model
+(9 layers x 256, 8 heads, LayerNorm, dropout 0.1) on 10k fixed sequences for 50 epochs at batch
+64 (7,850 steps), AdamW lr 3e-4, weight decay 0.01, a cosine to zero without warmup; the
+wind tunnel's models have no dropout, and draw fresh sequences (`reference` states the rest).
+`reference-budget` trains a 4 x 128 model (about 0.82M parameters against the reference's 7.2M,
+whose steps cost about six times as much on a CPU, some 9 CPU-hours per seed:
+`benchmarks/windtunnel_reference_budget.py`)
+for 10k steps at batch 64: the reference's 7,850 x 64 sequence passes, each sequence fresh, within
+about 2 CPU-hours per seed."""
+
 SCALES = tuple(_SCALES)
 """`quick` / `default`: CPU minutes; `paper`: the older GPU setting; `reference`: the
-published protocol (6 x 6 x 192, RMSNorm, batch 128, lr 3e-4, 2k warmup, weight decay 0.1, clip 1,
-100k steps; bijection V = 20, L = 19, sampled answers; HMM 5 x 5, T = 20, 0.01 grid, minimum 0.05,
-exact filter as target), for a GPU; `reference-cpu`: the same tasks and targets with a smaller
-transformer and fewer steps, for a 2-core CPU."""
+published protocol, for a GPU (bijection: 6 x 6 x 192, RMSNorm, batch 128, lr 3e-4, 2k warmup,
+weight decay 0.1, clip 1, 100k steps, V = 20, L = 19, sampled answers; HMM: its own, see
+`_TASK_SCALES`, 5 x 5, T = 20, 0.01 grid, minimum 0.05, [OBS] markers, exact filter as target);
+`reference-cpu`: the same tasks and targets with a smaller transformer and fewer steps, for a
+2-core CPU; `reference-budget`: the reference's data budget on a CPU (bijection: the
+`reference-cpu` transformer, 2 x 64, for 100k steps at batch 128, lr 3e-4, 2k warmup; HMM with
+markers: see `_TASK_SCALES`), trained to a fixed length under the convergence gate `_GATE`."""
 
 
 def preset(task: str, scale: str = "default", **overrides: Any) -> RunConfig:
@@ -260,7 +343,7 @@ def preset(task: str, scale: str = "default", **overrides: Any) -> RunConfig:
         task=task,
         task_params=dict(_TASK_SIZES[task][scale]),
         targets=_TARGETS[task],
-        **_SCALES[scale],
+        **{**_SCALES[scale], **_TASK_SCALES.get((task, scale), {})},
     )
     return replace(base, **overrides)
 

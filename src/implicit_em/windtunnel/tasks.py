@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import ClassVar
 
 import torch
 from torch import Tensor
+
+from implicit_em.windtunnel.batch import Batch, Task, uniform_simplex
+from implicit_em.windtunnel.hmm import HMMFilter, forward_filter
 
 __all__ = [
     "Batch",
@@ -35,34 +38,6 @@ __all__ = [
     "forward_filter",
     "make_task",
 ]
-
-
-@dataclass(frozen=True)
-class Batch:
-    """One batch of sequences with their supervision (see the module docstring for shapes)."""
-
-    tokens: Tensor
-    mask: Tensor
-    target: Tensor
-    posterior: Tensor
-
-    def to(self, device: torch.device | str) -> Batch:
-        """The same batch on `device`."""
-        return Batch(*(t.to(device) for t in (self.tokens, self.mask, self.target, self.posterior)))
-
-
-class Task(Protocol):
-    """A sampler of sequences with exact posteriors.
-
-    `vocab_size` tokens, sequences of `seq_len` tokens, posteriors over `n_classes`.
-    """
-
-    name: ClassVar[str]
-    vocab_size: int
-    seq_len: int
-    n_classes: int
-
-    def sample(self, batch_size: int, generator: torch.Generator) -> Batch: ...
 
 
 def _random_permutations(batch_size: int, n: int, generator: torch.Generator) -> Tensor:
@@ -187,181 +162,6 @@ class Bijection:
         return Batch(tokens, mask, target, posterior)
 
 
-def forward_filter(
-    transition: Tensor, emission: Tensor, initial: Tensor, observations: Tensor
-) -> Tensor:
-    r"""Filtering posteriors $p(s_t \mid o_{1:t})$ of a batch of HMMs, in float64.
-
-    $$
-    \alpha_1 \propto \pi_0 \odot E_{\cdot, o_1}, \qquad
-    \alpha_t \propto (\alpha_{t-1}^\top A) \odot E_{\cdot, o_t}.
-    $$
-
-    Parameters
-    ----------
-    transition : Tensor
-        $A$, `[B, S, S]`, with `A[b, i, j]` $= p(s_{t+1}=j \mid s_t=i)$.
-    emission : Tensor
-        $E$, `[B, S, O]`, with `E[b, i, o]` $= p(o \mid s=i)$.
-    initial : Tensor
-        $\pi_0$, `[B, S]`.
-    observations : Tensor
-        $o$, `[B, T]` (int64, observations with positive probability).
-
-    Returns
-    -------
-    Tensor
-        $\alpha$, `[B, T, S]` (float64), each row a probability vector.
-    """
-    a, e, alpha = transition.double(), emission.double(), initial.double()
-    idx = observations[:, None, :].expand(-1, e.shape[1], -1)
-    likelihood = torch.gather(e, 2, idx).transpose(1, 2)
-    out = []
-    for t in range(observations.shape[1]):
-        if t > 0:
-            alpha = torch.einsum("bi,bij->bj", alpha, a)
-        alpha = alpha * likelihood[:, t]
-        alpha = alpha / alpha.sum(dim=-1, keepdim=True)
-        out.append(alpha)
-    return torch.stack(out, dim=1)
-
-
-def _uniform_simplex(shape: tuple[int, ...], n: int, generator: torch.Generator) -> Tensor:
-    r"""Draws of $\text{Dirichlet}(1, \dots, 1)$ (uniform on the simplex), `[*shape, n]`.
-
-    Normalized i.i.d. exponentials $-\log U$, so that `generator` alone fixes the draw.
-    """
-    u = torch.rand((*shape, n), generator=generator, dtype=torch.float64)
-    e = -torch.log1p(-u)
-    return e / e.sum(dim=-1, keepdim=True)
-
-
-def _quantized_simplex(
-    shape: tuple[int, ...], n: int, levels: int, generator: torch.Generator
-) -> Tensor:
-    r"""Counts $c \sim \text{Multinomial}(Q, p)$, $p \sim \text{Dirichlet}(1)$.
-
-    Returns int64 `c[*shape, n]` with rows summing to `levels` $= Q$: the probability
-    row $c / Q$ is a Dirichlet draw quantized so that each entry is one of `Q + 1` tokens.
-    """
-    p = _uniform_simplex(shape, n, generator).reshape(-1, n)
-    draws = torch.multinomial(p, levels, replacement=True, generator=generator)
-    counts = torch.nn.functional.one_hot(draws, n).sum(dim=1)
-    return counts.reshape(*shape, n)
-
-
-def _floored_grid(
-    shape: tuple[int, ...], n: int, levels: int, floor: int, generator: torch.Generator
-) -> Tensor:
-    r"""Counts of a Dirichlet(1) row floored, renormalized and rounded to a grid.
-
-    $p \sim \text{Dirichlet}(1)$, $p \leftarrow \max(p, f/Q)$ renormalized, then
-    $c = \max(f, \operatorname{round}(Q p))$ with the largest entry absorbing the rounding so
-    that each row sums to `levels` $= Q$. Every probability $c / Q$ is on the
-    $1/Q$ grid and at least $f/Q$ (`floor` $= f$); Q = 100, f = 5 gives the
-    0.01 grid with minimum 0.05.
-    """
-    p = _uniform_simplex(shape, n, generator)
-    p = p.clamp(min=floor / levels)
-    p = p / p.sum(dim=-1, keepdim=True)
-    counts = torch.round(p * levels).long().clamp(min=floor)
-    largest = counts.argmax(dim=-1, keepdim=True)
-    excess = levels - counts.sum(dim=-1, keepdim=True)
-    counts = counts.scatter_add(-1, largest, excess)
-    if bool((counts < floor).any()):
-        raise ValueError(f"floor={floor} is too large for {n} entries on a grid of {levels}")
-    return counts
-
-
-def _categorical(p: Tensor, generator: torch.Generator) -> Tensor:
-    """One draw per row of `p[B, K]`."""
-    return torch.multinomial(p, 1, generator=generator).squeeze(-1)
-
-
-@dataclass(frozen=True)
-class HMMFilter:
-    r"""HMM state tracking with the model given in context.
-
-    Each sequence draws a transition matrix $A$ (`S x S`) and an emission matrix
-    $E$ (`S x O`) whose rows are Dirichlet(1) draws put on the grid of multiples of
-    $1/Q$ (`levels` = Q), a uniform initial state, hidden states $s_{1:T}$ and
-    observations $o_{1:T}$. With `floor = 0` a row is a multinomial quantization
-    ($Q$ draws from the Dirichlet row, so zeros occur); with `floor = f > 0` it is floored
-    at $f/Q$, renormalized and rounded (`_floored_grid`): Q = 100, f = 5 is the
-    reference protocol's 0.01 grid with minimum 0.05. The context spells out the model, then the observations:
-
-    `tokens = [Q A_11, ..., Q A_SS, Q E_11, ..., Q E_SO, o_1, ..., o_T]` with matrix entries as
-    ids `0..Q` and observations as ids `Q+1..Q+O`. The supervised positions are the
-    observations; the exact posterior at $o_t$ is the filter $p(s_t \mid o_{1:t})$
-    (`forward_filter`) and the sampled target is the true state $s_t$.
-    """
-
-    n_states: int = 5
-    n_observations: int = 5
-    length: int = 12
-    levels: int = 10
-    floor: int = 0
-    name: ClassVar[str] = "hmm"
-
-    def __post_init__(self) -> None:
-        if min(self.n_states, self.n_observations) < 2 or self.length < 1 or self.levels < 1:
-            raise ValueError(
-                "HMMFilter needs n_states >= 2, n_observations >= 2, length >= 1 and levels >= 1"
-            )
-        widest = max(self.n_states, self.n_observations)
-        if self.floor < 0 or self.floor * widest > self.levels:
-            raise ValueError(
-                f"floor must be >= 0 with floor * max(n_states, n_observations) <= levels = "
-                f"{self.levels}, got {self.floor}"
-            )
-
-    @property
-    def context_len(self) -> int:
-        """Number of tokens that spell out the matrices."""
-        return self.n_states * (self.n_states + self.n_observations)
-
-    @property
-    def vocab_size(self) -> int:
-        return self.levels + 1 + self.n_observations
-
-    @property
-    def seq_len(self) -> int:
-        return self.context_len + self.length
-
-    @property
-    def n_classes(self) -> int:
-        return self.n_states
-
-    def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
-        s, o, q = self.n_states, self.n_observations, self.levels
-        if self.floor:
-            a_counts = _floored_grid((batch_size, s), s, q, self.floor, generator)
-            e_counts = _floored_grid((batch_size, s), o, q, self.floor, generator)
-        else:
-            a_counts = _quantized_simplex((batch_size, s), s, q, generator)
-            e_counts = _quantized_simplex((batch_size, s), o, q, generator)
-        a, e = a_counts.double() / q, e_counts.double() / q
-        initial = torch.full((batch_size, s), 1.0 / s, dtype=torch.float64)
-        states, obs = [], []
-        state_p = initial
-        for _ in range(self.length):
-            state = _categorical(state_p, generator)
-            states.append(state)
-            obs.append(_categorical(e[torch.arange(batch_size), state], generator))
-            state_p = a[torch.arange(batch_size), state]
-        states_t, obs_t = torch.stack(states, dim=1), torch.stack(obs, dim=1)
-        filtered = forward_filter(a, e, initial, obs_t)
-        ctx = self.context_len
-        tokens = torch.cat([a_counts.flatten(1), e_counts.flatten(1), obs_t + q + 1], dim=1)
-        mask = torch.zeros(batch_size, self.seq_len, dtype=torch.bool)
-        mask[:, ctx:] = True
-        target = torch.zeros(batch_size, self.seq_len, dtype=torch.int64)
-        target[:, ctx:] = states_t
-        posterior = torch.full((batch_size, self.seq_len, s), 1.0 / s, dtype=torch.float64)
-        posterior[:, ctx:] = filtered
-        return Batch(tokens, mask, target, posterior)
-
-
 @dataclass(frozen=True)
 class DiceCounting:
     r"""Dirichlet-categorical counting (a coin for `n_faces = 2`).
@@ -397,7 +197,7 @@ class DiceCounting:
 
     def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
         k, t = self.n_faces, self.length
-        theta = _uniform_simplex((batch_size,), k, generator)
+        theta = uniform_simplex((batch_size,), k, generator)
         rolls = torch.multinomial(theta, t, replacement=True, generator=generator)
         bos = torch.full((batch_size, 1), k, dtype=torch.int64)
         tokens = torch.cat([bos, rolls[:, :-1]], dim=1)
@@ -447,7 +247,7 @@ class StickyMarkov:
         """`P[n, n]` (float64): `stay` on the diagonal, the rest of each row on the others."""
         n = self.n_symbols
         fixed = torch.Generator().manual_seed(self.matrix_seed)
-        spread = _uniform_simplex((n,), n - 1, fixed)
+        spread = uniform_simplex((n,), n - 1, fixed)
         off = ~torch.eye(n, dtype=torch.bool)
         p = torch.diag(torch.full((n,), self.stay, dtype=torch.float64))
         p[off] = (1.0 - self.stay) * spread.reshape(-1)
