@@ -28,8 +28,9 @@ data set alone (`dataset`: every criterion read from its samples `<number><suffi
 `gd_path_gap@wine`). Each alternative states its `reading` (`ALTERNATIVE_READINGS`): only a
 `sound` one, a reading that passes the same controls as the primary, may flip the verdict; one
 `by construction`, `uncontrolled` (a `measure` always is: a point estimate without controls),
-`without a working negative control`, or testing `another mechanism` is shown and flips
-nothing. `not_testable` makes an item `not tested` whatever is measured, with its
+`without a working negative control`, testing `another mechanism`, or trained `below the
+compared budget` (a model trained far shorter than the result the sentence speaks of) is
+shown and flips nothing. `not_testable` makes an item `not tested` whatever is measured, with its
 reason. `links` name pairs of items whose verdicts cannot both hold (`contradict`), with the
 reason. `registered` is when the rules were fixed and `seen` what had been measured by then: an
 item read from measurements started before it is exploratory. An item's own `seen` lists each
@@ -89,6 +90,7 @@ ALTERNATIVE_READINGS = (
     "uncontrolled",
     "without a working negative control",
     "another mechanism",
+    "below the compared budget",
 )
 """What kind of reading an alternative is: only a `sound` one (it passes the same controls as
 the primary) may flip a verdict; the others are shown beside it."""
