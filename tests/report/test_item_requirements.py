@@ -92,7 +92,7 @@ def test_the_wind_tunnel_protocols_mark_their_requirements():
 
 TRAINED = {
     "unconverged_runs": 0.0,
-    "ce_over_floor_max": 0.1,
+    "ce_over_floor_max": 0.01,
     "kl_gain_min": 0.9,
     **{f"refbudget_{task}_budget_share": 1.0 for task in ("bijection", "hmm")},
 }
