@@ -56,6 +56,9 @@ def numbers(freeze: Mapping[int, Any], rate: Mapping[int, Any]) -> dict[str, flo
         "lag_kl_gain_min": min(
             (u["kl_initial"] - u["kl_full"]) / u["kl_initial"] for u in freeze.values()
         ),
+        "lag_routing_init_cost_bits": mean(
+            freeze, lambda u: u["kl_routing_at_init"] - u["kl_full"]
+        ),
         "lag_final_kl": mean(freeze, lambda u: u["kl_full"]),
         **{
             f"lag_gap_{name}": mean(freeze, lambda u, i=i: u["gap"][i])

@@ -23,7 +23,9 @@ $$
 \text{values lag} = \frac{t_{W_V} - t_{W_Q,W_K}}{T},
 $$
 
-both positive when the attention settles first and the values keep refining.
+both positive when the attention settles first and the values keep refining. A third run keeps
+the routing at its initialization throughout: its excess KL over the full run is what routing
+is worth on the task (C12 says nothing where it is worth nothing).
 
 The known-answer controls train the same head on the same data with the timescales set by the
 rates: the routing at `control_mult` times the rate of every other part (its attention settles
@@ -76,6 +78,7 @@ def freeze_unit(
         ]
         for part in FROZEN
     }
+    at_init = lag_head.run(lag, seed, mults, freeze="routing")
     snap_steps = sorted(full.snapshots)
     settled = {
         part: lag_head.settled_from(snap_steps, remaining(full.snapshots, part))
@@ -89,6 +92,7 @@ def freeze_unit(
         "kl_initial": kl[0],
         "kl_full": kl[-1],
         **{f"kl_{part}_frozen": frozen[part] for part in FROZEN},
+        "kl_routing_at_init": lag_head.curve(at_init)[1][-1],
         "gap": [(v - r) / floor for r, v in zip(frozen["routing"], frozen["values"], strict=True)],
         "t_kl": t_kl,
         "t_entropy": t_entropy,
