@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,7 +32,8 @@ from implicit_em.report.experiments import _windtunnel as wt
 from implicit_em.report.experiments._one_part_freeze import freeze_unit
 from implicit_em.report.experiments._value_rate import value_rate_unit
 from implicit_em.report.judging.controls import Control, Controls
-from implicit_em.report.running.registry import Table
+from implicit_em.report.rendering.figures import new_figure, save
+from implicit_em.report.running.registry import Figure, Table
 
 POINTS = ("early", "mid", "late")
 """The names of the lag arm's three freeze steps, in order (`e12.lag.freeze_at`)."""
@@ -194,3 +196,28 @@ CONTROLS = {
     ),
 }
 """The known-answer controls of the lag arm's criteria (see the module)."""
+
+
+def figure(freeze: Mapping[int, Any], rate: Mapping[int, Any], out: Path) -> Figure:
+    """The first seed's lag head: its held-out KL and attention entropy under plain SGD, and
+    the plain and 10x-values arms' KL."""
+    fig, axes = new_figure(ncols=2, width=5.0, height=3.6)
+    first = freeze[min(freeze)]["curves"]
+    ax = axes[0, 0]
+    ax.plot(first["steps"], first["kl_bits"], label="held-out KL (bits)")
+    ax.plot(first["steps"], first["entropy_bits"], label="attention entropy (bits)")
+    ax.set_xlabel("step (plain SGD)")
+    ax.set_title("one head on the lag task (first seed)")
+    ax.legend(fontsize=7)
+    ax = axes[0, 1]
+    curves = rate[min(rate)]["curves"]
+    for arm, label in (("plain", "plain SGD"), ("fast", "values at 10x")):
+        ax.plot(curves["steps"], curves[arm], label=label)
+    ax.set_xlabel("step")
+    ax.set_title("held-out KL (bits), first seed")
+    ax.legend(fontsize=7)
+    return Figure(
+        save(fig, out, "lag_head.png"),
+        "Left: the lag head's held-out KL and attention entropy under plain SGD (first seed). "
+        "Right: plain SGD against the values at 10x the rate (first seed).",
+    )

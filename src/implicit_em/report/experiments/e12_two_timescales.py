@@ -196,7 +196,7 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
             ),
             *lag.tables(config, lag_freeze, lag_rate),
         ],
-        figures=[_figure(units, out)],
+        figures=[_figure(units, out), lag.figure(lag_freeze, lag_rate, out)],
         notes=[
             f"Final KL at the constant rate {numbers['final_kl']:.3g} bits (mean over seeds); "
             "the full runs' plateau rule at their end: "
