@@ -186,28 +186,6 @@ def test_e11_smoke_reports_the_four_cells(tmp_path) -> None:
     ]
 
 
-def test_e12_smoke_reports_excess_kl_at_every_freeze_step(tmp_path) -> None:
-    config = {**E12.configs["smoke"], "device": "cpu"}
-    outcome = E12.run(config, tmp_path)
-    n = outcome.numbers
-    for name in ("early", "mid", "late"):
-        (gap,) = outcome.samples[f"cost_gap_{name}"]
-        assert math.isfinite(gap) and n[f"cost_gap_{name}"] == pytest.approx(gap)
-    steps = config["e12"]["steps"]
-    assert 0 <= n["t_attention_argmax"] <= steps and 0 <= n["t_kl"] <= steps
-    intervention, necessity, reference, timescales = outcome.tables
-    assert len(intervention.rows) == 3 and len(timescales.rows) == 5
-    # The routing-necessity number is the excess KL of the run with Q/K kept at initialization.
-    (row,) = necessity.rows
-    assert float(row[1].split()[0]) == pytest.approx(n["routing_init_cost_bits"], rel=1e-3)
-    assert [r[0] for r in reference.rows][:2] == ["values at 1x", "values at 10x"]
-    assert n["sticky_base_converged"] + n["sticky_fast_values_converged"] <= 2
-    # The gap column is the difference of the two cost columns over the floor (one seed).
-    routing, rest, gap = (float(cell.split()[0]) for cell in intervention.rows[1][2:5])
-    floor = (rest - routing) / gap
-    assert 0 < floor < 1 and n["cost_gap_mid"] == pytest.approx(gap, rel=1e-3)
-
-
 def _judged_run(kl: list[float], floor: float = 1.0) -> dict:
     """A run's result as `summary` reads it: evaluations every 100 steps up to 1,000."""
     steps = [100 * (i + 1) for i in range(len(kl))]
@@ -271,24 +249,3 @@ def test_the_prefix_mlp_is_matched_and_the_mismatch_is_the_largest() -> None:
 
     units = {"bijection": {0: unit(100, 105)}, "hmm": {0: unit(100, 88), 1: unit(100, 100)}}
     assert parameter_mismatch(units) == pytest.approx(0.12)
-
-
-def test_steps_to_converge_is_the_first_evaluation_at_the_threshold() -> None:
-    from implicit_em.report.experiments._sticky_reference import steps_to_converge, sticky_summary
-
-    steps, kl = [0, 20, 40, 60], [0.5, 0.03, 0.02, 0.01]
-    assert steps_to_converge(steps, kl, 0.02) == 40
-    assert math.isnan(steps_to_converge(steps, kl, 0.001))
-    units = {
-        0: {
-            "base": {"steps_to_converge": 400.0, "kl_bits": 0.01},
-            "fast_values": {"steps_to_converge": 100.0, "kl_bits": 0.01},
-        },
-        1: {
-            "base": {"steps_to_converge": math.nan, "kl_bits": 0.05},
-            "fast_values": {"steps_to_converge": 300.0, "kl_bits": 0.01},
-        },
-    }
-    got = sticky_summary({}, units)
-    assert got["sticky_base_steps"] == 400 and got["sticky_base_converged"] == 1
-    assert got["sticky_fast_values_steps"] == 200 and got["sticky_speedup"] == 2.0
