@@ -411,3 +411,26 @@ def test_a_rerun_after_a_change_on_seeds_already_seen_is_exploratory(tmp_path, t
         "its measurement (code, data, libraries or configuration) changed after its full data "
         "were first seen"
     )
+
+
+def test_a_superseded_publication_passes_the_check_only_while_no_other_goes_stale(tmp_path, two):
+    """`--supersede` records the stale experiments; `--check` lists them and passes, fails for
+    an experiment stale beyond the record, and a new publication removes the record."""
+    dest = tmp_path / "published"
+    runner = CliRunner()
+    publish(_report(tmp_path / "run", two), dest, experiments=two)
+    empty = runner.invoke(app, ["publish", "--supersede", " ", "--to", str(dest)])
+    assert empty.exit_code == 2 and "--supersede: expected the reason" in empty.output
+    marked = runner.invoke(app, ["publish", "--supersede", "judging fixed", "--to", str(dest)])
+    assert marked.exit_code == 0, marked.output
+    record = json.loads((dest / "superseded.json").read_text())
+    assert record["stale"] == ["X1", "X2"] and record["reason"] == "judging fixed"
+    passed = runner.invoke(app, ["publish", "--check", "--to", str(dest)])
+    assert passed.exit_code == 0 and passed.stdout.count("stale: X") == 2
+    assert "superseded since" in passed.stdout.splitlines()[-1]
+    (dest / "superseded.json").write_text(json.dumps({**record, "stale": ["X1"]}))
+    failed = runner.invoke(app, ["publish", "--check", "--to", str(dest)])
+    assert failed.exit_code == 1
+    assert failed.stdout.splitlines()[-1].endswith("stale since it was marked superseded: X2")
+    publish(_report(tmp_path / "again", two), dest, experiments=two)
+    assert not (dest / "superseded.json").exists()

@@ -24,10 +24,12 @@ from implicit_em.report.publishing.freshness import (
     stale_experiments,
 )
 from implicit_em.report.publishing.publish import PUBLISHED, publish
+from implicit_em.report.publishing.superseded import read_superseded, supersede, uncovered
 from implicit_em.report.rendering.render import NO_FULL_RUN
-from implicit_em.report.rules.registration import register, unregistered
+from implicit_em.report.rules.registration import now, register, unregistered
 from implicit_em.report.running.build import PUBLISHED_FULL, run_report
 from implicit_em.report.running.executors import check_executor, make_executor
+from implicit_em.report.running.provenance import source_commit
 from implicit_em.report.running.registry import select
 from implicit_em.report.running.runner import Interrupted
 
@@ -197,14 +199,24 @@ def publish_command(
         "--rejudge",
         help="Judge the published samples again where only judging code or rules changed.",
     ),
+    supersede_: str = typer.Option(
+        None,
+        "--supersede",
+        metavar="REASON",
+        help="Mark the published run superseded by the current code until it is rerun: "
+        "--check then passes while only the experiments stale now are stale.",
+    ),
 ) -> None:
     """Publish a finished full-size report into results/full (or check the published one)."""
-    if check and rejudge_:
-        fail("choose one of --check and --rejudge")
+    if sum((check, rejudge_, supersede_ is not None)) > 1:
+        fail("choose one of --check, --rejudge and --supersede")
     if allow_legacy and not check:
         fail("--allow-legacy: only with --check")
     if check:
         _check_published(to, allow_legacy)
+        return
+    if supersede_ is not None:
+        _supersede_published(to, supersede_)
         return
     if rejudge_:
         _rejudge_published(to)
@@ -252,8 +264,33 @@ def _check_published(folder: Path, allow_legacy: bool = False) -> None:
             f"{folder}: {kinds.count('measurement')} measurement-stale (rerun at full size), "
             f"{kinds.count('judgement')} judgement-stale (`{REJUDGE}`)"
         )
+        try:
+            record = read_superseded(folder)
+        except ValueError as err:
+            fail(str(err))
+        if record is not None and not uncovered(record, [s.id for s in stale]):
+            typer.echo(f"{folder}: {record}")
+            return
+        if record is not None:
+            newly = ", ".join(uncovered(record, [s.id for s in stale]))
+            typer.echo(f"{folder}: stale since it was marked superseded: {newly}")
         raise typer.Exit(code=1)
     typer.echo(f"{folder}: every published experiment matches the current source")
+
+
+def _supersede_published(folder: Path, reason: str) -> None:
+    try:
+        document = published_document(folder)
+    except ValueError as err:
+        fail(str(err))
+    if document is None:
+        fail(f"--to {folder}: {NO_FULL_RUN}")
+    stale = [s.id for s in stale_experiments(document)]
+    try:
+        path = supersede(folder, reason, stale, source_commit(), now())
+    except ValueError as err:
+        fail(str(err))
+    typer.echo(f"{path}: {read_superseded(folder)}")
 
 
 def _rejudge_published(folder: Path) -> None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from implicit_em.report.publishing.freshness import published_document, stale_experiments
+from implicit_em.report.publishing.superseded import FILE as SUPERSEDED_FILE
 from implicit_em.report.rendering.readme import full_size_column
 from implicit_em.report.rules.registration import check_run, record_data_seen
 from implicit_em.report.running.build import PUBLISHED_FULL, write_document
@@ -139,6 +140,7 @@ def publish(
     readme = None if readme is None else Path(readme)
     text = None if readme is None else _readme_with(readme, published)
     write_document(published, dest, figures=source)
+    (dest / SUPERSEDED_FILE).unlink(missing_ok=True)  # a new publication supersedes nothing
     if readme is not None and text is not None:
         write_atomic(readme, text)
     record_data_seen(published["experiments"], "full")
