@@ -116,9 +116,10 @@ def test_the_record_holds_what_the_run_used(published):
     assert stale_experiments(_document(published), select(["E1"])) == []
 
 
-def test_an_edit_two_imports_away_is_measurement_stale_and_named(published, copy):
-    assert "implicit_em.core" not in imports_of(E1_MODULE)  # E1 -> identities -> core
-    assert "implicit_em.core" in imports_of("implicit_em.identities")
+def test_an_edit_three_imports_away_is_measurement_stale_and_named(published, copy):
+    assert "implicit_em.core" not in imports_of(E1_MODULE)  # E1 -> identities -> gradients -> core
+    assert "implicit_em.core" not in imports_of("implicit_em.identities")
+    assert "implicit_em.core" in imports_of("implicit_em.identities.gradients")
     _edit(copy, "implicit_em.core", "\n\nNEW_CONSTANT = 1.0\n")
     (stale,) = stale_experiments(_document(published), select(["E1"]), root=copy)
     assert (stale.id, stale.kind, stale.reason) == (
