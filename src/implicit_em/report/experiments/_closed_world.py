@@ -101,7 +101,7 @@ def confidence_reading(confidence: Tensor) -> dict[str, float]:
 
 
 def train_head(kind: str, split: OpenSetSplit, seed: int, config: dict[str, Any]) -> Module:
-    """Head `kind` on E8's encoder, trained on `split`'s known classes from initialization
+    r"""Head `kind` on E8's encoder, trained on `split`'s known classes from initialization
     `seed` (`_open_set.train_model`); the null head with the configuration's `null_target`
     $\varepsilon$, the others with none."""
     epsilon = config["null_target"] if kind == "null" else 0.0
