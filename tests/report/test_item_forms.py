@@ -219,3 +219,16 @@ def test_one_data_set_alone_is_shown_but_never_flips():
     (alt,) = got["alternatives"]
     assert got["verdict"] == "refuted" and not got["fragile_under"]
     assert alt["verdict"] == "supported" and alt["differs"] and not alt["flips"]
+
+
+def test_a_part_read_from_some_of_its_own_criteria_is_shown_but_never_flips():
+    """An existential part answered by one instance keeps its answer when an alternative reads
+    it from its other criteria alone; another measure of the same quantity may still flip it."""
+    some = {"id": "b alone", "kind": "criteria", "says": "b alone", "parts": {"p": ["E1:b"]}}
+    other = {"id": "c instead", "kind": "criteria", "says": "c", "parts": {"p": ["E1:c"]}}
+    entry = {"form": "existential", "parts": [_part("p", "E1:a", "E1:b")]}
+    criteria = (_c("a", "met"), _c("b", "undecided"), _c("c", "undecided"))
+    got = _read({**entry, "alternatives": [some, other]}, *criteria)
+    flips = {a["id"]: (a["verdict"], a["flips"]) for a in got["alternatives"]}
+    assert flips == {"b alone": ("inconclusive", False), "c instead": ("inconclusive", True)}
+    assert got["verdict"] == "fragile" and got["fragile_under"] == ["c instead"]

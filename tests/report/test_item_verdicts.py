@@ -376,3 +376,19 @@ def test_an_item_read_from_data_the_rules_postdate_is_exploratory():
     ]
     assert read == [True, False, True, False]
     assert registry.hash == registry_from_data({**data, "registered": "later"}).hash
+
+
+def test_c2_exactly_em_is_refuted_by_t2s_path_gap_in_the_registry():
+    """C2's "exactly EM, not an approximation" part reads T2's path gap: gradient descent's path
+    within 5% of EM's (met) is for it, a larger gap (T2's finding) a counterexample."""
+    from implicit_em.report.items.registry import load_registry
+
+    gates = [{"name": "c2_max_abs_error", "passed": True, "detail": "8.9e-16"}]
+    for status, verdict in (("met", "supported"), ("not met", "refuted")):
+        experiments = [
+            {**_e("E1"), "gates": gates},
+            _e("E2", {**_c("gd_path_gap", status), "claim": "T2", "direction": "refutes"}),
+        ]
+        got = {c["id"]: c for c in claim_verdicts(["C2", "T2"], experiments, load_registry())}
+        assert got["C2"]["verdict"] == verdict, status
+        assert got["T2"]["verdict"] == ("refuted" if status == "met" else "supported")

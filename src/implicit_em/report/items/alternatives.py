@@ -23,8 +23,10 @@ and the alternatives that flip it are named, but only a **sound** alternative ma
 that passes the same controls as the primary (`registry.ALTERNATIVE_READINGS`; a `measure` is
 never sound), and never an item decided by algebra or by reading (`forms.may_flip`). One that
 is by construction, uncontrolled, without a working negative control or testing another
-mechanism is shown with its verdict and its kind, and flips nothing. An alternative under which
-nothing votes (`not tested`: its measures hold by construction or lack a realistic negative
+mechanism is shown with its verdict and its kind, and flips nothing; so is a restriction of the
+primary's own evidence (`restricts`: one data set alone, or a part read from some of its own
+criteria), which cannot undo a counterexample or an instance found in what it drops. An
+alternative under which nothing votes (`not tested`: its measures hold by construction or lack a realistic negative
 control) offers no other reading and flips nothing either.
 """
 
@@ -40,7 +42,7 @@ from implicit_em.report.items.readings import Index, item_reading
 from implicit_em.report.items.registry import Alternative, Item, Ref
 from implicit_em.report.judging.rule import OPERATORS, Criterion
 
-__all__ = ["NOT_TESTED", "alternative_readings", "rejudged"]
+__all__ = ["NOT_TESTED", "alternative_readings", "rejudged", "restricts"]
 
 NOT_TESTED = "not tested"
 """An alternative under which nothing votes flips nothing: it offers no reading to flip to."""
@@ -126,6 +128,18 @@ def _view(
     return None if changed is None else (item, changed)
 
 
+def restricts(item: Item, alt: Alternative) -> bool:
+    """Whether `alt` only drops some of the primary's own evidence: one data set alone, or each
+    part it names read from some of that part's own criteria (no other measure, threshold or
+    criterion)."""
+    if alt.kind == "dataset":
+        return True
+    if alt.kind != "criteria" or not alt.parts:
+        return False
+    own = {p.id: {r.key for r in p.criteria} for p in item.parts}
+    return all({r.key for r in refs} <= own.get(part, set()) for part, refs in alt.parts.items())
+
+
 def alternative_readings(
     item: Item, index: Index, experiments: Experiments, verdict: str
 ) -> list[dict[str, Any]]:
@@ -148,7 +162,7 @@ def alternative_readings(
                 "verdict": None if under is None else under["verdict"],
                 "qualifier": None if under is None else under["qualifier"],
                 "differs": differs,
-                "flips": differs and may_flip(item.form, alt.reading, alt.kind),
+                "flips": differs and may_flip(item.form, alt.reading, restricts(item, alt)),
             }
         )
     return out

@@ -100,10 +100,10 @@ def needs_rival(form: str | None) -> bool:
     return form == "comparative"
 
 
-def may_flip(form: str | None, reading: str, kind: str = "") -> bool:
-    """Whether an alternative whose reading is `reading` (`registry.ALTERNATIVE_READINGS`) of
-    `kind` may flip the verdict of an item of `form`: only a sound reading, never algebra or a
-    reading of the text, and never one data set alone (`kind == "dataset"`): that reading drops
-    part of the primary's own votes, so it cannot undo a counterexample found on another data
-    set, nor an instance found there; it is shown as the per-data-set breakdown."""
-    return reading == "sound" and form not in _FIXED_FORMS and kind != "dataset"
+def may_flip(form: str | None, reading: str, restriction: bool = False) -> bool:
+    """Whether an alternative whose reading is `reading` (`registry.ALTERNATIVE_READINGS`) may
+    flip the verdict of an item of `form`: only a sound reading, never algebra or a reading of
+    the text, and never a `restriction` of the primary's own evidence (one data set alone, or a
+    part read from some of its own criteria): dropping votes cannot undo a counterexample or an
+    instance found among those dropped, so such a reading is shown as a breakdown."""
+    return reading == "sound" and form not in _FIXED_FORMS and not restriction
