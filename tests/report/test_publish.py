@@ -374,7 +374,7 @@ def test_the_cli_rejudge_says_what_it_did_or_why_not(tmp_path, two):
         f"error: --to {tmp_path / 'none'}: no published report to judge again"
     )
     both = runner.invoke(app, ["publish", "--rejudge", "--check"])
-    assert both.exit_code == 2 and "choose one of --check and --rejudge" in both.stderr
+    assert both.exit_code == 2 and "choose one of --check, --rejudge and --supersede" in both.stderr
 
 
 def test_the_cli_check_lists_legacy_entries_and_fails_unless_allowed(tmp_path):
