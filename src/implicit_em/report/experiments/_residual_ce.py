@@ -53,8 +53,8 @@ from implicit_em.objectives import log_det_penalty
 from implicit_em.report.experiments._collapse_baselines import encoder_optimizer
 from implicit_em.report.experiments._component_use import component_use
 from implicit_em.report.experiments._embedding_volume import embedding_volume, spectrum
-from implicit_em.report.experiments._neural import Images, device_of, minibatches
-from implicit_em.report.experiments._residual_mlp import PreNormResidualMLP, PrototypeHead
+from implicit_em.report.experiments._neural import Images, minibatches
+from implicit_em.report.experiments._residual_mlp import PrototypeHead, seeded_start
 
 __all__ = ["CE_ARMS", "CE_PLANTS", "CeArm", "ce_loss", "dominance", "train_ce_arm"]
 
@@ -183,15 +183,10 @@ def train_ce_arm(images: Images, arm: str, seed: int, config: dict[str, Any]) ->
     if arm not in CE_ARMS:
         raise ValueError(f"arm must be one of {sorted(CE_ARMS)}, got {arm!r}")
     spec = CE_ARMS[arm]
-    device = device_of(config)
-    torch.manual_seed(seed)
-    generator = torch.Generator().manual_seed(seed)
-    backbone = PreNormResidualMLP(
-        images.n_features, config["width"], config["blocks"], spec.norm
-    ).to(device)
+    begin = seeded_start(images, spec.norm, seed, config)
+    backbone, generator, start, device = begin.backbone, begin.generator, begin.first, begin.device
     classes = len(images.classes)
     n = len(images.y_train)
-    start = torch.randperm(n, generator=generator)[: config["batch"]].to(device)
     with torch.no_grad():
         means = _class_means(backbone(images.x_train[start]), images.y_train[start], classes)
     head = PrototypeHead(means).to(device)

@@ -36,8 +36,8 @@ from implicit_em.objectives import (
 )
 from implicit_em.report.experiments._collapse_baselines import encoder_optimizer
 from implicit_em.report.experiments._component_use import component_use
-from implicit_em.report.experiments._neural import Images, device_of, minibatches
-from implicit_em.report.experiments._residual_mlp import PreNormResidualMLP, PrototypeHead
+from implicit_em.report.experiments._neural import Images, minibatches
+from implicit_em.report.experiments._residual_mlp import PrototypeHead, seeded_start
 
 __all__ = ["ARMS", "LOG_DET_EPS", "PLANTS", "Arm", "arm_loss", "knn_accuracy", "train_arm"]
 
@@ -147,14 +147,9 @@ def train_arm(images: Images, arm: str, seed: int, config: dict[str, Any]) -> di
     if arm not in ARMS:
         raise ValueError(f"arm must be one of {sorted(ARMS)}, got {arm!r}")
     spec = ARMS[arm]
-    device = device_of(config)
-    torch.manual_seed(seed)
-    generator = torch.Generator().manual_seed(seed)
-    backbone = PreNormResidualMLP(
-        images.n_features, config["width"], config["blocks"], spec.norm
-    ).to(device)
+    begin = seeded_start(images, spec.norm, seed, config)
+    backbone, generator, start, device = begin.backbone, begin.generator, begin.first, begin.device
     n = len(images.y_train)
-    start = torch.randperm(n, generator=generator)[: config["batch"]].to(device)
     with torch.no_grad():
         head = PrototypeHead.from_embeddings(
             backbone(images.x_train[start]), config["components"], generator

@@ -11,12 +11,16 @@ distances $d_k(x) = \lVert e(x) - \mu_k\rVert^2$ (`[B, K]`), with no temperature
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
 from implicit_em.distances import squared_euclidean
+from implicit_em.report.experiments._neural import Images, device_of
 
-__all__ = ["NORMS", "PreNormResidualMLP", "PrototypeHead", "norm_layer"]
+__all__ = ["NORMS", "PreNormResidualMLP", "PrototypeHead", "Start", "norm_layer", "seeded_start"]
 
 NORMS = ("layernorm", "layernorm_plain", "batchnorm", "none")
 """The normalizations a backbone can use: LayerNorm (affine), LayerNorm without affine,
@@ -76,3 +80,28 @@ class PrototypeHead(nn.Module):
             raise ValueError(f"k must be in [1, {e.shape[0]}], got {k}")
         rows = torch.randperm(e.shape[0], generator=generator)[:k].to(e.device)
         return cls(e[rows].detach())
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where a training run of the backbone begins: the `backbone` on the configuration's
+    `device`, the `generator` that draws its batches, and the indices of its first batch
+    (`first`, on the device), from which the head's prototypes are placed."""
+
+    backbone: PreNormResidualMLP
+    generator: torch.Generator
+    first: Tensor
+    device: torch.device | str
+
+
+def seeded_start(images: Images, norm: str, seed: int, config: dict[str, Any]) -> Start:
+    """The backbone with normalization `norm` initialised from `seed` (torch's global seed),
+    and a batch generator seeded alike whose first draw is the first batch of
+    `config["batch"]` training images: every arm of a seed starts from the same weights and
+    data."""
+    device = device_of(config)
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    backbone = PreNormResidualMLP(images.n_features, config["width"], config["blocks"], norm)
+    first = torch.randperm(len(images.y_train), generator=generator)[: config["batch"]]
+    return Start(backbone.to(device), generator, first.to(device), device)
