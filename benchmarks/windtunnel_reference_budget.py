@@ -19,35 +19,19 @@ import argparse
 import time
 
 import torch
+from windtunnel_common import step_costs
 
 from implicit_em.machine import summary
 from implicit_em.report.experiments import _reference_budget as rb
 from implicit_em.report.rules.protocol import load_protocol
 from implicit_em.windtunnel.config import RunConfig, build_model, preset
-from implicit_em.windtunnel.evaluation import evaluate, held_out
-from implicit_em.windtunnel.optim import make_optimizer
-from implicit_em.windtunnel.train import _train_step
 
 _UNTIMED = 3
 
 
 def cpu_costs(config: RunConfig, steps: int) -> tuple[float, float]:
     """CPU-seconds per training step of `config`, and of one held-out evaluation."""
-    task = config.make_task()
-    torch.manual_seed(0)
-    model = build_model(config, task)
-    optimizer = make_optimizer(model, config)
-    data = torch.Generator().manual_seed(0)
-    for step in range(_UNTIMED):
-        _train_step(model, optimizer, task.sample(config.batch_size, data), config, step, None)
-    start = time.process_time()
-    for step in range(steps):
-        _train_step(model, optimizer, task.sample(config.batch_size, data), config, step, None)
-    per_step = (time.process_time() - start) / steps
-    test = held_out(config)
-    start = time.process_time()
-    evaluate(model, test, config.objective)
-    return per_step, time.process_time() - start
+    return step_costs(config, steps, _UNTIMED, time.process_time)
 
 
 def main() -> None:

@@ -15,35 +15,20 @@ import time
 from dataclasses import replace
 
 import torch
+from windtunnel_common import step_costs
 
 from implicit_em.machine import summary
 from implicit_em.report.experiments import _windtunnel as wt
 from implicit_em.report.rules.protocol import load_protocol
-from implicit_em.windtunnel.config import MODELS, build_model
-from implicit_em.windtunnel.evaluation import evaluate, held_out
-from implicit_em.windtunnel.optim import make_optimizer
-from implicit_em.windtunnel.train import _train_step
+from implicit_em.windtunnel.config import MODELS
 
 _UNTIMED = 5
 
 
 def _rate(config, steps: int) -> tuple[float, float]:
     """Steps per second of `config`'s training, and seconds of one held-out evaluation."""
-    task = config.make_task()
-    torch.manual_seed(0)
-    model = build_model(config, task)
-    optimizer = make_optimizer(model, config)
-    data = torch.Generator().manual_seed(0)
-    for step in range(_UNTIMED):
-        _train_step(model, optimizer, task.sample(config.batch_size, data), config, step, None)
-    start = time.perf_counter()
-    for step in range(steps):
-        _train_step(model, optimizer, task.sample(config.batch_size, data), config, step, None)
-    rate = steps / (time.perf_counter() - start)
-    test = held_out(config)
-    start = time.perf_counter()
-    evaluate(model, test, config.objective)
-    return rate, time.perf_counter() - start
+    per_step, evaluation = step_costs(config, steps, _UNTIMED, time.perf_counter)
+    return 1.0 / per_step, evaluation
 
 
 def main() -> None:
