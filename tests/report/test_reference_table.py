@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from implicit_em.report.experiments._reference_budget import ARM_COLUMNS
 from implicit_em.report.rendering.reference_table import (
     BEGIN,
     END,
@@ -59,19 +60,7 @@ def test_a_run_on_the_reference_tasks_is_set_beside_the_reference():
 
 def _with_arms(document: dict, mae: str) -> dict:
     e10 = next(e for e in _without_arms(document)["experiments"] if e["id"] == "E10")
-    columns = [
-        "arm",
-        "task",
-        "model",
-        "layers × width",
-        "parameters",
-        "steps × batch",
-        "share of the reference's sequences",
-        "KL (bits)",
-        "entropy MAE (bits)",
-        "converged (largest fall, % of floor)",
-        "hours per seed",
-    ]
+    columns = list(ARM_COLUMNS)
     row = ["bijection-2x64", "bijection", "transformer", "2 × 64", 106068, "100,000 × 128"]
     row += ["1", "0.002 [0.001, 0.003]", mae, "3/3 (≤ 0.01%)", "1.9"]
     e10["tables"].append({"title": "arms", "columns": columns, "rows": [row]})

@@ -40,6 +40,23 @@ JUDGED = {"bijection": ("bijection-2x64", "bijection-prefix"), "hmm": ("hmm-4x12
 """Per task, the (transformer, prefix MLP) arms the criteria read."""
 
 
+ARM_COLUMNS = (
+    "arm",
+    "task",
+    "model",
+    "layers × width",
+    "parameters",
+    "steps × batch",
+    "share of the reference's sequences",
+    "KL (bits)",
+    "entropy MAE (bits)",
+    "converged (largest fall, % of floor)",
+    "hours per seed",
+)
+"""The columns of E10's table of reference-budget arms (`rendering.reference_table` reads its
+figures by these names)."""
+
+
 def arm_config(config: dict[str, Any], arm: str, seed: int) -> RunConfig:
     """The configuration of `arm` for `seed` at a report size: the block's scale preset for
     the arm's task, the arm's `train` fields, then the block's (a smaller size's overrides)."""
@@ -145,19 +162,7 @@ def read(config: dict[str, Any], results: Mapping[str, Any]) -> tuple[dict, dict
         "epochs of 10k sequences, 7,850 × 64, with 9 × 256); held-out KL and entropy error "
         "(bits per supervised position), mean with its 95% t interval over seeds; hours of "
         "training per seed on one thread",
-        (
-            "arm",
-            "task",
-            "model",
-            "layers × width",
-            "parameters",
-            "steps × batch",
-            "share of the reference's sequences",
-            "KL (bits)",
-            "entropy MAE (bits)",
-            "converged (largest fall, % of floor)",
-            "hours per seed",
-        ),
+        ARM_COLUMNS,
         tuple(rows),
     )
     return numbers, found, table
