@@ -55,11 +55,15 @@ def test_batched_losses_are_the_library_objectives() -> None:
 
 
 def test_training_the_models_together_equals_training_each_alone() -> None:
+    """Equal to float32 rounding: the models' batched matmul sums in another order than one
+    model's on some CPUs (AMD EPYC), so the pulls (about 1e-6 of the separation) move by 1e-8."""
     data = four_blobs(60, 3)
     together = ks.sweep(data, 3, CONFIG, ("lse", "correntropy"))
     alone = ks.sweep(data, 3, CONFIG, ("correntropy",))
     for what in ("fit", "pull", "gain"):
-        np.testing.assert_allclose(together["correntropy"][what], alone["correntropy"][what])
+        np.testing.assert_allclose(
+                together["correntropy"][what], alone["correntropy"][what], rtol=1e-5, atol=1e-6
+            )
 
 
 def _unit(lse_pull: float, rival_pull: float, lse_gain: float, rival_gain: float, fit: float):

@@ -41,6 +41,27 @@ def _comparable(result: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in result.items() if k not in ("wall_time_s", "sessions")}
 
 
+def _assert_same_run(a: Any, b: Any, where: str = "result") -> None:
+    """`a` and `b` are the same run: the same keys, steps, statuses and plateau decisions, and
+    every float equal to float32 rounding (relative 1e-5, absolute 1e-6: the plateau's relative
+    improvement is a difference of two held-out errors). Stacked seeds run
+    their linear layers as one batched matmul, which some CPUs (AMD EPYC, not Intel Xeon) sum
+    in another order than a run alone's single matmul, so bit-for-bit equality is the CPU's
+    choice and not the stack's property."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), where
+        for key in a:
+            _assert_same_run(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, list | tuple):
+        assert isinstance(b, list | tuple) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _assert_same_run(x, y, f"{where}[{i}]")
+    elif isinstance(a, float) and not isinstance(b, bool) and isinstance(b, float | int):
+        assert math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-6), f"{where}: {a} != {b}"
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
 @pytest.mark.parametrize(
     "config",
     [
@@ -59,11 +80,11 @@ def _comparable(result: dict[str, Any]) -> dict[str, Any]:
     ],
     ids=["transformer", "mlp-prefix", "mlp-pos-bijection", "split-frozen", "eager-attention"],
 )
-def test_each_seed_equals_its_run_alone_bit_for_bit(tmp_path: Path, config: RunConfig) -> None:
+def test_each_seed_equals_its_run_alone(tmp_path: Path, config: RunConfig) -> None:
     together = train_seeds(config, SEEDS, tmp_path / "together", progress=False)
     for seed, result in zip(SEEDS, together, strict=True):
         alone = run(replace(config, seed=seed), tmp_path / f"alone-{seed}", progress=False)
-        assert _comparable(result) == _comparable(alone)
+        _assert_same_run(_comparable(result), _comparable(alone))
     assert together[0]["history"]["loss"] != together[1]["history"]["loss"]
 
 
@@ -85,7 +106,7 @@ def test_seeds_that_stop_at_their_own_plateaus_equal_their_runs_alone(tmp_path: 
     together = train_seeds(config, seeds, tmp_path / "together", progress=False)
     for seed, result in zip(seeds, together, strict=True):
         alone = run(replace(config, seed=seed), tmp_path / f"alone-{seed}", progress=False)
-        assert _comparable(result) == _comparable(alone)
+        _assert_same_run(_comparable(result), _comparable(alone))
     assert len({r["plateau"]["decay_from"] for r in together}) > 1  # the seeds' rates differ
     assert len({r["steps"] for r in together}) > 1  # and they stop at different steps
 
@@ -133,7 +154,7 @@ def test_finished_seeds_are_reloaded_and_read_by_run(tmp_path: Path) -> None:
     more = train_seeds(TINY, [*SEEDS, 7], tmp_path, progress=False)  # only seed 7 trains
     assert more[:3] == first
     alone = run(replace(TINY, seed=7), tmp_path / "alone", progress=False)
-    assert _comparable(more[3]) == _comparable(alone)
+    _assert_same_run(_comparable(more[3]), _comparable(alone))
 
 
 def test_another_configuration_or_other_seeds_are_refused(tmp_path: Path) -> None:
@@ -188,7 +209,7 @@ def test_cli_trains_seeds_together_as_one_run_each(tmp_path: Path) -> None:
     (single,) = (tmp_path / "b").iterdir()
     a = json.loads((seed_dir(folder, 5) / "result.json").read_text())
     b = json.loads((single / "result.json").read_text())
-    assert _comparable(a) == _comparable(b)
+    _assert_same_run(_comparable(a), _comparable(b))
     assert (folder / "positions.png").exists()
 
 

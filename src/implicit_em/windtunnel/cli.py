@@ -296,8 +296,7 @@ def windtunnel(
         "--seeds",
         min=1,
         help="Train N seeds (--seed to --seed + N - 1) together in one loop, their models "
-        "stacked; each seed equals its run alone (bit for bit with RMSNorm, to float tolerance "
-        "with LayerNorm).",
+        "stacked; each seed equals its run alone to float32 rounding.",
     ),
     compile_forward: bool = typer.Option(
         False,

@@ -5,9 +5,10 @@ at once. The seeds' models are stacked (`stacked.StackedModel`): each step draws
 batch from that seed's own generator, runs all seeds' forwards as one `vmap`, takes the
 gradient of the sum of the seeds' losses (each seed's gradient is that of its own loss), clips
 each seed's gradient by its own global norm and takes each seed's AdamW step
-(`stacked_optim`). Every seed therefore follows the trajectory of `train.run` with that seed,
-bit for bit: the same initialization, batches, held-out evaluations, plateau rule, schedule
-(a `"wsd"` decay starts where that seed's plateau does) and final result. With `compile=True`
+(`stacked_optim`). Every seed therefore follows the trajectory of `train.run` with that seed to
+float32 rounding (bit for bit where the CPU rounds a batched matmul as a single one): the same
+initialization, batches, held-out evaluations, plateau rule, schedule (a `"wsd"` decay starts
+where that seed's plateau does) and final result. With `compile=True`
 the forward is compiled by `torch.compile`, equal to float tolerance instead.
 
 Each seed's result is `train.run`'s result, written to `out_dir/seed-<s>/result.json` (so

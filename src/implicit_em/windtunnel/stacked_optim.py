@@ -2,8 +2,8 @@ r"""AdamW and gradient clipping over stacked parameters: S seeds' models in one 
 
 Every tensor here has the seed on its first axis, `[S, ...]`. Both operations act on each seed
 alone and repeat, operation by operation, what `torch.optim.AdamW` (its single-tensor CPU path)
-and `nn.utils.clip_grad_norm_` do to one model, so a seed's row follows the trajectory of the
-model trained alone bit for bit.
+and `nn.utils.clip_grad_norm_` do to one model, so the optimizer adds no difference of its own
+between a seed's row and the model trained alone.
 
 **Clipping, per seed.** With $g_s$ the gradients of seed $s$ (all its tensors),
 $n_s = \lVert(\lVert g_{s,1}\rVert_2, \dots, \lVert g_{s,P}\rVert_2)\rVert_2$ and
