@@ -30,10 +30,14 @@ report: setup data
 verify: setup
 	$(BIN)/implicit-em verify
 
-test: setup
+# The tests read Fashion-MNIST (`data`, needed) and open the tracer's health page in headless
+# Chromium (`browser`; where it cannot be installed, that one test is skipped with the reason).
+test: setup data
+	@$(MAKE) --no-print-directory browser || echo "make test: no Chromium here; the browser test is skipped"
 	$(BIN)/python -m pytest -q
 
-test-fast: setup
+test-fast: setup data
+	@$(MAKE) --no-print-directory browser || echo "make test-fast: no Chromium here; the browser test is skipped"
 	$(BIN)/python -m pytest -q -m "not slow"
 
 # The published full-size report (results/full) still matches the code that produced it: its
