@@ -196,6 +196,7 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
                 [f[key] for f in finals]
             )
         numbers[f"loss_drop_{arm}"] = mean_std([f["loss_start"] - f["loss_end"] for f in finals])[0]
+        numbers[f"knn_gain_{arm}"] = mean_std([f["knn"] - f["knn_untrained"] for f in finals])[0]
         for measure in MEASURES:
             samples[f"{measure}_{arm}"] = [f[measure] for f in finals]
             numbers[f"{measure}_{arm}"] = mean_std(samples[f"{measure}_{arm}"])[0]
