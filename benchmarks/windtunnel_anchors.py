@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from implicit_em.machine import summary
-from implicit_em.windtunnel.cli import run_dir
+from implicit_em.windtunnel.run_dirs import run_dir
 from implicit_em.windtunnel.train import MODELS, SCALES, preset, run
 
 PUBLISHED = {

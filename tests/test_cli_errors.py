@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from implicit_em.arguments import check_device
 from implicit_em.cli import app
 from implicit_em.mixture.cli import read_data
-from implicit_em.windtunnel.cli import run_dir
+from implicit_em.windtunnel.run_dirs import run_dir
 from implicit_em.windtunnel.train import RESULT, preset
 
 _TEXT_FILES = {

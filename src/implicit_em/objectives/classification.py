@@ -18,6 +18,9 @@ __all__ = ["CrossEntropy", "cross_entropy", "soft_targets"]
 def soft_targets(d: Tensor, target: Tensor, label_smoothing: float = 0.0, dim: int = -1) -> Tensor:
     r"""The target distribution $t$ used by [cross_entropy][], shaped like `d`.
 
+    The one place a class index $y$ becomes its one-hot distribution $t_j = 1[j = y]$ (and a
+    probability target is checked): every objective over a target distribution reads $t$ here.
+
     Parameters
     ----------
     d : Tensor

@@ -52,7 +52,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from implicit_em.trace.sinks import Record
+from implicit_em.trace.records import Record
 from implicit_em.trace.thresholds import DEFAULT_THRESHOLDS, Thresholds
 
 __all__ = ["DEFAULT_THRESHOLDS", "Alarms", "CollapseWarning", "Thresholds"]

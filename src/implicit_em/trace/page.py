@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from implicit_em.pages import embedded_figure, escape, page, table
-from implicit_em.trace.sinks import History, Record
+from implicit_em.trace.records import Record
+from implicit_em.trace.sinks import History
 from implicit_em.trace.summary import BOOKKEEPING, health_metric, quantile
 
 __all__ = [

@@ -109,9 +109,11 @@ from __future__ import annotations
 from typing import Any
 
 from implicit_em.trace.capture import Site
-from implicit_em.trace.sinks import Record
 
 __all__ = ["site_record"]
+
+Record = dict[str, Any]
+"""A site or alarm record: a flat dict with the fields listed above."""
 
 
 def site_record(

@@ -12,9 +12,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-__all__ = ["History", "JSONLSink", "MemorySink", "Sink", "TensorBoardSink", "make_sink"]
+from implicit_em.trace.records import Record
 
-Record = dict[str, Any]
+__all__ = ["History", "JSONLSink", "MemorySink", "Sink", "TensorBoardSink", "make_sink"]
 
 
 class Sink(Protocol):

@@ -25,7 +25,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from implicit_em.trace.sinks import Record
+from implicit_em.trace.records import Record
 
 __all__ = ["BOOKKEEPING", "HEALTH", "health_metric", "key_bound", "quantile", "summarize"]
 

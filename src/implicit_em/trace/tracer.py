@@ -33,8 +33,8 @@ from implicit_em.trace.capture import Pass, Site, SiteCapture
 from implicit_em.trace.distributed import rank
 from implicit_em.trace.flush import metric_values
 from implicit_em.trace.metrics import Stats
-from implicit_em.trace.records import site_record
-from implicit_em.trace.sinks import History, MemorySink, Record, Sink, make_sink
+from implicit_em.trace.records import Record, site_record
+from implicit_em.trace.sinks import History, MemorySink, Sink, make_sink
 from implicit_em.trace.sites import SEARCHED
 
 __all__ = ["CollapseWarning", "NoSiteError", "Thresholds", "Tracer"]

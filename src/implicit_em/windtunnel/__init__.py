@@ -7,7 +7,8 @@ position-wise); `metrics` measures entropy error and KL in bits; `config` states
 the frozen parts of an intervention; `evaluation` the held-out evaluation and the plateau rule;
 `checkpoint` the resumable state; `train` runs (and resumes) one configuration; `seeds` trains
 several seeds of one configuration together (`stacked` models, `stacked_optim` AdamW and
-clipping per seed, `seeds_checkpoint` their state); `grid` runs many; `timescales` measures
-how far each part is from its final state and `interventions` freezes one part at step t (C12); `tracing` wraps the tracer around training; `figures` draws
+clipping per seed, `seeds_checkpoint` their state); `run_dirs` names a run's folder; `grid`
+runs many; `timescales` measures how far each part is from its final state and `interventions`
+freezes one part at step t (C12); `tracing` wraps the tracer around training; `figures` draws
 the results; `cli` is `implicit-em windtunnel`.
 """

@@ -10,11 +10,10 @@ and exit status 2. A stop at `--time-budget` is planned: it exits 0 and says how
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -24,10 +23,11 @@ import typer
 
 from implicit_em.arguments import SEED_RANGE, check_device, check_writable_folder, fail
 from implicit_em.windtunnel.config import MODELS, RunConfig, preset
+from implicit_em.windtunnel.run_dirs import run_dir, seeds_dir
 from implicit_em.windtunnel.seeds import seed_dir, train_seeds
 from implicit_em.windtunnel.train import RESULT, run
 
-__all__ = ["COMPARE_MODELS", "compare_table", "run_dir", "seeds_dir", "windtunnel"]
+__all__ = ["COMPARE_MODELS", "compare_table", "windtunnel"]
 
 COMPARE_MODELS = MODELS
 """Rows of `--compare`: the transformer, the prefix MLP, the position-wise MLP."""
@@ -72,23 +72,6 @@ class Norm(StrEnum):
 class Targets(StrEnum):
     sample = "sample"
     posterior = "posterior"
-
-
-def run_dir(out: Path, config: RunConfig, scale: str, trace_every: int | None = None) -> Path:
-    """The directory of `config`: readable fields plus a hash of the whole configuration, and
-    `-trace<N>` for a run traced every N steps."""
-    digest = hashlib.sha1(json.dumps(asdict(config), sort_keys=True).encode()).hexdigest()[:8]
-    name = f"{config.task}-{config.model}-{config.objective}-{scale}-s{config.seed}-{digest}"
-    return out / (name if trace_every is None else f"{name}-trace{trace_every}")
-
-
-def seeds_dir(out: Path, config: RunConfig, scale: str, seeds: list[int]) -> Path:
-    """The directory of `config`'s `seeds` trained together: readable fields, the first and
-    last seed, and a hash of the configuration without its seed."""
-    fields = {k: v for k, v in asdict(config).items() if k != "seed"}
-    digest = hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:8]
-    name = f"{config.task}-{config.model}-{config.objective}-{scale}"
-    return out / f"{name}-seeds{seeds[0]}-{seeds[-1]}-{digest}"
 
 
 def _traced(config: RunConfig, trace_every: int | None) -> int | None:

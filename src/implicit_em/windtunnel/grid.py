@@ -1,6 +1,6 @@
 """Run many wind-tunnel configurations in the CLI's directories, one after another or two at once.
 
-Each configuration runs in `run_dir(runs_dir, config, label)`, the directory that
+Each configuration runs in `run_dirs.run_dir(runs_dir, config, label)`, the directory that
 `implicit-em windtunnel` uses for it, so configurations already run by the command (with
 `--scale label`) are reused, and an interrupted batch resumes. `workers > 1` trains that many
 configurations at once in separate processes (one torch thread each): on a machine with as many
@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 
 import torch
 
-from implicit_em.windtunnel.cli import run_dir
 from implicit_em.windtunnel.config import MODELS, RunConfig
+from implicit_em.windtunnel.run_dirs import run_dir
 from implicit_em.windtunnel.train import run
 
 __all__ = ["GridRun", "run_configs", "run_grid", "worker_pool"]

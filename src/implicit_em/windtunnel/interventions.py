@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from implicit_em.windtunnel.checkpoint import load_plain
-from implicit_em.windtunnel.cli import run_dir
 from implicit_em.windtunnel.config import RunConfig
+from implicit_em.windtunnel.run_dirs import run_dir
 from implicit_em.windtunnel.timescales import remaining_distance, settling_step
 from implicit_em.windtunnel.train import SNAPSHOTS, run, state_path
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from implicit_em.objectives import cross_entropy, sigmoid_bce
+from implicit_em.objectives import cross_entropy, sigmoid_bce, soft_targets
 from implicit_em.windtunnel.tasks import Batch
 
 __all__ = [
@@ -61,22 +61,27 @@ def sigmoid_brier(d: Tensor, target: Tensor) -> Tensor:
     d : Tensor
         Distances `[N, K]`.
     target : Tensor
-        Answer indices `[N]` (one-hot targets) or probabilities `[N, K]`.
+        Answer indices `[N]` (one-hot targets) or probabilities `[N, K]`, read as the target
+        distribution $t$ by `objectives.soft_targets`.
 
     Returns
     -------
     Tensor
         The scalar loss.
 
+    Raises
+    ------
+    TypeError
+        If `target` holds neither answer indices nor probabilities.
+    ValueError
+        If `target` does not fit `d` (see `objectives.soft_targets`).
+
     Notes
     -----
     $\partial/\partial d_k = -2(\sigma(-d_k) - t_k)\,\sigma(-d_k)(1 - \sigma(-d_k))$: answer $k$
     alone, as for `sigmoid_bce`; no responsibility couples the answers.
     """
-    if target.is_floating_point():
-        t = target.to(d.dtype)
-    else:
-        t = torch.nn.functional.one_hot(target, d.shape[-1]).to(d.dtype)
+    t = soft_targets(d, target)
     return ((torch.sigmoid(-d) - t) ** 2).sum(dim=-1).mean()
 
 
@@ -89,17 +94,8 @@ def softmax_brier(d: Tensor, target: Tensor) -> Tensor:
     $\partial/\partial d_k = -2 r_k\bigl((r_k - t_k) - \sum_j r_j (r_j - t_j)\bigr)$: the answers are
     coupled through the normalizer, as under CE, but without CE's log.
     """
-    if target.is_floating_point():
-        t = target.to(d.dtype)
-    else:
-        t = torch.nn.functional.one_hot(target, d.shape[-1]).to(d.dtype)
+    t = soft_targets(d, target)
     return ((torch.softmax(-d, dim=-1) - t) ** 2).sum(dim=-1).mean()
-
-
-def _one_hot(d: Tensor, target: Tensor) -> Tensor:
-    if target.is_floating_point():
-        return target.to(d.dtype)
-    return torch.nn.functional.one_hot(target, d.shape[-1]).to(d.dtype)
 
 
 def softmax_linear(d: Tensor, target: Tensor) -> Tensor:
@@ -111,7 +107,7 @@ def softmax_linear(d: Tensor, target: Tensor) -> Tensor:
     Its expected value under $t \sim p$ is $-\sum_k p_k r_k$, minimized by putting all of $r$
     on $\arg\max_k p_k$: training drives the prediction to the argmax, not to $p$.
     """
-    return -(torch.softmax(-d, dim=-1) * _one_hot(d, target)).sum(dim=-1).mean()
+    return -(torch.softmax(-d, dim=-1) * soft_targets(d, target)).sum(dim=-1).mean()
 
 
 def sigmoid_linear(d: Tensor, target: Tensor) -> Tensor:
@@ -126,7 +122,7 @@ def sigmoid_linear(d: Tensor, target: Tensor) -> Tensor:
     $\sigma_k = 1$ when $p_k > \tfrac12$ and by $\sigma_k = 0$ when $p_k < \tfrac12$, not by
     $p_k$.
     """
-    t = _one_hot(d, target)
+    t = soft_targets(d, target)
     s = torch.sigmoid(-d)
     return (t * (1 - s) + (1 - t) * s).sum(dim=-1).mean()
 

@@ -34,10 +34,10 @@ import torch
 from implicit_em.report.experiments import _windtunnel as wt
 from implicit_em.report.judging.controls import Control
 from implicit_em.windtunnel.checkpoint import load_plain, save_atomic
-from implicit_em.windtunnel.cli import run_dir
 from implicit_em.windtunnel.config import RunConfig, build_model
 from implicit_em.windtunnel.evaluation import held_out
 from implicit_em.windtunnel.interventions import run_interventions
+from implicit_em.windtunnel.run_dirs import run_dir
 from implicit_em.windtunnel.timescales import attention_maps, settling_step
 from implicit_em.windtunnel.train import CHECKPOINT, SNAPSHOTS, state_path
 from implicit_em.windtunnel.train import run as train_run

@@ -37,7 +37,7 @@ from implicit_em.report.judging.controls import Control, Controls
 from implicit_em.report.rendering.figures import new_figure, save
 from implicit_em.report.running.plan import Unit
 from implicit_em.report.running.registry import Experiment, Figure, Outcome, Table
-from implicit_em.windtunnel.cli import run_dir
+from implicit_em.windtunnel.run_dirs import run_dir
 
 EXPLAINS = 0.5
 """A form 'explains' a head's score gradient when its R² reaches this."""

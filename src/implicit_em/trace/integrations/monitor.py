@@ -18,7 +18,8 @@ from typing import Any
 
 from torch import nn
 
-from implicit_em.trace.sinks import Record, Sink
+from implicit_em.trace.records import Record
+from implicit_em.trace.sinks import Sink
 from implicit_em.trace.summary import summarize
 from implicit_em.trace.tracer import Tracer
 

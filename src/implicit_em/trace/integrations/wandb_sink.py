@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from implicit_em.trace.sinks import Record
+from implicit_em.trace.records import Record
 from implicit_em.trace.summary import summarize
 
 __all__ = ["WandbSink"]
