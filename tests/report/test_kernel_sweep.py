@@ -62,8 +62,8 @@ def test_training_the_models_together_equals_training_each_alone() -> None:
     alone = ks.sweep(data, 3, CONFIG, ("correntropy",))
     for what in ("fit", "pull", "gain"):
         np.testing.assert_allclose(
-                together["correntropy"][what], alone["correntropy"][what], rtol=1e-5, atol=1e-6
-            )
+            together["correntropy"][what], alone["correntropy"][what], rtol=1e-5, atol=1e-6
+        )
 
 
 def _unit(lse_pull: float, rival_pull: float, lse_gain: float, rival_gain: float, fit: float):
