@@ -277,3 +277,19 @@ def test_one_parser_reads_a_control_s_slot_inputs_for_its_measure_and_its_words(
         "prefix MLP slot: the trained prefix MLP, position-wise MLP slot: the posterior blurred "
         "by 1%"
     )
+
+
+@pytest.mark.parametrize("experiment", [E10, E11, E12], ids=lambda e: e.id)
+def test_units_that_train_on_the_device_ask_for_a_gpu_when_it_is_one(experiment) -> None:
+    """The Ray executor gives a unit a GPU only when it declares one: every unit that trains on
+    the size's device does on `cuda`, none does on the CPU; E12's one-head arms train on the
+    CPU whatever the device."""
+    on_device = {"E10": {"bijection", "hmm", "dice", "ref"}, "E11": {"objectives"}}
+    trains_there = on_device.get(experiment.id, {"interventions"})
+    for device, gpu in (("cpu", False), ("cuda", True)):
+        units = experiment.plan({**experiment.configs["full"], "device": device})
+        kinds = {u.name.split("-")[0] for u in units}
+        assert trains_there <= kinds
+        assert {u.name: u.gpu for u in units} == {
+            u.name: gpu and u.name.split("-")[0] in trains_there for u in units
+        }

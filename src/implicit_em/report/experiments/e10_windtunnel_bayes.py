@@ -33,7 +33,7 @@ def _task_unit(config: dict[str, Any], task: str, seed: int) -> dict[str, Any]:
 
 def plan(config: dict[str, Any]) -> list[Unit]:
     """One unit per task and seed (its three models trained), then the reference-budget arms'
-    units (`_reference_budget`)."""
+    units (`_reference_budget`); each asks for a GPU when the size's device is one."""
     threads = config.get("workers", 1)
     return rb.plan(config) + [
         Unit(
@@ -41,6 +41,7 @@ def plan(config: dict[str, Any]) -> list[Unit]:
             _task_unit,
             {"config": config, "task": task, "seed": seed},
             threads=threads,
+            gpu=wt.on_gpu(config),
         )
         for task in wt.TASKS
         for seed in config["seeds"]
