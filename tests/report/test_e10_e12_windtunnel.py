@@ -249,3 +249,47 @@ def test_the_prefix_mlp_is_matched_and_the_mismatch_is_the_largest() -> None:
 
     units = {"bijection": {0: unit(100, 105)}, "hmm": {0: unit(100, 88), 1: unit(100, 100)}}
     assert parameter_mismatch(units) == pytest.approx(0.12)
+
+
+def test_one_parser_reads_a_control_s_slot_inputs_for_its_measure_and_its_words() -> None:
+    from implicit_em.report.experiments.e10_windtunnel_bayes import (
+        BLUR,
+        FINE_BLUR,
+        Blurred,
+        Trained,
+        slot_input,
+    )
+
+    assert slot_input("bayes") == Blurred(BLUR)
+    assert slot_input("bayes-fine") == Blurred(FINE_BLUR)
+    assert slot_input("trained:mlp-pos") == Trained("mlp-pos", 0)
+    assert slot_input("trained:mlp-prefix+1000") == Trained("mlp-prefix", 1000)
+    assert slot_input("bayes-fine").says() == "the posterior blurred by 0.01%"
+    assert slot_input("trained:mlp-prefix+1000").says() == (
+        "the trained prefix MLP from a second initialization"
+    )
+    for unknown in ("bayes-coarse", "mlp-pos", "trained:lstm"):
+        with pytest.raises(ValueError, match="unknown control input"):
+            slot_input(unknown)
+    says = E10.controls["bijection_prefix_minus_transformer_bits"].negative.says
+    assert says == (
+        "bijection: transformer slot: the trained prefix MLP from a second initialization, "
+        "prefix MLP slot: the trained prefix MLP, position-wise MLP slot: the posterior blurred "
+        "by 1%"
+    )
+
+
+@pytest.mark.parametrize("experiment", [E10, E11, E12], ids=lambda e: e.id)
+def test_units_that_train_on_the_device_ask_for_a_gpu_when_it_is_one(experiment) -> None:
+    """The Ray executor gives a unit a GPU only when it declares one: every unit that trains on
+    the size's device does on `cuda`, none does on the CPU; E12's one-head arms train on the
+    CPU whatever the device."""
+    on_device = {"E10": {"bijection", "hmm", "dice", "ref"}, "E11": {"objectives"}}
+    trains_there = on_device.get(experiment.id, {"interventions"})
+    for device, gpu in (("cpu", False), ("cuda", True)):
+        units = experiment.plan({**experiment.configs["full"], "device": device})
+        kinds = {u.name.split("-")[0] for u in units}
+        assert trains_there <= kinds
+        assert {u.name: u.gpu for u in units} == {
+            u.name: gpu and u.name.split("-")[0] in trains_there for u in units
+        }

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from implicit_em.report import Outcome, select
-from implicit_em.report.judging.replication import seed_lists
+from implicit_em.report.rules.protocol import seed_lists
 
 
 @pytest.mark.parametrize("experiment", select(None), ids=lambda e: e.id)

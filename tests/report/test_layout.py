@@ -21,11 +21,12 @@ def _modules() -> dict[str, Path]:
 
 
 def _imported(name: str, path: Path, known: set[str]) -> set[str]:
-    """The report modules `name` imports when it is loaded (module-level statements only: an
-    import inside a function runs when it is called, not when the module loads)."""
+    """The report modules `name` imports anywhere in its file: at module level, inside a
+    function (a lazy import runs when it is called) and under `if TYPE_CHECKING:` (a type read
+    from a module is a dependency on it), each with the packages whose `__init__` it loads."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     targets: set[str] = set()
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             targets.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from implicit_em.report import select
-from implicit_em.report.items.readings import criterion_reading
 from implicit_em.report.items.registry import Ref
+from implicit_em.report.items.votes import criterion_reading
 from implicit_em.report.judging.readings import (
     Reading,
     combined_status,

@@ -134,3 +134,25 @@ def test_the_register_command_checks_and_registers(tmp_path, monkeypatch):
     assert saved["E1"]["versions"][0]["amendment"] is None
     bad = runner.invoke(app, ["register", "--after-data", "--seen", "x", "--seeds-seen", "a,b"])
     assert bad.exit_code == 2 and "--seeds-seen" in bad.output
+
+
+def test_publishing_records_every_seed_list_as_seen_nested_ones_included(tmp_path):
+    """E9's full size trains its top-k arm on seeds of its own (`topk.seeds`): those data are
+    seen too, so a later change on them reads exploratory."""
+    (e9,) = select(["E9"])
+    config = e9.configs["full"]
+    entry = {
+        "id": "E9",
+        "started": "2026-01-01 00:00:00 UTC",
+        "seeds": config["seeds"],
+        "config": {**config, "device": "cpu"},
+        "measurement": {"key": "m0"},
+        "judgement": {"key": "j0"},
+    }
+    path = tmp_path / "registry.json"
+    assert reg.record_data_seen([entry], "full", path) == ["E9"]
+    registry = reg.read_registry(path)
+    seen = registry["E9"]["data_seen"]["full"]["seeds"]
+    assert set(config["topk"]["seeds"]) <= set(seen)
+    assert sorted(set(seen)) == sorted(set(config["seeds"]) | set(config["topk"]["seeds"]))
+    assert reg.exploratory_reason("E9", "full", config["topk"]["seeds"], "m1", "j0", registry)

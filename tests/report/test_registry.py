@@ -8,7 +8,7 @@ import math
 import pytest
 
 from implicit_em.report import Criterion, Experiment, Gate, Outcome, Rule, select
-from implicit_em.report.experiments import EXPERIMENTS
+from implicit_em.report.experiments import MODULES
 from implicit_em.report.judging.rule import Evaluation
 
 LOW = Criterion("deviation", "<=", 0.1, "the paths agree", claim="C4", direction="supports")
@@ -140,7 +140,7 @@ def _experiment() -> dict:
 def test_select_orders_and_rejects_unknown_ids():
     ids = [e.id for e in select(None)]
     assert ids[:5] == ["E1", "E2", "E3", "E4", "E5"]
-    assert len(set(ids)) == len(EXPERIMENTS) == len(ids)
+    assert len(set(ids)) == len(MODULES) == len(ids)
     assert [e.id for e in select(["e3", " E1"])] == ["E1", "E3"]
     with pytest.raises(ValueError, match=r"unknown experiment id\(s\) E99; known: E1, E2"):
         select(["E1", "E99"])

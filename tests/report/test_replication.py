@@ -14,11 +14,10 @@ from implicit_em.report.judging.replication import (
     Replication,
     parse_seeds,
     replication,
-    seed_lists,
     seed_text,
     used_seeds,
 )
-from implicit_em.report.rules.protocol import CONFIRMATION_SEEDS
+from implicit_em.report.rules.protocol import CONFIRMATION_SEEDS, seed_lists
 from implicit_em.report.running.build import run_report
 from implicit_em.report.running.runner import cache_key
 

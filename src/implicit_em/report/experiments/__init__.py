@@ -1,17 +1,11 @@
 """The experiments of the claims report, one module each, listed explicitly in `MODULES`.
 
 To add one: write `eN_name.py` defining `EXPERIMENT = Experiment(...)` and add its module name
-below. The list is read lazily (`experiments()`), so that importing one experiment's helper
-module (as a worker computing a unit does) imports nothing else.
+below. This package imports nothing: the registry (`implicit_em.report.running.registry.select`)
+loads the listed modules when asked, so that importing one experiment's helper module (as a
+worker computing a unit does) imports nothing else, and the registry, which every experiment
+module imports, is not imported back by the list.
 """
-
-from __future__ import annotations
-
-import importlib
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from implicit_em.report.running.registry import Experiment
 
 MODULES = (
     "e1_identities",
@@ -36,16 +30,4 @@ MODULES = (
     "e20_collapse_events",
 )
 
-
-def experiments() -> list[Experiment]:
-    """The `EXPERIMENT` of every module of `MODULES`, in that order."""
-    return [importlib.import_module(f"{__name__}.{m}").EXPERIMENT for m in MODULES]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "EXPERIMENTS":
-        return experiments()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = ["EXPERIMENTS", "MODULES", "experiments"]
+__all__ = ["MODULES"]

@@ -78,7 +78,8 @@ def unit_name(arm: str, seed: int) -> str:
 
 
 def plan(config: dict[str, Any]) -> list[Unit]:
-    """One unit of one thread per arm and seed (none when the size has no block)."""
+    """One unit of one thread per arm and seed (none when the size has no block), asking for
+    a GPU when the size's device is one."""
     block = config.get("reference_budget")
     if not block:
         return []
@@ -86,7 +87,12 @@ def plan(config: dict[str, Any]) -> list[Unit]:
     if missing:
         raise ValueError(f"reference_budget: the judged arms {sorted(missing)} are not declared")
     return [
-        Unit(unit_name(arm, seed), _arm_unit, {"config": config, "arm": arm, "seed": seed})
+        Unit(
+            unit_name(arm, seed),
+            _arm_unit,
+            {"config": config, "arm": arm, "seed": seed},
+            gpu=wt.on_gpu(config),
+        )
         for arm in block["arms"]
         for seed in block["seeds"]
     ]

@@ -12,7 +12,7 @@ processes. Quick and full run the same tasks (the reference's sizes) and models;
 fewer steps (below the gate's `min_steps`, so that it cannot converge and its items read
 `inconclusive (not converged)`), shorter warmup, evaluation and checkpoint intervals, fewer
 seeds and a smaller held-out set. A unit trains its own runs (`unit_folder`) with `workers` processes,
-so it declares that many threads.
+so it declares that many threads, and a GPU when the size's `device` is one (`on_gpu`).
 
 **One budget rule, one convergence gate.** E10 and E11 train every run to a fixed length
 (the task's `steps`) under warmup and a cosine to zero, and read the convergence gate at its end
@@ -81,6 +81,11 @@ def unit_folder() -> Iterator[Path]:
     a temporary folder's `runs`, removed with the unit. Nothing a unit returns lives there."""
     with tempfile.TemporaryDirectory(prefix="implicit-em-runs-") as folder:
         yield Path(folder)
+
+
+def on_gpu(config: dict[str, Any]) -> bool:
+    """Whether a unit training on the size's `device` asks for a GPU: any device but the CPU."""
+    return config.get("device", "cpu") != "cpu"
 
 
 @contextmanager

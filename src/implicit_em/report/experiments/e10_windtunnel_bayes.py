@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ def _task_unit(config: dict[str, Any], task: str, seed: int) -> dict[str, Any]:
 
 def plan(config: dict[str, Any]) -> list[Unit]:
     """One unit per task and seed (its three models trained), then the reference-budget arms'
-    units (`_reference_budget`)."""
+    units (`_reference_budget`); each asks for a GPU when the size's device is one."""
     threads = config.get("workers", 1)
     return rb.plan(config) + [
         Unit(
@@ -40,6 +41,7 @@ def plan(config: dict[str, Any]) -> list[Unit]:
             _task_unit,
             {"config": config, "task": task, "seed": seed},
             threads=threads,
+            gpu=wt.on_gpu(config),
         )
         for task in wt.TASKS
         for seed in config["seeds"]
@@ -208,41 +210,61 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
     )
 
 
+@dataclass(frozen=True)
+class Blurred:
+    """A slot given the exact posterior mixed with `blur` of the uniform."""
+
+    blur: float
+
+    def kls(self, config: dict[str, Any], task: str, slot: str) -> list[dict[str, float]]:
+        runs = [wt.task_config(config, task, model=slot, seed=s) for s in config["seeds"]]
+        return [wt.planted_kl(r, self.blur) for r in runs]
+
+    def says(self) -> str:
+        return f"the posterior blurred by {100 * self.blur:g}%"
+
+
+@dataclass(frozen=True)
+class Trained:
+    """A slot given `model` trained at the control size on the control seeds shifted by
+    `shift` (nonzero: a second initialization of the same model)."""
+
+    model: str
+    shift: int
+
+    def kls(self, config: dict[str, Any], task: str, slot: str) -> list[dict[str, float]]:
+        seeds = tuple(s + self.shift for s in config["seeds"])
+        return _trained_kls(json.dumps(config, sort_keys=True), task, self.model, seeds)
+
+    def says(self) -> str:
+        again = " from a second initialization" if self.shift else ""
+        return f"the trained {wt.MODEL_NAMES[self.model]}{again}"
+
+
+def slot_input(kind: str) -> Blurred | Trained:
+    """The known input a control names for one slot: `"bayes"`, the posterior blurred by
+    `BLUR`; `"bayes-fine"`, blurred by `FINE_BLUR`; `"trained:<model>"`, the model trained at
+    the control size; `"trained:<model>+<shift>"`, its seeds shifted by `shift`."""
+    if kind in ("bayes", "bayes-fine"):
+        return Blurred(FINE_BLUR if kind == "bayes-fine" else BLUR)
+    model, _, shift = kind.removeprefix("trained:").partition("+")
+    if not kind.startswith("trained:") or model not in MODELS:
+        raise ValueError(f"unknown control input {kind!r}")
+    return Trained(model, int(shift or 0))
+
+
 def _control(task: str, number: str, models: dict[str, str], reader=task_samples) -> Control:
     """A control of `task`'s criterion `number`: each of E10's three slots (transformer, prefix
-    MLP, position-wise MLP) filled by a known input: `"bayes"`, the posterior blurred by `BLUR`;
-    or a model trained at the control size by the experiment's own training code, named by
-    `"trained:<model>"` (`"trained:<model>+1000"`: seeds shifted by 1000, a second
-    initialization of the same model), measured by `wt.model_kl` and read by `reader`
-    (`task_samples`, or the reference-budget arms' `rb.samples` of the first two slots);
-    `"bayes-fine"` blurs by `FINE_BLUR`."""
+    MLP, position-wise MLP) filled by the known input `models` names for it (`slot_input`),
+    measured by `wt.model_kl` and read by `reader` (`task_samples`, or the reference-budget
+    arms' `rb.samples` of the first two slots)."""
+    inputs = {slot: slot_input(models[slot]) for slot in MODELS}
 
     def measure(config: dict[str, Any]) -> list[float]:
-        per_slot = []
-        for slot in MODELS:
-            kind = models[slot]
-            if kind.startswith("bayes"):
-                runs = [wt.task_config(config, task, model=slot, seed=s) for s in config["seeds"]]
-                blur = FINE_BLUR if kind == "bayes-fine" else BLUR
-                per_slot.append([wt.planted_kl(r, blur) for r in runs])
-            else:
-                model, _, shift = kind.removeprefix("trained:").partition("+")
-                seeds = tuple(s + int(shift or 0) for s in config["seeds"])
-                per_slot.append(
-                    _trained_kls(json.dumps(config, sort_keys=True), task, model, seeds)
-                )
-        return reader(*per_slot)[number]
+        return reader(*(inputs[slot].kls(config, task, slot) for slot in MODELS))[number]
 
-    said = ", ".join(f"{wt.MODEL_NAMES[m]} slot: {_said(kind)}" for m, kind in models.items())
+    said = ", ".join(f"{wt.MODEL_NAMES[m]} slot: {i.says()}" for m, i in inputs.items())
     return Control(f"{wt.TASK_NAMES[task]}: {said}", measure)
-
-
-def _said(kind: str) -> str:
-    if kind.startswith("bayes"):
-        return f"the posterior blurred by {100 * (FINE_BLUR if kind == 'bayes-fine' else BLUR):g}%"
-    model, _, shift = kind.removeprefix("trained:").partition("+")
-    again = " from a second initialization" if shift else ""
-    return f"the trained {wt.MODEL_NAMES[model]}{again}"
 
 
 @functools.lru_cache(maxsize=64)

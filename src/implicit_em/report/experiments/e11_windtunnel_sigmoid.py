@@ -53,13 +53,15 @@ def _objectives_unit(config: dict[str, Any], seed: int) -> dict[str, Any]:
 
 
 def plan(config: dict[str, Any]) -> list[Unit]:
-    """One unit per seed (the transformer trained under every objective)."""
+    """One unit per seed (the transformer trained under every objective), asking for a GPU
+    when the size's device is one."""
     return [
         Unit(
             f"objectives-seed{seed}",
             _objectives_unit,
             {"config": config, "seed": seed},
             threads=config.get("workers", 1),
+            gpu=wt.on_gpu(config),
         )
         for seed in config["seeds"]
     ]

@@ -45,12 +45,17 @@ def plan(config: dict[str, Any]) -> list[Unit]:
     """Per seed: the transformer's run with its interventions and timescales, the lag head's
     one-part freeze and its value-rate pair; per seed of `e12.reference.chain_seeds` (the
     reference's own seeds, kept as they are: the arm reproduces a published figure and no
-    criterion reads it, so `--seeds` and `--seed-offset` leave them alone): the reference arm."""
-    threads = config.get("workers", 1)
+    criterion reads it, so `--seeds` and `--seed-offset` leave them alone): the reference arm.
+    The transformer's units train on the size's device and ask for a GPU when it is one; the
+    one-head arms train on the CPU."""
+    threads, gpu = config.get("workers", 1), wt.on_gpu(config)
     args = [{"config": config, "seed": seed} for seed in config["seeds"]]
     reference = [{"config": config, "seed": s} for s in config["e12"]["reference"]["chain_seeds"]]
     return [
-        *(Unit(f"interventions-seed{a['seed']}", interventions_unit, a, threads) for a in args),
+        *(
+            Unit(f"interventions-seed{a['seed']}", interventions_unit, a, threads, gpu)
+            for a in args
+        ),
         *(Unit(f"freeze-seed{a['seed']}", freeze_unit, a, 1) for a in args),
         *(Unit(f"rate-seed{a['seed']}", value_rate_unit, a, 1) for a in args),
         *(Unit(f"sticky-seed{a['seed']}", sticky.sticky_unit, a, 1) for a in reference),

@@ -38,8 +38,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from implicit_em.report.items.forms import may_flip
-from implicit_em.report.items.readings import Index, item_reading
 from implicit_em.report.items.registry import Alternative, Item, Ref
+from implicit_em.report.items.votes import Index, item_reading
 from implicit_em.report.judging.rule import OPERATORS, Criterion
 
 __all__ = ["NOT_TESTED", "alternative_readings", "rejudged", "restricts"]

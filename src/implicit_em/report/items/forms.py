@@ -4,7 +4,7 @@ Each item of the registry states the form of its quoted sentence (`items.json` `
 `form_why`: the words that decide it). The form fixes how the votes of a part's criteria
 combine (`part_vote`) and how the parts combine into the item's reading (`combine`), and which
 alternatives may flip the verdict (`may_flip`). A vote is a criterion's reading of the item
-(`items.readings`): `for`, `against` or `undecided`, cast only by a criterion that counts (its
+(`items.votes`): `for`, `against` or `undecided`, cast only by a criterion that counts (its
 known-answer controls as planted, a realistic negative control, its rival working on its own
 task), so an `against` vote is a *working* counterexample.
 

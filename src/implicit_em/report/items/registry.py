@@ -20,7 +20,7 @@ An item's `form` is the logical form of its sentence (`forms.FORMS`: identity, u
 necessity, sufficiency, existential, comparative, presentation), with `form_why`, the words that
 decide it; the form says what evidence can decide the item (`implicit_em.report.items.forms`).
 
-An item's `rule` says how its parts combine (`RULES`; `implicit_em.report.items.readings`).
+An item's `rule` says how its parts combine (`RULES`; `implicit_em.report.items.votes`).
 `alternatives` are the referee's other reasonable choices (`ALTERNATIVE_KINDS`): other measures
 of the same quantity (`criteria`: a part read from other criteria), the first-stated threshold
 (`threshold`) or measure (`measure`: a point estimate from the experiment's `numbers`), and each

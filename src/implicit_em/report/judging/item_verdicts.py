@@ -8,7 +8,7 @@ For each item of the registry (`protocols/items.json`):
    universal or necessity claim, one working instance answers an existential test, a
    sufficiency claim is read where all its conditions hold, a part beside the item is a
    finding and casts no vote) into `supported`/`refuted`/`mixed`/`inconclusive`/`not tested` (for an
-   objection `stands`/`answered`/...), or `verified (algebra)` (`items.readings`, which states
+   objection `stands`/`answered`/...), or `verified (algebra)` (`items.votes`, which states
    the rule and which criteria cast no vote: by construction, no realistic negative control,
    controls not as planted; a comparison whose rival fails its own task is undecided);
 2. the same rule is read under each registered alternative (another measure, the first-stated
@@ -36,14 +36,14 @@ from typing import Any
 
 from implicit_em.report.items.alternatives import alternative_readings
 from implicit_em.report.items.links import apply_links
-from implicit_em.report.items.readings import (
+from implicit_em.report.items.registry import Registry, load_registry
+from implicit_em.report.items.votes import (
     ALGEBRA_WORDS,
     CLAIM_WORDS,
     OBJECTION_WORDS,
     controls_pass,
     item_reading,
 )
-from implicit_em.report.items.registry import Registry, load_registry
 
 __all__ = [
     "ALGEBRA_WORDS",

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from implicit_em.report.rules.protocol import CONFIRMATION_SEEDS, PROTOCOL_DIR
+from implicit_em.report.rules.protocol import CONFIRMATION_SEEDS, PROTOCOL_DIR, seed_lists
 from implicit_em.report.rules.registration import read_registry
 
 __all__ = [
@@ -30,7 +30,6 @@ __all__ = [
     "Replication",
     "parse_seeds",
     "replication",
-    "seed_lists",
     "seed_text",
     "used_seeds",
 ]
@@ -132,19 +131,6 @@ def replication(seeds: str | None, offset: int | None) -> Replication | None:
             f"--seed-offset {offset}: expected a whole number from 1 to {MAX_SEED // 2}"
         )
     return Replication(offset=offset)
-
-
-def seed_lists(config: Any) -> list[int]:
-    """Every seed of every `seeds` list in `config`, at any depth."""
-    if not isinstance(config, Mapping):
-        return []
-    out: list[int] = []
-    for key, value in config.items():
-        if key == "seeds" and isinstance(value, list):
-            out.extend(int(s) for s in value)
-        else:
-            out.extend(seed_lists(value))
-    return out
 
 
 def used_seeds(folder: Path = PROTOCOL_DIR) -> set[int]:

@@ -24,7 +24,8 @@ decide item verdicts, not the experiment's: they are hashed with the item regist
 and each amendment's reason live in `protocols/registry.json` (`implicit_em.report.rules.registration`).
 
 Seeds: development and quick seeds are below `CONFIRMATION_SEEDS`; full-size (confirmatory)
-seeds are at or above it and have never been run at any other size.
+seeds are at or above it and have never been run at any other size. A configuration's seeds are
+those of every `seeds` list in it, nested ones included (`seed_lists`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ __all__ = [
     "PROTOCOL_SIZES",
     "Protocol",
     "load_protocol",
+    "seed_lists",
 ]
 
 PROTOCOL_DIR = Path(__file__).parents[1] / "protocols"
@@ -146,6 +148,21 @@ def content_hash(data: Mapping[str, Any]) -> str:
     }
     blob = json.dumps(relevant, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def seed_lists(config: Any) -> list[int]:
+    """Every seed of every `seeds` list in `config` (a size's configuration), at any depth: a
+    part of an experiment that trains on seeds of its own keeps them in a nested `seeds` list
+    (E9's `topk.seeds`)."""
+    if not isinstance(config, Mapping):
+        return []
+    out: list[int] = []
+    for key, value in config.items():
+        if key == "seeds" and isinstance(value, list):
+            out.extend(int(s) for s in value)
+        else:
+            out.extend(seed_lists(value))
+    return out
 
 
 @cache

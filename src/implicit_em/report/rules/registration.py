@@ -9,7 +9,8 @@ r"""The registry of protocols: which protocol versions were registered, when, an
   seeds whose results had been seen (`seeds_seen`);
 * `history`: amendments made before the registry existed, recorded with the same fields;
 * `data_seen`: for each size whose data were published (`record_data_seen`), when they were
-  first seen (the run's start), on which seeds, and the measurement and judgement keys
+  first seen (the run's start), on which seeds (every seed list of its configuration, nested ones
+  included), and the measurement and judgement keys
   (`implicit_em.report.running.keys`) of that run.
 
 A verdict is **exploratory** when it rests on any change made after its data were seen
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from implicit_em.report.rules.protocol import PROTOCOL_DIR, Protocol
+from implicit_em.report.rules.protocol import PROTOCOL_DIR, Protocol, seed_lists
 from implicit_em.report.running.files import write_atomic
 
 __all__ = [
@@ -219,8 +220,9 @@ def record_data_seen(
     entries: Sequence[Mapping[str, Any]], size: str, path: Path | None = None
 ) -> list[str]:
     """Record, for each experiment `entry` (of a report's `results.json`) whose data at `size`
-    were not recorded yet, when its run started, its seeds and its measurement and judgement
-    keys. Returns the ids recorded; what was recorded first stays."""
+    were not recorded yet, when its run started, its seeds (its `seeds` and every seed list of
+    its configuration, `seed_lists`: a nested list's data are seen too) and its measurement and
+    judgement keys. Returns the ids recorded; what was recorded first stays."""
     path = REGISTRY if path is None else path
     registry = read_registry(path)
     done = []
@@ -231,7 +233,9 @@ def record_data_seen(
             continue
         seen[size] = {
             "when": entry.get("started"),
-            "seeds": [int(s) for s in entry.get("seeds") or []],
+            "seeds": sorted(
+                {int(s) for s in entry.get("seeds") or []} | set(seed_lists(entry.get("config")))
+            ),
             "measurement": (entry.get("measurement") or {}).get("key"),
             "judgement": (entry.get("judgement") or {}).get("key"),
         }

@@ -27,9 +27,10 @@ from typing import Any
 
 import implicit_em
 from implicit_em.machine import summary as machine_summary
-from implicit_em.report.judging.replication import Replication, seed_lists
+from implicit_em.report.judging.replication import Replication
 from implicit_em.report.rendering.page import render_html
 from implicit_em.report.rendering.render import render_markdown, report_document
+from implicit_em.report.rules.protocol import seed_lists
 from implicit_em.report.running.executors import Executor
 from implicit_em.report.running.files import write_atomic
 from implicit_em.report.running.provenance import tree_state

@@ -23,9 +23,10 @@ from implicit_em.report.running.plan import Unit
 from implicit_em.report.running.progress import RunProgress, duration, on_terminal
 from implicit_em.report.running.registry import Experiment
 from implicit_em.report.running.result import Result
+from implicit_em.report.running.time_left import Work, seconds_left
 from implicit_em.report.running.units import kept_units, read_unit, store
 
-__all__ = ["WARNINGS", "Interrupted", "Job", "announce", "drive", "plan_job"]
+__all__ = ["WARNINGS", "Interrupted", "Job", "announce", "drive", "expected_seconds", "plan_job"]
 
 WARNINGS = "warnings.log"
 """The file in the output folder that the warnings raised by units go to."""
@@ -68,6 +69,16 @@ class Job:
     def ready(self) -> bool:
         return self.result is not None or self.failed is not None or not self.pending
 
+    def work(self, expected: float) -> Work:
+        """Its units still to finish, each expected to take its share of `expected` (the
+        experiment's seconds) until one of them has finished in this run."""
+        return Work(
+            tuple(u.threads for u in self.pending),
+            expected / max(1, len(self.units)),
+            len(self.values) - self.resumed,
+            self.seconds,
+        )
+
 
 def plan_job(job: Job) -> None:
     """Plan the job's units and read back those already kept; a plan that raises fails it."""
@@ -94,9 +105,11 @@ def drive(
     executor: Executor,
     finish: Callable[[Job, LogWarnings], Result],
     log: Callable[[str], None],
+    expected: Mapping[str, float],
 ) -> list[Result]:
     """Compute every pending unit on `executor` and `finish` the experiments in report order
-    as their units come in (one whose plan or unit failed as `not run`)."""
+    as their units come in (one whose plan or unit failed as `not run`); the progress line's
+    time left reads each experiment's `expected` seconds (by id) until its units are timed."""
     flat = [(job, unit) for job in jobs if job.result is None for unit in job.pending]
     bar = RunProgress(len(flat), executor.workers, log)
     head = [0]
@@ -107,6 +120,12 @@ def drive(
         if lines:
             with warned.open("a", encoding="utf-8") as file:
                 file.writelines(f"{ident} {name}: {line}\n" for line in lines)
+
+    def left() -> float:
+        work = [
+            j.work(expected[j.experiment.id]) for j in jobs if j.result is None and j.failed is None
+        ]
+        return seconds_left(work, executor.workers)
 
     def running() -> dict[str, tuple[int, int]]:
         busy = [j for j in jobs[head[0] :] if j.result is None and j.units]
@@ -143,7 +162,7 @@ def drive(
                 job.values[done.name] = done.value
                 job.seconds += done.seconds
             log_warnings(job.experiment.id, done.name, done.warnings)
-            bar.advance(running(), executor.busy())
+            bar.advance(running(), executor.busy(), left())
             finish_ready()
         finish_ready()
     except KeyboardInterrupt:
@@ -175,12 +194,9 @@ def announce(
 ) -> None:
     """Say what runs and for about how long (the measured seconds of each experiment, else
     its registered budget, marked as such), and what is resumed."""
-
-    def expected(experiment: Experiment) -> float:
-        return measured.get(experiment.id, experiment.minutes[size] * 60)
-
     to_run = [j for j in jobs if j.result is None]
-    total = sum(expected(j.experiment) for j in to_run)
+    seconds = {j.experiment.id: expected_seconds(j.experiment, size, measured) for j in to_run}
+    total = sum(seconds.values())
     budgets = [j.experiment.id for j in to_run if j.experiment.id not in measured]
     basis = "as measured" if not budgets else f"budgets for {', '.join(budgets)}"
     about = f" (about {duration(total)}: {basis})" if to_run else ""
@@ -194,6 +210,12 @@ def announce(
         resumed = f" (resumes from {kept} kept unit(s))" if kept else ""
         source = "" if experiment.id in measured else " (budget)"
         log(
-            f"  {experiment.id:<4} about {duration(expected(experiment)):<7}{source} "
+            f"  {experiment.id:<4} about {duration(seconds[experiment.id]):<7}{source} "
             f"{experiment.title}{resumed}"
         )
+
+
+def expected_seconds(experiment: Experiment, size: str, measured: Mapping[str, float]) -> float:
+    """How long `experiment` is expected to take at `size`: the seconds `measured` for it, else
+    its registered budget (`minutes`)."""
+    return measured.get(experiment.id, experiment.minutes[size] * 60)

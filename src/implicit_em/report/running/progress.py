@@ -34,9 +34,10 @@ def progress(items: Iterable[T], desc: str, total: int | None = None) -> Iterato
 
 class RunProgress:
     """One progress line for a whole report run: units done of the total, each running
-    experiment's units, the time left (at the pace of this run's units so far) and the
-    workers busy. On a terminal it is a bar redrawn in place; elsewhere `log` gets it as a
-    plain line at most every `every` seconds."""
+    experiment's units, the workers busy and the time left (given by the driver:
+    `implicit_em.report.running.time_left`). On a terminal it is a bar redrawn in place (without
+    tqdm's own time left, which reads the pace of all units so far); elsewhere `log` gets it as
+    a plain line at most every `every` seconds."""
 
     def __init__(
         self,
@@ -48,9 +49,14 @@ class RunProgress:
     ) -> None:
         self.total, self.workers, self.done = total, workers, 0
         self._log, self._every, self._clock = log, every, clock
-        self._start = self._last = clock()
+        self._last = clock()
         self._bar = tqdm(
-            total=total, desc="report", unit="unit", dynamic_ncols=True, disable=not on_terminal()
+            total=total,
+            desc="report",
+            unit="unit",
+            dynamic_ncols=True,
+            disable=not on_terminal(),
+            bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]",
         )
 
     def write(self, line: str) -> None:
@@ -60,30 +66,28 @@ class RunProgress:
         else:
             self._log(line)
 
-    def left(self) -> float | None:
-        """Seconds left at the pace so far (None before the first unit)."""
-        if not self.done:
-            return None
-        return (self._clock() - self._start) / self.done * (self.total - self.done)
-
-    def line(self, running: Mapping[str, tuple[int, int]], busy: int) -> str:
+    def line(self, running: Mapping[str, tuple[int, int]], busy: int, left: float) -> str:
         """`units 12/40 (E7 3/10, E8 0/6), 2/2 workers busy, about 3 min left`."""
         parts = ", ".join(f"{e} {d}/{n}" for e, (d, n) in running.items())
-        left = self.left()
-        eta = "" if left is None else f", about {duration(left)} left"
         where = f" ({parts})" if parts else ""
-        return f"units {self.done}/{self.total}{where}, {busy}/{self.workers} workers busy{eta}"
+        return (
+            f"units {self.done}/{self.total}{where}, {busy}/{self.workers} workers busy, "
+            f"about {duration(left)} left"
+        )
 
-    def advance(self, running: Mapping[str, tuple[int, int]], busy: int) -> None:
-        """One more unit done."""
+    def advance(self, running: Mapping[str, tuple[int, int]], busy: int, left: float) -> None:
+        """One more unit done, `left` seconds expected to be left."""
         self.done += 1
         if on_terminal():
             parts = " ".join(f"{e} {d}/{n}" for e, (d, n) in running.items())
-            self._bar.set_postfix_str(f"{parts} · {busy}/{self.workers} busy", refresh=False)
+            self._bar.set_postfix_str(
+                f"{parts} · {busy}/{self.workers} busy · about {duration(left)} left",
+                refresh=False,
+            )
             self._bar.update(1)
         elif self._clock() - self._last >= self._every and self.done < self.total:
             self._last = self._clock()
-            self._log(self.line(running, busy))
+            self._log(self.line(running, busy, left))
 
     def close(self) -> None:
         self._bar.close()

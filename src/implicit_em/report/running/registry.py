@@ -17,11 +17,13 @@ Adding an experiment is one new module under `implicit_em.report.experiments` th
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from implicit_em.report import experiments
 from implicit_em.report.judging.controls import Controls
 from implicit_em.report.judging.rule import Judgement, Rule
 from implicit_em.report.rules.protocol import Protocol, load_protocol
@@ -204,9 +206,13 @@ class Experiment:
 def select(ids: Sequence[str] | None = None) -> list[Experiment]:
     """The listed experiments (`experiments.MODULES`) with these ids (all when None), in
     report order."""
-    from implicit_em.report.experiments import experiments
-
-    ordered = sorted(experiments(), key=_order)
+    ordered = sorted(
+        (
+            importlib.import_module(f"{experiments.__name__}.{m}").EXPERIMENT
+            for m in experiments.MODULES
+        ),
+        key=_order,
+    )
     if not ids:
         return ordered
     wanted = [i.strip().upper() for i in ids if i.strip()]

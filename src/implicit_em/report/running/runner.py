@@ -47,6 +47,7 @@ from implicit_em.report.running.drive import (
     LogWarnings,
     announce,
     drive,
+    expected_seconds,
     plan_job,
 )
 from implicit_em.report.running.executors import Executor, LocalExecutor
@@ -320,4 +321,5 @@ def run_experiments(
             executor or LocalExecutor(),
             lambda job, log_warnings: _finish(job, size, out, here, log_warnings),
             log,
+            {j.experiment.id: expected_seconds(j.experiment, size, measured or {}) for j in jobs},
         )

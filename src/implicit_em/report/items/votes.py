@@ -1,4 +1,4 @@
-r"""Reading an item: each criterion's standing and vote, each part's reading, the item's verdict.
+r"""Votes: each criterion's standing and vote, each part's reading from them, the item's verdict.
 
 **A criterion** (a results.json criterion, with its item marks) votes `for` the item when it is
 met and supports the item or is not met and refutes it (the direction is the registered one, or
