@@ -12,7 +12,7 @@ import pytest
 
 from implicit_em.report import select
 from implicit_em.report.experiments._windtunnel import DEVELOPMENT_SEEDS
-from implicit_em.report.judging.replication import seed_lists
+from implicit_em.report.rules.protocol import seed_lists
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = sorted((ROOT / "results").glob("**/results.json"))

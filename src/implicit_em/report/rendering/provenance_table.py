@@ -14,8 +14,8 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from implicit_em.report.judging.replication import seed_lists
 from implicit_em.report.rendering.marked import between, rewrite_block
+from implicit_em.report.rules.protocol import seed_lists
 from implicit_em.report.running.progress import duration
 
 __all__ = ["BEGIN", "END", "provenance_table", "seed_ranges", "with_table"]

@@ -9,6 +9,7 @@ from typing import Any
 
 from implicit_em.report.judging.controls import status_of
 from implicit_em.report.judging.rule import Judgement
+from implicit_em.report.rules.protocol import seed_lists
 from implicit_em.report.rules.registration import ProtocolStatus, exploratory_reason
 from implicit_em.report.rules.registration import status as protocol_status
 from implicit_em.report.running.keys import digest, judgement_record, keyed
@@ -100,7 +101,7 @@ class Result:
     def exploratory_reason(self) -> str | None:
         """Why the verdict is exploratory: an amendment made after its seeds' data were seen,
         or a change of its measurement or judgement key since they were first seen."""
-        seeds = self.config.get("seeds") or []
+        seeds = seed_lists(self.config)  # every seed list, E9's top-k arm's included
         if self.registration.exploratory(seeds):
             return "its protocol was amended after data of its seeds were seen"
         if self.measurement is None:
