@@ -232,3 +232,47 @@ def test_a_part_read_from_some_of_its_own_criteria_is_shown_but_never_flips():
     flips = {a["id"]: (a["verdict"], a["flips"]) for a in got["alternatives"]}
     assert flips == {"b alone": ("inconclusive", False), "c instead": ("inconclusive", True)}
     assert got["verdict"] == "fragile" and got["fragile_under"] == ["c instead"]
+
+
+def _monitors(detect_moe: str, quiet_moe: str, detect_att: str, quiet_att: str) -> dict:
+    """C14d-like: two monitors, each needing both detection and quietness."""
+    parts = [
+        _part("moe detects", "E1:dm", instance="moe"),
+        _part("moe quiet", "E1:qm", instance="moe"),
+        _part("attention detects", "E1:da", instance="attention"),
+        _part("attention quiet", "E1:qa", instance="attention"),
+    ]
+    criteria = [
+        _c("dm", detect_moe),
+        _c("qm", quiet_moe),
+        _c("da", detect_att),
+        _c("qa", quiet_att),
+    ]
+    return _read({"form": "existential", "parts": parts}, *criteria)
+
+
+def test_an_instance_must_hold_all_its_parts_at_once():
+    # Detection by one monitor and quietness of the other make no monitor that works whole.
+    got = _monitors("met", "straddles", "straddles", "met")
+    assert got["verdict"] == "inconclusive"
+    # Without instances the same votes would answer the item: the hole instances close.
+    parts = [_part("detects", "E1:dm", "E1:da"), _part("quiet", "E1:qm", "E1:qa")]
+    criteria = [_c("dm", "met"), _c("qm", "straddles"), _c("da", "straddles"), _c("qa", "met")]
+    assert _read({"form": "existential", "parts": parts}, *criteria)["verdict"] == "supported"
+
+
+def test_one_whole_instance_answers_the_item_and_all_must_fail_to_refute_it():
+    got = _monitors("met", "met", "not met", "straddles")
+    assert got["verdict"] == "supported"
+    assert got["decided_by"] == ["moe detects", "moe quiet"]
+    assert _monitors("not met", "met", "met", "not met")["verdict"] == "refuted"
+    assert _monitors("not met", "met", "straddles", "met")["verdict"] == "inconclusive"
+
+
+def test_instances_are_for_existential_items_with_a_choice():
+    two = [_part("a", "E1:a", instance="x"), _part("b", "E1:b", instance="y")]
+    with pytest.raises(ValueError, match="only an existential item"):
+        registry_from_data({"items": {"C4": {"form": "universal", "parts": two}}})
+    one = [_part("a", "E1:a", instance="x"), _part("b", "E1:b")]
+    with pytest.raises(ValueError, match="one instance is no choice"):
+        registry_from_data({"items": {"C4": {"form": "existential", "parts": one}}})

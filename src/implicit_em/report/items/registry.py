@@ -14,7 +14,11 @@ each part quoting its words and listing what bears on it:
   part is decided by reading the text, and `read_why` quotes what decides it;
 * `beside`: one line, for a reading the sentence does not make (C3's necessity of each
   condition, a rival that fails through another mechanism): the part is read and shown as a
-  finding beside the item, and left out of its verdict.
+  finding beside the item, and left out of its verdict;
+* `instance` (existential items only): the name of the instance the part belongs to, when one
+  instance must hold several parts at once (C14d: one monitor both detects the collapses and
+  keeps quiet where there is none). The item is then read per instance, its parts without an
+  instance shared by all (`implicit_em.report.items.votes`).
 
 An item's `form` is the logical form of its sentence (`forms.FORMS`: identity, universal,
 necessity, sufficiency, existential, comparative, presentation), with `form_why`, the words that
@@ -146,6 +150,7 @@ class Part:
     beside: str = ""
     reads: str = ""
     read_why: str = ""
+    instance: str = ""
 
 
 @dataclass(frozen=True)
@@ -234,6 +239,7 @@ class Registry:
 
 def _part(data: Mapping[str, Any], where: str) -> Part:
     known = {"id", "quote", "criteria", "gates", "algebra", "untested", "beside", "reads"}
+    known |= {"instance"}
     unknown = set(data) - known - {"read_why"}
     if unknown or not data.get("id") or not data.get("quote"):
         raise ValueError(f"{where}: a part needs id and quote, and knows no {sorted(unknown)}")
@@ -252,6 +258,7 @@ def _part(data: Mapping[str, Any], where: str) -> Part:
         str(data.get("beside", "")),
         str(data.get("reads") or ""),
         str(data.get("read_why", "")),
+        str(data.get("instance", "")),
     )
 
 
@@ -317,6 +324,11 @@ def _check_form(item: Item, where: str, required: bool) -> None:
         raise ValueError(f"{where}: form {item.form!r} needs form_why (the words that decide it)")
     if not item.verdict_parts:
         raise ValueError(f"{where}: every part is beside the item; the verdict needs one")
+    instances = {p.instance for p in item.verdict_parts if p.instance}
+    if instances and item.form != "existential":
+        raise ValueError(f"{where}: only an existential item is read per instance")
+    if len(instances) == 1:
+        raise ValueError(f"{where}: instances {sorted(instances)}: one instance is no choice")
     if item.form == "identity" and any(not (p.gates or p.algebra) for p in item.verdict_parts):
         raise ValueError(f"{where}: an identity is read from gates or algebra in every part")
     if item.form == "presentation" and not (

@@ -46,6 +46,14 @@ part is against (`forms.combine_against`); otherwise, and for every other form, 
 * `inconclusive` when a part is undecided or not tested (and none against);
 * `supported` (objection: `stands`) when every part is for or verified by algebra.
 
+**An existential item read per instance** (its parts name an `instance`: C14d's monitors,
+each of which must both detect the collapses and keep quiet where there is none) is read once
+per instance, from that instance's parts and the parts shared by all, by the rules above. One
+instance `supported` (or verified by algebra) answers it (decided by that instance's parts); it
+is refuted only when every instance is; otherwise it reads as its least decided instance (`violated`, `mixed`,
+`inconclusive`, `not tested`, in this order), so parts that hold in *different* instances never
+add up to an instance that holds them all.
+
 `decided_by` names the parts whose readings gave the verdict.
 """
 
@@ -219,6 +227,7 @@ def part_reading(
         "reading": reading,
         "reason": reason,
         "beside": part.beside,
+        "instance": part.instance,
         "criteria": criteria,
         "gates": gates,
     }
@@ -250,6 +259,35 @@ def _combine(parts: Sequence[Mapping[str, Any]], form: str | None) -> tuple[str,
     if get("undecided") or get("not tested"):
         return "undecided", [*by.get("undecided", []), *by.get("not tested", [])]
     return "for", by["for"]
+
+
+_OPEN_ORDER = ("violated", "mixed", "undecided", "not tested")
+"""How an existential item read per instance reads when no instance holds and not every one is
+refuted: the first of these that some instance reads."""
+
+
+def _combine_instances(
+    parts: Sequence[Mapping[str, Any]], form: str | None
+) -> tuple[str, list[str]]:
+    """`_combine` per instance (its own parts and the shared ones): one instance `for` decides
+    the item for it, every instance `against` decides it against; else the least decided."""
+    names = list(dict.fromkeys(p["instance"] for p in parts if p.get("instance")))
+    if not names:
+        return _combine(parts, form)
+    readings = {
+        n: _combine([p for p in parts if p.get("instance") in ("", n)], form) for n in names
+    }
+    for holds in ("for", "algebra"):
+        holding = [n for n in names if readings[n][0] == holds]
+        if holding:
+            return readings[holding[0]]
+    keys = {readings[n][0] for n in names}
+    if keys == {"against"}:
+        return "against", list(dict.fromkeys(d for n in names for d in readings[n][1]))
+    key = next(k for k in _OPEN_ORDER if k in keys)
+    return key, list(
+        dict.fromkeys(d for n in names if readings[n][0] == key for d in readings[n][1])
+    )
 
 
 def _word(item: str, key: str) -> str:
@@ -310,7 +348,7 @@ def item_reading(
             "parts": parts,
             "decided_by": [],
         }
-    key, decided = _combine(voting, item.form)
+    key, decided = _combine_instances(voting, item.form)
     qualifier = _qualifier(key, voting, decided)
     lines = [
         f"{p['id']}: {p['reading']}" + (f" ({p['reason']})" if p["reason"] else "")
