@@ -1,5 +1,5 @@
 """The findings page: the answers table, the legend and one block per item, written from the
-published run and kept in step."""
+published run and kept in step; the report page opens with the same table."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -295,3 +296,54 @@ def test_the_legend_holds_each_rule_once_and_no_block_holds_one(page):
     for rule in [*FORMS.values(), RULES["all"]]:
         assert legend.count(rule) == 1
         assert not any(rule in block for block in _blocks(page).values())
+
+
+class _AnswersTable(HTMLParser):
+    """The rows (cells as text) of a page's answers table."""
+
+    def __init__(self, html: str) -> None:
+        super().__init__()
+        self.rows: list[list[str]] = []
+        self._inside = self._cell = False
+        self.feed(html)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "table" and ("class", "answers") in attrs:
+            self._inside = True
+        elif self._inside and tag == "tr":
+            self.rows.append([])
+        elif self._inside and tag in ("td", "th"):
+            self._cell = True
+            self.rows[-1].append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "table":
+            self._inside = False
+        elif tag in ("td", "th"):
+            self._cell = False
+
+    def handle_data(self, data: str) -> None:
+        if self._inside and self._cell:
+            self.rows[-1][-1] += data
+
+
+def test_the_report_page_opens_with_the_same_table_and_a_short_guide(tmp_path, page):
+    """The report page of the published run carries the findings table's rows, ahead of its
+    "how to read", a list of at most five points that links to the legend."""
+    from implicit_em.report.judging.rejudge import rejudge_document
+    from implicit_em.report.rendering.page import render_html
+
+    judged = rejudge_document(json.loads(PUBLISHED.read_text()))
+    for e in judged["experiments"]:
+        e["figures"] = []
+    html = render_html(judged, tmp_path)
+    rows = _AnswersTable(html).rows
+    cells = [[c.strip().replace("\\|", "|") for c in line.split(" | ")] for line in _table(page)]
+    cells = [[c.removeprefix("| ").removesuffix(" |") for c in row] for row in cells]
+    assert rows == [cells[0], *cells[2:]]
+    assert (
+        html.index("class='answers'") < html.index('id="how-to-read"') < html.index('id="claims"')
+    )
+    guide = html.split('id="how-to-read"', 1)[1].split("<h2", 1)[0]
+    assert guide.count("<li>") <= 5 and "<a href='#legend'>" in guide
+    assert "<details id='legend'>" in guide
