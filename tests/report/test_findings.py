@@ -1,5 +1,5 @@
 """The findings page: the answers table, the legend and one block per item, written from the
-published run and kept in step; the report page opens with the same table."""
+published run and kept in step; the README and the report page open with the same table."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 from implicit_em.report.rendering.answers import COLUMNS, answer_rows, markdown_table
 from implicit_em.report.rendering.changes import changed_by, changes_table, configuration_changes
 from implicit_em.report.rendering.findings import findings_page, page_from, recorded_arguments
+from implicit_em.report.rendering.readme import BEGIN, END
 from implicit_em.report.rules.claims import CLAIMS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,6 +24,7 @@ PAGE = ROOT / "docs" / "findings.md"
 QUICK = ROOT / "results" / "quick" / "results.json"
 REPLICATION = ROOT / "results" / "quick-replication" / "results.json"
 PAGE_MODULE = "implicit_em.report.rendering.findings"
+README = ROOT / "README.md"
 ROW_WIDTH = 220
 """The most characters a row of the answers table may take, as Markdown."""
 
@@ -296,6 +298,18 @@ def test_the_legend_holds_each_rule_once_and_no_block_holds_one(page):
     for rule in [*FORMS.values(), RULES["all"]]:
         assert legend.count(rule) == 1
         assert not any(rule in block for block in _blocks(page).values())
+
+
+def test_the_readme_opens_its_report_section_with_the_findings_table():
+    """The README's answers table is the findings page's, row for row (both written from
+    results/full: `implicit-em publish` writes the README's, `make pages` the page)."""
+    readme = README.read_text(encoding="utf-8")
+    section = readme.split("## What the claims report finds\n", 1)[1]
+    assert section.lstrip().startswith(BEGIN)
+    block = section.split(BEGIN, 1)[1].split(END, 1)[0]
+    assert _table(block) == _table(PAGE.read_text())
+    after = section.split(END, 1)[1].strip().split("\n\n", 1)[0]
+    assert after.startswith("How a verdict is reached.") and len(after.splitlines()) <= 8
 
 
 class _AnswersTable(HTMLParser):
