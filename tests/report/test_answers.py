@@ -183,3 +183,5 @@ def test_the_legend_states_each_rule_once():
         assert text.count(rule) == 1
     assert "In this run E2 was measured before the item rules" in text
     assert legend_html(entries).count("<dt>") == len(entries)
+    page = legend([], blocks=False)  # the report page has no blocks
+    assert [t for t, _ in page] == [t for t, _ in legend([])][:-1]

@@ -5,8 +5,8 @@ page.
 table's columns (`rendering.answers`), each logical form (`forms.FORMS`), how parts combine
 (`registry.RULES`), when a criterion votes, the verdict words, fragile, inconsistent and
 exploratory (with the experiments of the run measured before the item rules in force were
-registered), and how the blocks of the findings page are laid out. `legend_markdown` and
-`legend_html` write them.
+registered), and how the blocks of the findings page are laid out (the report page, which has
+no blocks, leaves that out). `legend_markdown` and `legend_html` write them.
 """
 
 from __future__ import annotations
@@ -100,14 +100,18 @@ _BLOCKS = (
 )
 
 
-def _exploratory(items: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
+def _exploratory(items: Sequence[Mapping[str, Any]], blocks: bool) -> tuple[str, str]:
     before = sorted({e for i in items for e in rules_after(i)}, key=id_order)
     registered = load_registry().registered or "an unrecorded date"
+    block = (
+        ", and a block says only what else of its own changed after its data were seen"
+        if blocks
+        else ""
+    )
     said = (
         f" In this run {', '.join(before)} {'were' if len(before) > 1 else 'was'} measured "
-        "before the item rules in force were "
-        f"registered ({registered}): every verdict they vote on is exploratory, and a block "
-        "says only what else of its own changed after its data were seen."
+        f"before the item rules in force were registered ({registered}): every verdict they "
+        f"vote on is exploratory{block}."
         if before
         else ""
     )
@@ -119,14 +123,16 @@ def _exploratory(items: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
     )
 
 
-def legend(items: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
-    """The legend's entries (term, text) for a run whose item verdict entries are `items`."""
+def legend(items: Sequence[Mapping[str, Any]], blocks: bool = True) -> list[tuple[str, str]]:
+    """The legend's entries (term, text) for a run whose item verdict entries are `items`;
+    with `blocks`, how the findings page's blocks read too."""
     forms = [(f"form: {name}", f"{text}.") for name, text in FORMS.items()]
     parts = (
         "parts",
         f"{RULES['all']} (for an objection, stands for supported and answered for refuted).",
     )
-    return [*_TABLE, *forms, parts, *_WORDS, _exploratory(items), _BLOCKS]
+    layout = [_BLOCKS] if blocks else []
+    return [*_TABLE, *forms, parts, *_WORDS, _exploratory(items, blocks), *layout]
 
 
 def legend_markdown(entries: Sequence[tuple[str, str]]) -> list[str]:

@@ -78,7 +78,7 @@ def _how_to_read(document: Mapping[str, Any]) -> str:
     )
     return (
         f"<ul>{bullets}</ul><details id='legend'><summary>Legend</summary>"
-        f"{legend_html(legend(document['claim_verdicts']))}</details>"
+        f"{legend_html(legend(document['claim_verdicts'], blocks=False))}</details>"
     )
 
 
