@@ -640,9 +640,9 @@ def test_the_files_are_readable_as_other_new_files_are(smoke_report, tmp_path):
 def test_the_page_opens_with_contents_and_how_to_read_it_and_folds_configurations(smoke_report):
     report, _ = smoke_report
     html = report.html.read_text()
-    assert "<nav id='contents'>" in html
-    # the answers table first, then how to read it, before the claims table
-    assert html.index("<table class='answers'>") < html.index('id="how-to-read"')
+    # the answers table first, then the contents and how to read it, before the claims table
+    assert html.index("<table class='answers'>") < html.index("<nav id='contents'>")
+    assert html.index("<nav id='contents'>") < html.index('id="how-to-read"')
     assert html.index('id="how-to-read"') < html.index('id="claims"')
     for result in report.results:
         assert f"<li><a href='#{result.experiment.id}'>" in html

@@ -357,7 +357,6 @@ def _claims_table(document: Mapping[str, Any]) -> str:
 def _contents(experiments: Sequence[Mapping[str, Any]]) -> str:
     """The table of contents: the page's parts, then one entry per experiment."""
     entries = [
-        ("answers", "The paper answered, item by item"),
         ("how-to-read", "How to read this report"),
         ("claims", "Verdict per claim and objection"),
         ("experiments", "Experiments"),
@@ -378,8 +377,8 @@ def _contents(experiments: Sequence[Mapping[str, Any]]) -> str:
 def render_html(document: Mapping[str, Any], root: Path) -> str:
     """The self-contained page; `root` is the folder the figures' paths are relative to.
 
-    In order: the title and provenance, the contents, the answers table (the one the findings
-    page and the README open with), how to read the page, the verdict per claim, the
+    In order: the title and provenance, the answers table (the one the findings page and the
+    README open with), the contents, how to read the page, the verdict per claim, the
     experiments' summary, one section per experiment."""
     meta = document["meta"]
     experiments = document["experiments"]
@@ -402,9 +401,9 @@ def render_html(document: Mapping[str, Any], root: Path) -> str:
 <p class="meta">Size {_esc(meta["size"])} · {_esc(meta["date"])} · implicit-em {_esc(meta["version"])} ·
 {_esc(meta["machine"])} · {meta["seconds"]:.0f} s of experiments{_esc(_published_from(meta))}</p>
 <p class="meta">{_esc(comparison_line(meta))}</p>
-{_contents(experiments)}
 <h2 id="answers">The paper answered, item by item</h2>
 {html_table(answer_rows(document["claim_verdicts"]))}
+{_contents(experiments)}
 <h2 id="how-to-read">How to read this report</h2>
 {_how_to_read(document)}
 <h2 id="claims">Verdict per claim and objection</h2>
