@@ -56,7 +56,7 @@ class _Page(HTMLParser):
             self.images.append(attrs["src"])
         elif tag == "table":
             self._table += 1
-        elif tag == "tr" and self._table == 2:
+        elif tag == "tr" and self._table == 3:  # the answers, the claims, the experiments
             self._row = []
         elif tag == "td" and self._row is not None:
             self._cell = []
@@ -640,8 +640,10 @@ def test_the_files_are_readable_as_other_new_files_are(smoke_report, tmp_path):
 def test_the_page_opens_with_contents_and_how_to_read_it_and_folds_configurations(smoke_report):
     report, _ = smoke_report
     html = report.html.read_text()
-    assert "<nav id='contents'>" in html
-    assert html.index('id="how-to-read"') < html.index("<table")  # the legend first
+    # the answers table first, then the contents and how to read it, before the claims table
+    assert html.index("<table class='answers'>") < html.index("<nav id='contents'>")
+    assert html.index("<nav id='contents'>") < html.index('id="how-to-read"')
+    assert html.index('id="how-to-read"') < html.index('id="claims"')
     for result in report.results:
         assert f"<li><a href='#{result.experiment.id}'>" in html
     sections = html.split("<section id=")[1:]

@@ -15,7 +15,9 @@ from implicit_em.pages import table as _table
 from implicit_em.report.judging.controls import NegativeControl
 from implicit_em.report.judging.item_verdicts import controls_pass
 from implicit_em.report.judging.readings import measured_text
+from implicit_em.report.rendering.answers import answer_rows, html_table
 from implicit_em.report.rendering.forest import forest_svg
+from implicit_em.report.rendering.legend import legend, legend_html
 from implicit_em.report.rendering.render import (
     alternative_lines,
     comparison_line,
@@ -49,33 +51,35 @@ _COLOURS = {
 _DIRECTION_COLOURS = dict(zip(DIRECTIONS, (_GREEN, _RED, _GREY), strict=True))
 """Items are coloured by what their verdict says of the paper."""
 
-_INTRO = (
-    "For any objective with log-sum-exp structure over distances, L = log Σ_j exp(−d_j), the "
-    "gradient is ∂L/∂d_j = −r_j, where r_j = softmax(−d)_j is the posterior responsibility of "
-    "component j. A paper argues that gradient descent on such objectives therefore performs "
-    "expectation-maximization implicitly, in mixtures, attention and classification; a referee "
-    "objected. Each experiment below tests named claims (C) and objections or proposed tests "
-    "(R, T, m) under a protocol registered before its confirmatory run (its criteria, "
-    "thresholds, seeds and budgets, with a hash; every amendment is listed with its date and "
-    "reason, and a verdict resting on an amendment made after its data were seen is "
-    "exploratory). Sanity gates (true by algebra or implementation) make a verdict invalid when "
-    "they fail, and answer the items they verify (verified (algebra)). Criteria (empirical, "
-    "could go either way) are judged on 95% intervals over independent seeds: met, not met or "
-    "undecided; each earns its vote with two known-answer controls run through the same "
-    "measurement code, a planted effect that must read met and its absence that must read not "
-    "met; only a realistic negative control (a trained rival lacking exactly the mechanism) "
-    "lets a criterion vote on its item, and a criterion that holds by construction, or compares "
-    "with a rival that fails its own task, decides nothing. Each item is split into the parts "
-    "of its quoted sentence; each part is read from its criteria, and the item's registered "
-    "rule combines the parts (a compound claim needs every part): supported, refuted, mixed, "
-    "inconclusive or not tested for a claim (stands, answered, ... for an objection). The "
-    "verdict is also read under the referee's reasonable alternatives (another measure, the "
-    "first-stated threshold, each data set alone): an item that flips under one is fragile. "
-    "Linked items whose verdicts contradict each other both read inconsistent. Items are "
-    "coloured by what their verdict says of the paper. "
-    "An interval is over samples: one per seed, or several per seed when each seed runs on "
-    "more than one data set or variant (the criteria tables say which)."
+_HOW_TO_READ = (
+    "A paper argues that gradient descent on log-sum-exp objectives over distances performs EM "
+    "implicitly (∂L/∂d_j = −r_j, r = softmax(−d) the responsibilities); a referee objected. The "
+    "table above answers each claim (C), objection (R, m) and proposed test (T): for the paper, "
+    "against it, or open (and why), with the number that decides it (its 95% interval over "
+    "seeds against its threshold) and the realistic rival that number was read against.",
+    "Each item is split into the parts of its quoted sentence; its registered rule, set by the "
+    "sentence's logical form, combines the parts' readings (a compound claim needs every part).",
+    "Sanity gates hold by algebra or implementation (a failed one makes its experiment invalid); "
+    "criteria could go either way, and vote only when their known-answer controls came out as "
+    "planted and they were read against a realistic rival.",
+    "An item that flips under a registered alternative reading is fragile; † marks a verdict "
+    "that rests on a rule changed after its data were seen (exploratory). Items are coloured by "
+    "what their verdict says of the paper.",
 )
+"""The page's short "how to read"; the legend (`legend.legend`) states every rule once."""
+
+
+def _how_to_read(document: Mapping[str, Any]) -> str:
+    """The short list, then a link to the legend, folded below it, and the guide's name."""
+    bullets = "".join(f"<li>{_esc(b)}</li>" for b in _HOW_TO_READ)
+    bullets += (
+        "<li>Every rule, stated once: <a href='#legend'>the legend</a> (below); with examples, "
+        "the report's guide, <code>docs/report.md</code>.</li>"
+    )
+    return (
+        f"<ul>{bullets}</ul><details id='legend'><summary>Legend</summary>"
+        f"{legend_html(legend(document['claim_verdicts'], blocks=False))}</details>"
+    )
 
 
 def _verdict(verdict: str, colour: str | None = None) -> str:
@@ -373,8 +377,9 @@ def _contents(experiments: Sequence[Mapping[str, Any]]) -> str:
 def render_html(document: Mapping[str, Any], root: Path) -> str:
     """The self-contained page; `root` is the folder the figures' paths are relative to.
 
-    In order: the title and provenance, the contents, how to read the page (before any
-    table), the verdict per claim, the experiments' summary, one section per experiment."""
+    In order: the title and provenance, the answers table (the one the findings page and the
+    README open with), the contents, how to read the page, the verdict per claim, the
+    experiments' summary, one section per experiment."""
     meta = document["meta"]
     experiments = document["experiments"]
     summary_rows = "".join(
@@ -396,9 +401,11 @@ def render_html(document: Mapping[str, Any], root: Path) -> str:
 <p class="meta">Size {_esc(meta["size"])} · {_esc(meta["date"])} · implicit-em {_esc(meta["version"])} ·
 {_esc(meta["machine"])} · {meta["seconds"]:.0f} s of experiments{_esc(_published_from(meta))}</p>
 <p class="meta">{_esc(comparison_line(meta))}</p>
+<h2 id="answers">The paper answered, item by item</h2>
+{html_table(answer_rows(document["claim_verdicts"]))}
 {_contents(experiments)}
 <h2 id="how-to-read">How to read this report</h2>
-<p>{_esc(_INTRO)}</p>
+{_how_to_read(document)}
 <h2 id="claims">Verdict per claim and objection</h2>
 <p>{direction_tally}. Each item's verdict is its registered rule over the parts of its
 quoted sentence (starred: the parts that decided it); the plot shows every criterion on the item:

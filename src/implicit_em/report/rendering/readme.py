@@ -1,11 +1,17 @@
-"""The README's claim table: its "full size" column, filled from the published full run.
+"""The README's tables, written from the published full run: the answers table its report
+section opens with, and the "full size" column of the quick summary it shows.
 
-The README shows the summary of a quick report (`summary.md`), whose "full size" column and
-comparison line come from `render.full_cell` and `render.comparison_line`. `full_size_column`
-rewrites exactly those parts from a published full-size document (or from none), with the same
-two functions (an item's cell is its verdict as labelled by `item_verdicts.verdict_label`, with
-the qualifier that says why an open verdict is open, or which alternative makes it fragile), so the README can always be brought to what `results/full` says, and a test can
-tell when it is not.
+`answers_block` is the answers table of the published full-size document (`answers.answer_rows`,
+the table the findings page and the report page open with), read again under the current rules
+(`rejudge.rejudge_document`, as the findings page reads it), under one line naming the run. The
+README shows the summary of a quick report (`summary.md`) too, whose "full size" column and
+comparison line come from `render.full_cell` and `render.comparison_line`.
+`full_size_column` rewrites exactly those parts, and the block between the `BEGIN` and `END`
+lines, from a published full-size document (or from none), with the same functions (an item's
+cell is its verdict as labelled by `item_verdicts.verdict_label`, with the qualifier that says
+why an open verdict is open, or which alternative makes it fragile), so the README can always
+be brought to what `results/full` says (`implicit-em publish` does), and a test can tell when
+it is not.
 """
 
 from __future__ import annotations
@@ -15,6 +21,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from implicit_em.report.judging.item_verdicts import verdict_label
+from implicit_em.report.judging.rejudge import rejudge_document
+from implicit_em.report.rendering.answers import answer_rows, markdown_table
+from implicit_em.report.rendering.marked import between
 from implicit_em.report.rendering.render import (
     compared_with,
     comparison_line,
@@ -22,7 +31,10 @@ from implicit_em.report.rendering.render import (
     full_entries,
 )
 
-__all__ = ["full_size_column"]
+__all__ = ["BEGIN", "END", "answers_block", "full_size_column"]
+
+BEGIN = "<!-- answers table: written from results/full by implicit-em publish -->"
+END = "<!-- end of the answers table -->"
 
 FULL = "full size"
 _PIPE = re.compile(r"(?<!\\)\|")
@@ -46,9 +58,26 @@ def _row_id(cells: list[str], header: list[str]) -> str:
     return cells[header.index("experiment")].split(":", 1)[0]
 
 
+def answers_block(full: Mapping[str, Any] | None) -> str:
+    """The README's answers table: the published full-size document `full` read again under
+    the current rules, under one line naming it (a line saying none is published without
+    one)."""
+    if full is None:
+        return "No full-size run is published yet."
+    judged = rejudge_document(full)
+    meta = judged["meta"]
+    published = (meta.get("publication") or {}).get("date") or meta.get("date", "?")
+    head = (
+        f"The published full-size run (`results/full/`, {published}), read under the item rules "
+        "in force; each item's block is in [docs/findings.md](docs/findings.md)."
+    )
+    return "\n".join([head, "", *markdown_table(answer_rows(judged["claim_verdicts"]))])
+
+
 def full_size_column(text: str, full: Mapping[str, Any] | None) -> str:
     """`text` (a README holding a quick summary) with its "full size" cells and its comparison
-    line rewritten from the published full-size document `full` (None: not published).
+    line rewritten from the published full-size document `full` (None: not published), and
+    the answers table between its `BEGIN` and `END` lines, where it has them (`answers_block`).
 
     Raises `ValueError` when `text` has no item table with a "full size" column (an
     experiment table with one is filled too), or not exactly one comparison line.
@@ -83,4 +112,5 @@ def full_size_column(text: str, full: Mapping[str, Any] | None) -> str:
             "no claim table to fill: expected an item table with a "
             f"'{FULL}' column and one 'Size ...' comparison line"
         )
-    return "\n".join(lines)
+    text = "\n".join(lines)
+    return between(text, BEGIN, END, answers_block(full)) if BEGIN in text else text
