@@ -162,6 +162,7 @@ def aggregate(config: dict[str, Any], results: Mapping[str, Any], out: Path) -> 
         learned = [c for c in coupling[name] if math.isfinite(c)]
         numbers[f"encoder_coupling_{name}"] = float(np.mean(learned)) if learned else math.nan
         numbers[f"learned_{name}"] = len(learned)
+        numbers[f"learned_share_{name}"] = len(learned) / len(coupling[name])
         samples[f"encoder_coupling_gap_{name}"] = learned_gaps(
             coupling["ce"], coupling[name], config["comparator_min_learned_share"]
         )

@@ -43,8 +43,8 @@ from functools import cache
 from typing import Any
 
 from implicit_em.pages import escape
-from implicit_em.report.items.readings import ALGEBRA_WORDS
 from implicit_em.report.items.registry import ITEMS_FILE
+from implicit_em.report.items.votes import ALGEBRA_WORDS
 from implicit_em.report.judging.item_verdicts import FRAGILE
 from implicit_em.report.rules.claims import DIRECTIONS, direction
 

@@ -62,6 +62,14 @@ _WORDS = (
         "invalid, and passed ones verify a part by algebra.",
     ),
     (
+        "instances",
+        "an existential item whose parts name an instance (C14d: each monitor must both detect "
+        "the collapses and keep quiet where there is none) is read once per instance, from its "
+        "own parts and the shared ones: one instance that holds every part answers it, it is "
+        "refuted only when every instance is, and parts that hold in different instances never "
+        "add up.",
+    ),
+    (
         "verdict words",
         "supported and refuted for a claim or a proposed test, stands and answered for an "
         "objection; mixed, inconclusive and not tested as the parts' rule says; verified "

@@ -115,7 +115,7 @@ def full_cell(verdict: str | None, published: bool, exploratory: bool = False) -
 
 def criterion_evidence(c: Mapping[str, Any]) -> str:
     """One criterion's reading as an item row shows it: number, interval, status, direction (the
-    item's reading of it), and its vote, or why it casts none (`items.readings`)."""
+    item's reading of it), and its vote, or why it casts none (`items.votes`)."""
     standing = c.get("standing", "counted")
     vote = f"vote {c['vote']}" if standing == "counted" else f"{c['vote']}: {standing}"
     return (
