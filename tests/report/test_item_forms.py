@@ -162,10 +162,12 @@ def test_a_comparison_counts_only_with_a_rival_shown_to_work():
 def test_a_measure_changed_after_its_data_were_seen_marks_the_item_exploratory():
     seen = {"date": "2026-12-06", "changed": "the primary moved", "first_read": "0.9, met"}
     entry = {"form": "universal", "parts": [_part("p", "E1:a")]}
-    fresh = {"started": "2026-12-08 00:00:00 UTC"}
-    got = _read({**entry, "seen": [seen]}, _c("a", "met"), **fresh)
+    earlier = {"started": "2026-12-05 00:00:00 UTC"}
+    got = _read({**entry, "seen": [seen]}, _c("a", "met"), **earlier)
     assert got["exploratory"] and "first-stated one read 0.9, met" in got["exploratory_reason"]
-    assert not _read(entry, _c("a", "met"), **fresh)["exploratory"]
+    fresh = {"started": "2026-12-08 00:00:00 UTC"}  # measured after the change: confirms it
+    assert not _read({**entry, "seen": [seen]}, _c("a", "met"), **fresh)["exploratory"]
+    assert not _read(entry, _c("a", "met"), **earlier)["exploratory"]
     with pytest.raises(ValueError, match="first_read"):
         registry_from_data({"items": {"C4": {**entry, "seen": [{"date": "d", "changed": "c"}]}}})
 
@@ -199,9 +201,10 @@ def test_every_registered_item_states_its_form_and_the_words_that_decide_it():
         "m3": "presentation",
     }
     # The prefix MLP failing under the same cross-entropy supports R3: read the other way.
-    (r3,) = registry.items["R3"].verdict_parts
-    prefix = [r for r in r3.criteria if r.number.endswith("prefix_over_floor")]
+    weighting, necessity = registry.items["R3"].verdict_parts  # two clauses, both needed
+    prefix = [r for r in weighting.criteria if r.number.endswith("prefix_over_floor")]
     assert len(prefix) == 3 and {r.direction for r in prefix} == {"refutes"}
+    assert [r.number for r in necessity.criteria] == ["sigmoid_minus_ce_bits"]
     # The Brier cells test the loss: beside C11, T1 and R3, never in their verdict.
     for ident in ("C11", "T1", "R3"):
         voting = {r.number for p in registry.items[ident].verdict_parts for r in p.criteria}
@@ -276,3 +279,14 @@ def test_instances_are_for_existential_items_with_a_choice():
     one = [_part("a", "E1:a", instance="x"), _part("b", "E1:b")]
     with pytest.raises(ValueError, match="one instance is no choice"):
         registry_from_data({"items": {"C4": {"form": "existential", "parts": one}}})
+
+
+def test_a_measure_changed_after_its_data_were_seen_is_confirmed_by_a_later_run():
+    seen = [{"date": "2026-06-01 12:00 UTC", "changed": "the measure", "first_read": "0.9"}]
+    entry = {"form": "existential", "parts": [_part("holds", "E1:a")], "seen": seen}
+    before = _read(entry, _c("a", "met"), started="2026-05-01 00:00:00 UTC")
+    assert before["exploratory"] and "first-stated one read 0.9" in before["exploratory_reason"]
+    after = _read(entry, _c("a", "met"), started="2026-06-02 00:00:00 UTC")
+    assert not after["exploratory"], after["exploratory_reason"]
+    unknown = _read(entry, _c("a", "met"))  # no recorded start: measured before, as far as known
+    assert unknown["exploratory"]

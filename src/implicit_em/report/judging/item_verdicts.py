@@ -24,9 +24,11 @@ For each item of the registry (`protocols/items.json`):
 An item is `exploratory` when a criterion that voted on it comes from an exploratory experiment
 (an amendment made after that experiment's seeds were seen), or from a measurement started
 before the item rules were registered (the rules were written knowing it): its verdict stands
-only once rerun on fresh seeds. It is exploratory too, whatever the run, when one of its own
-measures or criteria was changed after its data were seen (the item's `seen` in the registry):
-`exploratory_reason` then says what changed and what the first-stated one read.
+only once rerun on fresh seeds. It is exploratory too when one of its own measures or criteria
+was changed after its data were seen (the item's `seen` in the registry) and an experiment it
+reads was measured before that change: `exploratory_reason` then says what changed and what the
+first-stated one read. A run started after the change (on fresh seeds) confirms the changed
+measure, and the item is not exploratory for it.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Any
 
 from implicit_em.report.items.alternatives import alternative_readings
 from implicit_em.report.items.links import apply_links
-from implicit_em.report.items.registry import Registry, load_registry
+from implicit_em.report.items.registry import Registry, Seen, load_registry
 from implicit_em.report.items.votes import (
     ALGEBRA_WORDS,
     CLAIM_WORDS,
@@ -76,22 +78,36 @@ def _unregistered(item: str) -> dict[str, Any]:
 
 
 def _exploratory_reasons(
-    item_seen: Sequence[str],
+    item_seen: Sequence[Seen],
     evidence: Sequence[Mapping[str, Any]],
     by_id: Mapping[str, Mapping[str, Any]],
     registry: Registry,
 ) -> list[str]:
     """Why an item is exploratory (empty: it is not): each of its measures changed after its
-    data were seen, and each voting criterion's experiment that is exploratory or was measured
-    before the item rules were registered."""
-    reasons = [f"changed after its data were seen: {text}" for text in item_seen]
-    for ident in dict.fromkeys(c["experiment"] for c in evidence if c["vote"] != "no vote"):
+    data were seen, unless every experiment it reads was measured after the change (on fresh
+    seeds: the measurement confirms the changed measure), and each voting criterion's
+    experiment that is exploratory or was measured before the item rules were registered."""
+    voting = list(dict.fromkeys(c["experiment"] for c in evidence if c["vote"] != "no vote"))
+    read = list(dict.fromkeys(c["experiment"] for c in evidence)) or voting
+    reasons = [
+        f"changed after its data were seen: {s.text}"
+        for s in item_seen
+        if any(_started_before(by_id.get(ident, {}), s.date) for ident in read)
+    ]
+    for ident in voting:
         e = by_id.get(ident, {})
         if e.get("exploratory"):
             reasons.append(f"{ident} is exploratory")
         elif registry.set_after(e.get("started")):
             reasons.append(f"{ident} was measured before the item rules were registered")
     return reasons
+
+
+def _started_before(experiment: Mapping[str, Any], date: str) -> bool:
+    """Whether `experiment` was measured before `date` (to the minute, both UTC), or when is not
+    recorded (a result without a start counts as before)."""
+    started = experiment.get("started")
+    return not started or str(started)[:16] < date[:16]
 
 
 def _held_open(evidence: Sequence[Mapping[str, Any]]) -> bool:
@@ -136,7 +152,7 @@ def claim_verdicts(
             *(g["experiment"] for p in base["parts"] for g in p["gates"]),
         ]
         ids = list(dict.fromkeys(named))
-        seen = [s.text for s in item.seen] if item is not None else []
+        seen = list(item.seen) if item is not None else []
         reasons = _exploratory_reasons(seen, evidence, by_id, registry)
         results[ident] = {
             "id": ident,
