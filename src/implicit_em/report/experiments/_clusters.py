@@ -108,16 +108,35 @@ def train_from(
     return prototypes.detach()
 
 
+def gain_share(before: int, after: int, k: int) -> float:
+    """Of the `k - before` clusters not covered at the start, the share covered after training:
+    $(\text{after} - \text{before}) / (k - \text{before})$, negative when clusters are lost.
+
+    NaN when the start already covers all `k` (nothing is left to gain, so the share is
+    undefined: on wine a start drawn from one cultivar's rows can lie within half a separation
+    of every centre); the criteria that read it count such seeds and leave them out.
+
+    Raises
+    ------
+    ValueError
+        If `before` is not between 0 and `k`.
+    """
+    if not 0 <= before <= k:
+        raise ValueError(f"before: expected a count of covered clusters in [0, {k}], got {before}")
+    return math.nan if before == k else (after - before) / (k - before)
+
+
 def gain_one_cluster(
     variant: Variant, data: Clusters, seed: int, config: Config, cluster: int | None = None
 ) -> float:
     """Of the clusters not covered at the start, the share covered after training, from every
-    prototype on rows of one cluster (`cluster`, or one drawn with `seed`)."""
+    prototype on rows of one cluster (`cluster`, or one drawn with `seed`); NaN when the start
+    covers every cluster (`gain_share`)."""
     k, delta = len(data.centres), data.separation
     start = one_cluster_start(data.x, data.labels, k, seed, cluster=cluster)
     end = train_from(variant, data.x, start, delta, bounding_box(data.x), config)
     before, after = (coverage(p, data.centres, delta / 2) for p in (start, end))
-    return (after - before) / (k - before)
+    return gain_share(before, after, k)
 
 
 def outlier_pull(

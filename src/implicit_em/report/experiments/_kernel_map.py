@@ -21,9 +21,20 @@ STATES = ("excluded", "neither", "robust only", "no competition only", "both")
 COLOURS = ("#dddddd", "#f4a582", "#92c5de", "#fddbc7", "#2166ac")
 
 
-def _interval(values: list[float]) -> str:
-    """`mean [low, high]` of the values, a 95% t interval over the seeds."""
+def _share(values: list[float]) -> float:
+    """The mean of the defined (not NaN) values: the share of the seeds where a flag holds,
+    over the seeds where it can be read; NaN when none can."""
     v = np.asarray(values, dtype=float)
+    return float(v[~np.isnan(v)].mean()) if (~np.isnan(v)).any() else float("nan")
+
+
+def _interval(values: list[float]) -> str:
+    """`mean [low, high]` of the defined values, a 95% t interval over those seeds (a gain is
+    undefined on a seed whose start covers every cluster); `undefined` when none is."""
+    v = np.asarray(values, dtype=float)
+    v = v[~np.isnan(v)]
+    if len(v) == 0:
+        return "undefined"
     mean = float(v.mean())
     if len(v) < 2 or float(v.std()) == 0.0:
         return f"{mean:.3f} [{mean:.3f}, {mean:.3f}]"
@@ -35,8 +46,9 @@ def map_tables(
     per_data_set: dict[str, list[dict[str, Any]]], config: dict[str, Any]
 ) -> list[Table]:
     """One table per data set: for every cell, whether it counts, both models' inlier fit, outlier
-    pull and gain (mean and 95% interval over the seeds, in Δ) and the share of the seeds where
-    correntropy is more robust, shows no competition, and both."""
+    pull and gain (mean and 95% interval over the seeds, in Δ; the gain over the seeds where it is
+    defined) and the share of the seeds where correntropy is more robust, shows no competition,
+    and both (the last two over the seeds where the gain is defined)."""
     tables = []
     for name, units in per_data_set.items():
         valid = ks.valid_cells(units, config, "correntropy")
@@ -55,7 +67,7 @@ def map_tables(
                         _interval([u["lse"]["gain"][i][j] for u in units]),
                         _interval([u["correntropy"]["gain"][i][j] for u in units]),
                         *(
-                            f"{np.mean([f[flag][i, j] for f in flags]):.2f}"
+                            f"{_share([f[flag][i, j] for f in flags]):.2f}"
                             for flag in ("robust", "no_competition", "both")
                         ),
                     )
@@ -97,7 +109,15 @@ def map_figure(
         valid = ks.valid_cells(units, config, "correntropy")
         flags = [ks.cell_flags(u, config, "correntropy") for u in units]
         robust = np.mean([f["robust"] for f in flags], axis=0) > 0.5
-        alone = np.mean([f["no_competition"] for f in flags], axis=0) > 0.5
+        alone = np.array(  # over the seeds where the gain is defined
+            [
+                [
+                    _share([f["no_competition"][i, j] for f in flags]) > 0.5
+                    for j in range(len(widths))
+                ]
+                for i in range(len(shares))
+            ]
+        )
         state = np.where(valid, 1 + robust.astype(int) + 2 * alone.astype(int), 0)
         ax.imshow(state, cmap=ListedColormap(COLOURS), vmin=0, vmax=len(STATES) - 1, origin="lower")
         for (i, j), s in np.ndenumerate(state):

@@ -23,7 +23,8 @@ around the data's centre). Per cell, data set and seed, for each model:
   distance between the clean and the contaminated prototypes matched one to one, over $\Delta$;
 * **gain from one cluster**: every prototype on rows of one cluster, trained on the
   contaminated rows; the share of the clusters not covered at the start that are covered at the
-  end (covered: a prototype within $\Delta/2$ of the true centre).
+  end (covered: a prototype within $\Delta/2$ of the true centre); undefined (NaN) on a seed
+  whose start already covers every cluster (`_clusters.gain_share`).
 
 A cell counts on a data set only where both models fit the inliers there (mean fit over the
 seeds below the protocol's bound); in a counted cell correntropy is **more robust** when the
@@ -41,7 +42,7 @@ import torch
 from scipy.optimize import linear_sum_assignment
 from torch import Tensor
 
-from implicit_em.report.experiments._clusters import Clusters, with_outliers
+from implicit_em.report.experiments._clusters import Clusters, gain_share, with_outliers
 from implicit_em.report.experiments._competition import coverage, one_cluster_start
 
 __all__ = [
@@ -155,7 +156,7 @@ def sweep(
                 [_pull(a, b, delta) for a, b in zip(clean[f], pulled[f], strict=True)]
             )
             out[f]["gain"].append(
-                [(coverage(m, data.centres, delta / 2) - before) / (k - before) for m in spread[f]]
+                [gain_share(before, coverage(m, data.centres, delta / 2), k) for m in spread[f]]
             )
     return out
 
@@ -170,22 +171,27 @@ def valid_cells(units: list[dict[str, Any]], config: dict[str, Any], rival: str)
 
 
 def cell_flags(unit: dict[str, Any], config: dict[str, Any], rival: str) -> dict[str, np.ndarray]:
-    """`[S, W]` booleans of one seed: `robust` (the outliers move `lse` at least the margin more
-    than `rival`), `no_competition` (`rival` gains at most the ceiling, `lse` at least the
-    floor) and `both`."""
+    """`[S, W]` flags of one seed, 1.0 where it holds and 0.0 where not: `robust` (the
+    outliers move `lse` at least the margin more than `rival`), `no_competition` (`rival`
+    gains at most the ceiling, `lse` at least the floor) and `both`. The two that read the gain
+    are NaN where either gain is undefined (a start that covers every cluster), never 0.0."""
     pull_gap = np.array(unit["lse"]["pull"]) - np.array(unit[rival]["pull"])
-    robust = pull_gap >= config["pull_margin"]
-    no_competition = (np.array(unit[rival]["gain"]) <= config["gain_ceiling"]) & (
-        np.array(unit["lse"]["gain"]) >= config["gain_floor"]
+    robust = (pull_gap >= config["pull_margin"]).astype(float)
+    lse_gain, rival_gain = (np.asarray(unit[m]["gain"], dtype=float) for m in ("lse", rival))
+    no_competition = np.where(
+        np.isnan(lse_gain) | np.isnan(rival_gain),
+        np.nan,
+        (rival_gain <= config["gain_ceiling"]) & (lse_gain >= config["gain_floor"]),
     )
-    return {"robust": robust, "no_competition": no_competition, "both": robust & no_competition}
+    return {"robust": robust, "no_competition": no_competition, "both": robust * no_competition}
 
 
 def cell_shares(
     units: list[dict[str, Any]], config: dict[str, Any], rival: str = "correntropy"
 ) -> dict[str, list[float]]:
-    """Per seed, the share of the valid cells where each flag holds (NaN without a valid cell):
-    `{flag: [one value per unit]}`."""
+    """Per seed, the share of the valid cells where each flag holds: `{flag: [one value per
+    unit]}`; NaN without a valid cell, and for the gain's flags on a seed whose gain is
+    undefined in a valid cell (`cell_flags`)."""
     valid = valid_cells(units, config, rival)
     out: dict[str, list[float]] = {"robust": [], "no_competition": [], "both": []}
     for unit in units:

@@ -14,7 +14,9 @@ Two measurements, each per data set and seed:
 * **gain from one cluster**: every prototype starts on rows of one cluster
   (`_competition.one_cluster_start`); the share of the other clusters covered at the end that
   were not covered at the start (`_competition.coverage`; covered = a prototype within
-  $\Delta/2$ of the true centre). Competition spreads prototypes that start together.
+  $\Delta/2$ of the true centre). Competition spreads prototypes that start together. It is
+  undefined on a seed whose start already covers every cluster (`_clusters.gain_share`): the
+  gain's criteria read the seeds where it is defined and count the others.
 * **outlier pull**: from the same $K$ random rows, the prototypes trained on the clean rows and
   on the rows plus far outliers (a ring at a multiple of $\Delta$ around the data's centre),
   matched one to one; the mean distance between matched prototypes, in units of $\Delta$.
@@ -50,10 +52,10 @@ from implicit_em.report.experiments._clusters import (
     wine_2d,
     with_outliers,
 )
+from implicit_em.report.experiments._competition_figure import prototypes_figure
 from implicit_em.report.experiments._kernel_map import map_figure, map_tables
 from implicit_em.report.judging.controls import Control, Controls
 from implicit_em.report.judging.readings import per_data_set
-from implicit_em.report.rendering.figures import new_figure, save
 from implicit_em.report.running.plan import Unit
 from implicit_em.report.running.registry import Experiment, Figure, Outcome, Table
 
@@ -121,6 +123,23 @@ def _unit(config: Config, data_name: str, seed: int) -> dict[str, Any]:
     }
 
 
+def defined_samples(
+    samples: Mapping[str, list[float]], data_sets: list[str]
+) -> tuple[dict[str, list[float]], dict[str, int]]:
+    """Per-unit `samples` (`data_sets[i]` names the i-th value's data set) split by data set,
+    the undefined (NaN) values left out, and per quantity how many were: a gain is undefined on
+    a seed whose one-cluster start already covers every cluster, so the gain's criteria read the
+    seeds where it is defined (n is shown with each interval)."""
+    kept = {
+        q: [(v, d) for v, d in zip(vs, data_sets, strict=True) if v == v]
+        for q, vs in samples.items()
+    }
+    split = [per_data_set({q: [v for v, _ in p]}, [d for _, d in p]) for q, p in kept.items()]
+    return {k: v for part in split for k, v in part.items()}, {
+        q: len(data_sets) - len(p) for q, p in kept.items()
+    }
+
+
 def plan(config: Config) -> list[Unit]:
     """One unit per data set and seed: every objective's gain and pull."""
     return [
@@ -155,12 +174,16 @@ def aggregate(config: Config, results: Mapping[str, Any], out: Path) -> Outcome:
     shares = {d: ks.cell_shares(units, config) for d, units in maps.items()}
     for number, flag in MAP_FLAG_OF.items():
         samples[number] = [v for d in data_sets for v in shares[d][flag]]
-    numbers: dict[str, Any] = {k: float(np.mean(v)) for k, v in samples.items()}
+    by_data_set, undefined = defined_samples(samples, [d for d, _ in jobs])
+    numbers: dict[str, Any] = {k: float(np.nanmean(v)) for k, v in samples.items()}
+    numbers |= {f"undefined_seeds|{k}": n for k, n in undefined.items()}
     for d in data_sets:
         numbers[f"counted_cells|{d}"] = int(ks.valid_cells(maps[d], config, "correntropy").sum())
     for v in every:
         key = v.name
-        numbers[f"gain|{key}"] = float(np.mean([r[0] for d in data_sets for r in rows[(d, key)]]))
+        numbers[f"gain|{key}"] = float(
+            np.nanmean([r[0] for d in data_sets for r in rows[(d, key)]])
+        )
         numbers[f"pull|{key}"] = float(np.mean([r[1] for d in data_sets for r in rows[(d, key)]]))
     numbers["seeds"] = len(config["seeds"])
     table = Table(
@@ -175,7 +198,7 @@ def aggregate(config: Config, results: Mapping[str, Any], out: Path) -> Outcome:
             "error to true centres (Δ, clean)",
         ),
         tuple(
-            (d, name, *np.mean(values, axis=0).round(3).tolist())
+            (d, name, *np.nanmean(values, axis=0).round(3).tolist())
             for (d, name), values in rows.items()
         ),
     )
@@ -193,13 +216,18 @@ def aggregate(config: Config, results: Mapping[str, Any], out: Path) -> Outcome:
         + "; mean share of the counted cells where correntropy is more robust "
         f"{numbers['correntropy_robust_share']:.2f}, shows no competition "
         f"{numbers['correntropy_no_competition_share']:.2f}, both "
-        f"{numbers['correntropy_trade_off_share']:.2f}.",
+        f"{numbers['correntropy_trade_off_share']:.2f}. Seeds left out of a criterion (a "
+        "one-cluster start that covers every cluster leaves no gain to read): "
+        + (", ".join(f"{k} {n}" for k, n in undefined.items() if n) or "none")
+        + ".",
     ]
     shown = [variants(config)["lse"][0], *variants(config)["heavy_tailed"]]
-    figure = _plot(first, data_sets, shown, config, out)
+    figure = prototypes_figure(
+        {d: _data(config, d, config["seeds"][0]) for d in data_sets}, first, shown, out
+    )
     return Outcome(
         numbers=numbers,
-        samples=per_data_set(samples, [d for d, _ in jobs]),
+        samples=by_data_set,
         tables=[table, *map_tables(maps, config)],
         figures=[
             Figure(
@@ -217,41 +245,6 @@ def aggregate(config: Config, results: Mapping[str, Any], out: Path) -> Outcome:
         ],
         notes=notes,
     )
-
-
-def _plot(
-    first: dict[str, dict[str, Any]],
-    data_sets: tuple[str, ...],
-    shown: list[Variant],
-    config: Config,
-    out: Path,
-) -> str:
-    fig, axes = new_figure(ncols=len(shown), nrows=len(data_sets), width=3.0, height=3.0)
-    for row, data_name in enumerate(data_sets):
-        data = _data(config, data_name, config["seeds"][0])
-        for col, v in enumerate(shown):
-            ax = axes[row, col]
-            ax.scatter(data.x[:, 0], data.x[:, 1], s=3, color="#bbbbbb")
-            ax.scatter(data.centres[:, 0], data.centres[:, 1], marker="x", s=60, color="black")
-            clean = np.array(first[data_name][v.name]["clean"])
-            pulled = np.array(first[data_name][v.name]["contaminated"])
-            ax.scatter(clean[:, 0], clean[:, 1], s=40, color="#1f77b4", label="clean")
-            ax.scatter(
-                pulled[:, 0],
-                pulled[:, 1],
-                s=70,
-                facecolors="none",
-                edgecolors="#d62728",
-                linewidths=1.6,
-                label="with outliers",
-            )
-            ax.set_title(f"{data_name}: {v.name}", fontsize=8)
-            margin = 0.3 * data.separation
-            ax.set_xlim(float(data.x[:, 0].min()) - margin, float(data.x[:, 0].max()) + margin)
-            ax.set_ylim(float(data.x[:, 1].min()) - margin, float(data.x[:, 1].max()) + margin)
-            if row == 0 and col == 0:
-                ax.legend(fontsize=7, loc="upper right")
-    return save(fig, out, "prototypes.png")
 
 
 # Known-answer controls: planted geometries run through the same measurements.
