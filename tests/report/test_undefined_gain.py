@@ -3,7 +3,7 @@
 On wine, seed 81004's start (every prototype drawn from the rows of one cultivar) lies within
 half a separation of all three centres: no cluster is left to gain, so the share gained is
 undefined. The third run stopped there on a division by zero; the gain is now NaN on such a seed,
-and E4 reads its gain criteria over the seeds where it is defined, counting the others.
+E4's samples keep it (a criterion that reads it is undecided) and its notes count such seeds.
 """
 
 from __future__ import annotations
@@ -73,15 +73,6 @@ def test_cell_shares_leave_a_seed_without_a_gain_undefined_for_the_gain_flags_al
     assert math.isnan(shares["no_competition"][0]) and math.isnan(shares["both"][0])
 
 
-def test_e4_reads_its_gain_criteria_over_the_seeds_where_the_gain_is_defined() -> None:
+def test_e4_counts_the_undefined_seeds_and_keeps_them_in_its_samples() -> None:
     samples = {"lse_gain_one_cluster": [0.5, 1.0, math.nan, 1.0], "pull": [0.1, 0.2, 0.3, 0.4]}
-    split, undefined = e4.defined_samples(samples, ["blobs", "blobs", "wine", "wine"])
-    assert split == {
-        "lse_gain_one_cluster@blobs": [0.5, 1.0],
-        "lse_gain_one_cluster@wine": [1.0],
-        "pull@blobs": [0.1, 0.2],
-        "pull@wine": [0.3, 0.4],
-    }
-    assert undefined == {"lse_gain_one_cluster": 1, "pull": 0}
-    every_seed_undefined, _ = e4.defined_samples({"g": [math.nan, 1.0]}, ["wine", "blobs"])
-    assert every_seed_undefined == {"g@blobs": [1.0]}
+    assert e4.undefined_counts(samples) == {"lse_gain_one_cluster": 1, "pull": 0}

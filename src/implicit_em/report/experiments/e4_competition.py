@@ -16,7 +16,7 @@ Two measurements, each per data set and seed:
   were not covered at the start (`_competition.coverage`; covered = a prototype within
   $\Delta/2$ of the true centre). Competition spreads prototypes that start together. It is
   undefined on a seed whose start already covers every cluster (`_clusters.gain_share`): the
-  gain's criteria read the seeds where it is defined and count the others.
+  samples keep it, so a criterion that reads it is undecided, and the notes count such seeds.
 * **outlier pull**: from the same $K$ random rows, the prototypes trained on the clean rows and
   on the rows plus far outliers (a ring at a multiple of $\Delta$ around the data's centre),
   matched one to one; the mean distance between matched prototypes, in units of $\Delta$.
@@ -123,21 +123,11 @@ def _unit(config: Config, data_name: str, seed: int) -> dict[str, Any]:
     }
 
 
-def defined_samples(
-    samples: Mapping[str, list[float]], data_sets: list[str]
-) -> tuple[dict[str, list[float]], dict[str, int]]:
-    """Per-unit `samples` (`data_sets[i]` names the i-th value's data set) split by data set,
-    the undefined (NaN) values left out, and per quantity how many were: a gain is undefined on
-    a seed whose one-cluster start already covers every cluster, so the gain's criteria read the
-    seeds where it is defined (n is shown with each interval)."""
-    kept = {
-        q: [(v, d) for v, d in zip(vs, data_sets, strict=True) if v == v]
-        for q, vs in samples.items()
-    }
-    split = [per_data_set({q: [v for v, _ in p]}, [d for _, d in p]) for q, p in kept.items()]
-    return {k: v for part in split for k, v in part.items()}, {
-        q: len(data_sets) - len(p) for q, p in kept.items()
-    }
+def undefined_counts(samples: Mapping[str, list[float]]) -> dict[str, int]:
+    """Per quantity, how many per-unit values are undefined (NaN): a gain is undefined on a seed
+    whose one-cluster start already covers every cluster. The samples keep them, so a criterion
+    that reads one is undecided (the registered reading of an undefined value)."""
+    return {q: sum(v != v for v in vs) for q, vs in samples.items()}
 
 
 def plan(config: Config) -> list[Unit]:
@@ -174,7 +164,7 @@ def aggregate(config: Config, results: Mapping[str, Any], out: Path) -> Outcome:
     shares = {d: ks.cell_shares(units, config) for d, units in maps.items()}
     for number, flag in MAP_FLAG_OF.items():
         samples[number] = [v for d in data_sets for v in shares[d][flag]]
-    by_data_set, undefined = defined_samples(samples, [d for d, _ in jobs])
+    undefined = undefined_counts(samples)
     numbers: dict[str, Any] = {k: float(np.nanmean(v)) for k, v in samples.items()}
     numbers |= {f"undefined_seeds|{k}": n for k, n in undefined.items()}
     for d in data_sets:
@@ -216,8 +206,9 @@ def aggregate(config: Config, results: Mapping[str, Any], out: Path) -> Outcome:
         + "; mean share of the counted cells where correntropy is more robust "
         f"{numbers['correntropy_robust_share']:.2f}, shows no competition "
         f"{numbers['correntropy_no_competition_share']:.2f}, both "
-        f"{numbers['correntropy_trade_off_share']:.2f}. Seeds left out of a criterion (a "
-        "one-cluster start that covers every cluster leaves no gain to read): "
+        f"{numbers['correntropy_trade_off_share']:.2f}. Undefined seeds per criterion (a "
+        "one-cluster start that covers every cluster leaves no gain to read; such a criterion "
+        "is undecided): "
         + (", ".join(f"{k} {n}" for k, n in undefined.items() if n) or "none")
         + ".",
     ]
@@ -227,7 +218,7 @@ def aggregate(config: Config, results: Mapping[str, Any], out: Path) -> Outcome:
     )
     return Outcome(
         numbers=numbers,
-        samples=by_data_set,
+        samples=per_data_set(samples, [d for d, _ in jobs]),
         tables=[table, *map_tables(maps, config)],
         figures=[
             Figure(
