@@ -114,7 +114,8 @@ def gain_share(before: int, after: int, k: int) -> float:
 
     NaN when the start already covers all `k` (nothing is left to gain, so the share is
     undefined: on wine a start drawn from one cultivar's rows can lie within half a separation
-    of every centre); the criteria that read it count such seeds and leave them out.
+    of every centre); E4 keeps such a seed in its samples, so a criterion that reads it is
+    undecided, and counts such seeds in its notes.
 
     Raises
     ------

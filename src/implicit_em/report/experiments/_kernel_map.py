@@ -21,11 +21,15 @@ STATES = ("excluded", "neither", "robust only", "no competition only", "both")
 COLOURS = ("#dddddd", "#f4a582", "#92c5de", "#fddbc7", "#2166ac")
 
 
-def _share(values: list[float]) -> float:
-    """The mean of the defined (not NaN) values: the share of the seeds where a flag holds,
-    over the seeds where it can be read; NaN when none can."""
-    v = np.asarray(values, dtype=float)
-    return float(v[~np.isnan(v)].mean()) if (~np.isnan(v)).any() else float("nan")
+def _share(flags: list[Any]) -> np.ndarray:
+    """Over the seeds (the first axis of the stacked `flags`), the mean of the defined (not NaN)
+    values: the share of the seeds where a flag holds, over the seeds where it can be read; NaN
+    where none can."""
+    v = np.asarray(flags, dtype=float)
+    defined = ~np.isnan(v)
+    count = defined.sum(axis=0)
+    total = np.where(defined, v, 0.0).sum(axis=0)
+    return np.where(count > 0, total / np.maximum(count, 1), np.nan)
 
 
 def _interval(values: list[float]) -> str:
@@ -67,7 +71,7 @@ def map_tables(
                         _interval([u["lse"]["gain"][i][j] for u in units]),
                         _interval([u["correntropy"]["gain"][i][j] for u in units]),
                         *(
-                            f"{_share([f[flag][i, j] for f in flags]):.2f}"
+                            f"{float(_share([f[flag][i, j] for f in flags])):.2f}"
                             for flag in ("robust", "no_competition", "both")
                         ),
                     )
@@ -109,15 +113,7 @@ def map_figure(
         valid = ks.valid_cells(units, config, "correntropy")
         flags = [ks.cell_flags(u, config, "correntropy") for u in units]
         robust = np.mean([f["robust"] for f in flags], axis=0) > 0.5
-        alone = np.array(  # over the seeds where the gain is defined
-            [
-                [
-                    _share([f["no_competition"][i, j] for f in flags]) > 0.5
-                    for j in range(len(widths))
-                ]
-                for i in range(len(shares))
-            ]
-        )
+        alone = _share([f["no_competition"] for f in flags]) > 0.5  # seeds with a defined gain
         state = np.where(valid, 1 + robust.astype(int) + 2 * alone.astype(int), 0)
         ax.imshow(state, cmap=ListedColormap(COLOURS), vmin=0, vmax=len(STATES) - 1, origin="lower")
         for (i, j), s in np.ndenumerate(state):

@@ -127,7 +127,7 @@ def undefined_counts(samples: Mapping[str, list[float]]) -> dict[str, int]:
     """Per quantity, how many per-unit values are undefined (NaN): a gain is undefined on a seed
     whose one-cluster start already covers every cluster. The samples keep them, so a criterion
     that reads one is undecided (the registered reading of an undefined value)."""
-    return {q: sum(v != v for v in vs) for q, vs in samples.items()}
+    return {q: int(np.isnan(np.asarray(vs, dtype=float)).sum()) for q, vs in samples.items()}
 
 
 def plan(config: Config) -> list[Unit]:
